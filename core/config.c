@@ -1,0 +1,455 @@
+// core/config.c — presets, config.json parsing (cJSON), run-config defaults,
+// validation and JSON round trip. See config.h.
+#include "config.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------
+// enum names
+
+static const char *STRATEGY_NAMES[FC_STRATEGY_COUNT] = {
+    "local", "no_shard", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2"};
+static const char *PREFETCH_NAMES[] = {"none", "pre", "post"};
+static const char *OPT_NAMES[] = {"adamw", "sgd"};
+static const char *DIVIDE_NAMES[] = {"prepost", "avg", "sum-then-divide"};
+static const char *NORM_NAMES[] = {"1", "2", "inf"};
+
+static int parse_name(const char *s, const char **names, int n) {
+    if (!s) return -1;
+    for (int i = 0; i < n; i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    return -1;
+}
+
+#define NAME_FUNCS(fn, type, table)                                            \
+    const char *fc_##fn##_name(type v) { return table[v]; }                    \
+    int fc_##fn##_parse(const char *s, type *out) {                            \
+        int i = parse_name(s, table, (int)(sizeof table / sizeof table[0]));   \
+        if (i < 0) return -1;                                                  \
+        *out = (type)i;                                                        \
+        return 0;                                                              \
+    }
+NAME_FUNCS(strategy, fc_strategy, STRATEGY_NAMES)
+NAME_FUNCS(prefetch, fc_prefetch, PREFETCH_NAMES)
+NAME_FUNCS(opt, fc_opt_kind, OPT_NAMES)
+NAME_FUNCS(divide, fc_divide, DIVIDE_NAMES)
+NAME_FUNCS(norm, fc_norm_type, NORM_NAMES)
+
+// ---------------------------------------------------------------------------
+// model presets
+
+static void gpt2_preset(fc_model_config *c, const char *name, int V, int P, int C, int L, int H) {
+    memset(c, 0, sizeof *c);
+    c->kind = FC_MODEL_GPT2;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->vocab_size = V;
+    c->n_positions = P;
+    c->n_embd = C;
+    c->n_layer = L;
+    c->n_head = H;
+    c->layer_norm_epsilon = 1e-5f;
+}
+
+int fc_model_config_load(const char *name, fc_model_config *out, fc_error *e) {
+    if (strcmp(name, "mlp-tiny") == 0) {
+        // 13 -> 17 -> 11 -> 7: unit sizes 238, 198, 84 elements, so the units
+        // shard unevenly for W = 3, 5, 6, 7 (and 84 < 8*11: tiny shards).
+        memset(out, 0, sizeof *out);
+        out->kind = FC_MODEL_MLP;
+        snprintf(out->name, sizeof out->name, "mlp-tiny");
+        out->n_layers = 3;
+        out->dims[0] = 13, out->dims[1] = 17, out->dims[2] = 11, out->dims[3] = 7;
+        return 0;
+    }
+    if (strcmp(name, "gpt2-tiny") == 0) {
+        // C = 16 (a multiple of neither 3, 5 nor 7): blocks hold 3280 elements,
+        // the root 2096, so every W in 3, 5, 6, 7 shards some unit unevenly.
+        gpt2_preset(out, "gpt2-tiny", 97, 32, 16, 2, 4);
+        return 0;
+    }
+    if (strcmp(name, "gpt2-124m") == 0) {
+        gpt2_preset(out, "gpt2-124m", 50257, 1024, 768, 12, 12);
+        return 0;
+    }
+    // Anything else must be a config.json file.
+    FILE *f = fopen(name, "rb");
+    if (!f)
+        return fc_fail(e, "--model %s: not a preset (mlp-tiny, gpt2-tiny, gpt2-124m) and cannot open it: %s",
+                       name, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len + 4096 + 1 > cap) {
+            cap = (cap ? cap * 2 : 8192);
+            if (cap > (1u << 24)) {
+                free(buf);
+                fclose(f);
+                return fc_fail(e, "%s: config file larger than 16 MiB", name);
+            }
+            buf = reallocCheck(buf, cap);
+        }
+        size_t n = fread(buf + len, 1, cap - len - 1, f);
+        len += n;
+        if (n == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        return fc_fail(e, "%s: read error", name);
+    }
+    buf[len] = '\0';
+    int rc = fc_model_config_parse(buf, name, out, e);
+    free(buf);
+    return rc;
+}
+
+// Reads an integer field that must be present (or has a default when dflt >= 0).
+static int json_int(const cJSON *j, const char *key, int dflt, int *out, const char *path,
+                    fc_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v) {
+        if (dflt >= 0) {
+            *out = dflt;
+            return 0;
+        }
+        return fc_fail(e, "%s: missing \"%s\"", path, key);
+    }
+    double d = v->valuedouble;
+    if (!cJSON_IsNumber(v) || d != floor(d) || d < 1 || d > 1e9)
+        return fc_fail(e, "%s: \"%s\" must be a positive integer", path, key);
+    *out = (int)d;
+    return 0;
+}
+
+int fc_model_config_parse(const char *json, const char *path, fc_model_config *out, fc_error *e) {
+    memset(out, 0, sizeof *out);
+    cJSON *j = cJSON_Parse(json);
+    if (!j) return fc_fail(e, "%s: not valid JSON", path);
+    int rc = -1;
+    if (!cJSON_IsObject(j)) {
+        fc_fail(e, "%s: config must be a JSON object", path);
+        goto done;
+    }
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (!cJSON_IsString(mt)) {
+        fc_fail(e, "%s: missing \"model_type\" (\"gpt2\" or \"fsdpcheck-mlp\")", path);
+        goto done;
+    }
+    snprintf(out->name, sizeof out->name, "%s", path);
+    if (strcmp(mt->valuestring, "gpt2") == 0) {
+        out->kind = FC_MODEL_GPT2;
+        // Defaults are GPT2Config's (the 124M model) for keys a file may omit.
+        if (json_int(j, "vocab_size", 50257, &out->vocab_size, path, e) ||
+            json_int(j, "n_positions", 1024, &out->n_positions, path, e) ||
+            json_int(j, "n_embd", 768, &out->n_embd, path, e) ||
+            json_int(j, "n_layer", 12, &out->n_layer, path, e) ||
+            json_int(j, "n_head", 12, &out->n_head, path, e))
+            goto done;
+        out->layer_norm_epsilon = 1e-5f;
+        const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
+        if (eps) {
+            if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0) || eps->valuedouble > 1) {
+                fc_fail(e, "%s: \"layer_norm_epsilon\" must be a number in (0, 1]", path);
+                goto done;
+            }
+            out->layer_norm_epsilon = (float)eps->valuedouble;
+        }
+        // Features fsdpcheck's GPT-2 does not model must not be silently ignored.
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
+        if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "gelu_new") != 0)) {
+            fc_fail(e, "%s: only \"activation_function\": \"gelu_new\" is supported", path);
+            goto done;
+        }
+        const cJSON *inner = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
+        if (inner && !cJSON_IsNull(inner)) {
+            fc_fail(e, "%s: \"n_inner\" must be null (the MLP is 4 * n_embd)", path);
+            goto done;
+        }
+    } else if (strcmp(mt->valuestring, "fsdpcheck-mlp") == 0) {
+        out->kind = FC_MODEL_MLP;
+        const cJSON *dims = cJSON_GetObjectItemCaseSensitive(j, "dims");
+        int n = cJSON_IsArray(dims) ? cJSON_GetArraySize(dims) : 0;
+        if (n < 2 || n > FC_MLP_MAX_LAYERS + 1) {
+            fc_fail(e, "%s: \"dims\" must be an array of 2 to %d positive integers", path,
+                    FC_MLP_MAX_LAYERS + 1);
+            goto done;
+        }
+        out->n_layers = n - 1;
+        for (int i = 0; i < n; i++) {
+            const cJSON *d = cJSON_GetArrayItem(dims, i);
+            if (!cJSON_IsNumber(d) || d->valuedouble != floor(d->valuedouble) ||
+                d->valuedouble < 1 || d->valuedouble > 1e6) {
+                fc_fail(e, "%s: \"dims\"[%d] must be a positive integer", path, i);
+                goto done;
+            }
+            out->dims[i] = (int)d->valuedouble;
+        }
+    } else {
+        fc_fail(e, "%s: unsupported \"model_type\": \"%s\" (expected \"gpt2\" or \"fsdpcheck-mlp\")",
+                path, mt->valuestring);
+        goto done;
+    }
+    rc = fc_model_config_validate(out, e);
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+int fc_model_config_validate(const fc_model_config *c, fc_error *e) {
+    if (c->kind == FC_MODEL_MLP) {
+        if (c->n_layers < 1 || c->n_layers > FC_MLP_MAX_LAYERS)
+            return fc_fail(e, "model %s: mlp needs 1 to %d layers", c->name, FC_MLP_MAX_LAYERS);
+        for (int i = 0; i <= c->n_layers; i++)
+            if (c->dims[i] < 1) return fc_fail(e, "model %s: mlp dims must be positive", c->name);
+        if (c->dims[c->n_layers] < 2)
+            return fc_fail(e, "model %s: mlp needs at least 2 classes", c->name);
+        return 0;
+    }
+    if (c->vocab_size < 2 || c->n_positions < 1 || c->n_embd < 1 || c->n_layer < 1 ||
+        c->n_head < 1)
+        return fc_fail(e, "model %s: gpt2 sizes must be positive (vocab_size >= 2)", c->name);
+    if (c->n_embd % c->n_head != 0)
+        return fc_fail(e, "model %s: n_embd %d is not divisible by n_head %d", c->name, c->n_embd,
+                       c->n_head);
+    // Sizes are used as int element counts in the math; keep products in range.
+    if ((double)c->vocab_size * c->n_embd > 2e9 || (double)c->n_positions * c->n_embd > 2e9 ||
+        (double)c->n_embd * c->n_embd * 4 > 2e9 || c->n_layer > 1000)
+        return fc_fail(e, "model %s: too large for fsdpcheck (a tensor exceeds 2^31 elements)",
+                       c->name);
+    return 0;
+}
+
+cJSON *fc_model_config_to_json(const fc_model_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
+    if (c->kind == FC_MODEL_MLP) {
+        cJSON_AddStringToObject(j, "model_type", "fsdpcheck-mlp");
+        cJSON_AddItemToObject(j, "dims", cJSON_CreateIntArray(c->dims, c->n_layers + 1));
+    } else {
+        // Enough for transformers.GPT2LMHeadModel.from_pretrained.
+        cJSON_AddStringToObject(j, "model_type", "gpt2");
+        cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+        cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+        cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+        cJSON_AddNumberToObject(j, "n_positions", c->n_positions);
+        cJSON_AddNumberToObject(j, "n_ctx", c->n_positions);
+        cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
+        cJSON_AddNumberToObject(j, "n_layer", c->n_layer);
+        cJSON_AddNumberToObject(j, "n_head", c->n_head);
+        cJSON_AddNumberToObject(j, "layer_norm_epsilon", c->layer_norm_epsilon);
+        cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+        cJSON_AddNullToObject(j, "n_inner");
+        cJSON_AddNumberToObject(j, "resid_pdrop", 0);
+        cJSON_AddNumberToObject(j, "embd_pdrop", 0);
+        cJSON_AddNumberToObject(j, "attn_pdrop", 0);
+        cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+    }
+    cJSON_AddStringToObject(j, "fsdpcheck_name", c->name);
+    return j;
+}
+
+// ---------------------------------------------------------------------------
+// run config
+
+void fc_run_config_defaults(fc_run_config *c) {
+    memset(c, 0, sizeof *c);
+    fc_error e;
+    if (fc_model_config_load("mlp-tiny", &c->model, &e) != 0) fc_die(FC_EXIT_INTERNAL, "%s", e.msg);
+    snprintf(c->impl, sizeof c->impl, "reference");
+    c->strategy = FC_STRATEGY_LOCAL;
+    c->backward_prefetch = FC_PREFETCH_NONE;
+    c->param_dtype = c->reduce_dtype = FC_PREC_FP32;
+    c->divide = FC_DIVIDE_PREPOST;
+    c->grad_accum = 1;
+    c->norm_type = FC_NORM_2;
+    // torch.optim.AdamW defaults, except lr (1e-3 there too) and weight decay 0.01.
+    c->optim.kind = FC_OPT_ADAMW;
+    c->optim.lr = 1e-3;
+    c->optim.weight_decay = 0.01;
+    c->optim.beta1 = 0.9;
+    c->optim.beta2 = 0.999;
+    c->optim.eps = 1e-8;
+    c->optim.momentum = 0.9;
+    c->steps = 3;
+    c->global_batch = 8;
+    c->seq_len = 16;
+    c->seed = 1234;
+}
+
+int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
+    if (fc_model_config_validate(&c->model, e)) return -1;
+    if (c->steps < 1) return fc_fail(e, "--steps must be at least 1");
+    if (c->global_batch < 1) return fc_fail(e, "--global-batch must be at least 1");
+    if (c->grad_accum < 1) return fc_fail(e, "--grad-accum must be at least 1");
+    if (c->no_sync && c->grad_accum < 2)
+        return fc_fail(e, "--no-sync needs --grad-accum K with K >= 2");
+    if (c->model.kind == FC_MODEL_GPT2 && (c->seq_len < 1 || c->seq_len > c->model.n_positions))
+        return fc_fail(e, "--seq-len %d is outside 1..n_positions (%d)", c->seq_len,
+                       c->model.n_positions);
+    const fc_optim_config *o = &c->optim;
+    if (!(o->lr >= 0) || !isfinite(o->lr)) return fc_fail(e, "--lr must be a finite number >= 0");
+    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+        return fc_fail(e, "--weight-decay must be a finite number >= 0");
+    if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+        return fc_fail(e, "AdamW betas must be in [0, 1)");
+    if (!(o->eps >= 0) || !isfinite(o->eps)) return fc_fail(e, "AdamW eps must be >= 0");
+    if (!(o->momentum >= 0) || !isfinite(o->momentum)) return fc_fail(e, "--momentum must be >= 0");
+    if (!(o->dampening >= 0 && o->dampening <= 1)) return fc_fail(e, "SGD dampening must be in [0, 1]");
+    if (o->nesterov && (o->momentum <= 0 || o->dampening != 0))
+        return fc_fail(e, "Nesterov momentum requires a momentum and zero dampening");
+    if (!(c->clip_grad_norm >= 0) || !isfinite(c->clip_grad_norm))
+        return fc_fail(e, "--clip-grad-norm must be >= 0");
+    if (c->shard_group < 0) return fc_fail(e, "--shard-group must be positive");
+    return 0;
+}
+
+int fc_run_config_validate_world(const fc_run_config *c, int world, fc_error *e) {
+    if (c->strategy == FC_STRATEGY_LOCAL && world != 1)
+        return fc_fail(e, "--strategy local runs as one process, not %d", world);
+    int F = c->shard_group ? c->shard_group : world;
+    if (F > world || world % F != 0)
+        return fc_fail(e, "--shard-group %d does not divide the world size %d", F, world);
+    // Every rank is a data-parallel rank: each takes B/W samples, in K micro-batches.
+    if (c->global_batch % world != 0)
+        return fc_fail(e, "--global-batch %d is not divisible by the data-parallel size %d",
+                       c->global_batch, world);
+    if ((c->global_batch / world) % c->grad_accum != 0)
+        return fc_fail(e, "per-rank batch %d is not divisible by --grad-accum %d",
+                       c->global_batch / world, c->grad_accum);
+    return 0;
+}
+
+cJSON *fc_run_config_to_json(const fc_run_config *c) {
+    cJSON *j = cJSON_CreateObject();
+    if (!j) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
+    cJSON_AddItemToObject(j, "model", fc_model_config_to_json(&c->model));
+    cJSON_AddStringToObject(j, "impl", c->impl);
+    cJSON_AddStringToObject(j, "strategy", fc_strategy_name(c->strategy));
+    cJSON_AddNumberToObject(j, "shard_group", c->shard_group);
+    cJSON_AddStringToObject(j, "backward_prefetch", fc_prefetch_name(c->backward_prefetch));
+    cJSON_AddBoolToObject(j, "forward_prefetch", c->forward_prefetch);
+    cJSON_AddBoolToObject(j, "limit_all_gathers", c->limit_all_gathers);
+    cJSON_AddStringToObject(j, "param_dtype", fc_prec_name(c->param_dtype));
+    cJSON_AddStringToObject(j, "reduce_dtype", fc_prec_name(c->reduce_dtype));
+    cJSON_AddStringToObject(j, "divide", fc_divide_name(c->divide));
+    cJSON_AddNumberToObject(j, "grad_accum", c->grad_accum);
+    cJSON_AddBoolToObject(j, "no_sync", c->no_sync);
+    cJSON_AddNumberToObject(j, "clip_grad_norm", c->clip_grad_norm);
+    cJSON_AddStringToObject(j, "norm_type", fc_norm_name(c->norm_type));
+    cJSON_AddBoolToObject(j, "cpu_offload", c->cpu_offload);
+    cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
+    cJSON_AddStringToObject(o, "kind", fc_opt_name(c->optim.kind));
+    cJSON_AddNumberToObject(o, "lr", c->optim.lr);
+    cJSON_AddNumberToObject(o, "weight_decay", c->optim.weight_decay);
+    cJSON_AddNumberToObject(o, "beta1", c->optim.beta1);
+    cJSON_AddNumberToObject(o, "beta2", c->optim.beta2);
+    cJSON_AddNumberToObject(o, "eps", c->optim.eps);
+    cJSON_AddNumberToObject(o, "momentum", c->optim.momentum);
+    cJSON_AddNumberToObject(o, "dampening", c->optim.dampening);
+    cJSON_AddBoolToObject(o, "nesterov", c->optim.nesterov);
+    cJSON_AddNumberToObject(j, "steps", c->steps);
+    cJSON_AddNumberToObject(j, "global_batch", c->global_batch);
+    cJSON_AddNumberToObject(j, "seq_len", c->seq_len);
+    // seeds are 64-bit: a JSON number (double) would lose bits, so write a string
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+    cJSON_AddStringToObject(j, "seed", seed);
+    cJSON_AddStringToObject(j, "init", c->init_path);
+    return j;
+}
+
+// Field readers for fc_run_config_from_json: each checks type and presence.
+static int jnum(const cJSON *j, const char *k, double *out, fc_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    if (!cJSON_IsNumber(v)) return fc_fail(e, "config: \"%s\" missing or not a number", k);
+    *out = v->valuedouble;
+    return 0;
+}
+static int jint(const cJSON *j, const char *k, int *out, fc_error *e) {
+    double d = 0;
+    if (jnum(j, k, &d, e)) return -1;
+    if (d != floor(d) || fabs(d) > 2e9) return fc_fail(e, "config: \"%s\" is not an integer", k);
+    *out = (int)d;
+    return 0;
+}
+static int jflt(const cJSON *j, const char *k, float *out, fc_error *e) {
+    double d = 0;
+    if (jnum(j, k, &d, e)) return -1;
+    *out = (float)d;
+    return 0;
+}
+static int jbool(const cJSON *j, const char *k, int *out, fc_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    if (!cJSON_IsBool(v)) return fc_fail(e, "config: \"%s\" missing or not a boolean", k);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+static const char *jstr(const cJSON *j, const char *k, fc_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+    if (!cJSON_IsString(v)) {
+        fc_fail(e, "config: \"%s\" missing or not a string", k);
+        return NULL;
+    }
+    return v->valuestring;
+}
+#define JENUM(obj, fn, key, dst)                                                       \
+    do {                                                                          \
+        const char *s_ = jstr(obj, key, e);                                         \
+        if (!s_) return -1;                                                       \
+        if (fc_##fn##_parse(s_, dst)) return fc_fail(e, "config: bad \"%s\": \"%s\"", key, s_); \
+    } while (0)
+
+int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
+    fc_run_config_defaults(c);
+    if (!cJSON_IsObject(j)) return fc_fail(e, "config: not a JSON object");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(j, "model");
+    if (!cJSON_IsObject(model)) return fc_fail(e, "config: \"model\" missing");
+    char *mtext = cJSON_PrintUnformatted(model);
+    if (!mtext) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
+    const cJSON *mname = cJSON_GetObjectItemCaseSensitive(model, "fsdpcheck_name");
+    int rc = fc_model_config_parse(mtext, cJSON_IsString(mname) ? mname->valuestring : "config",
+                                   &c->model, e);
+    free(mtext);
+    if (rc) return -1;
+    const char *impl = jstr(j, "impl", e);
+    if (!impl) return -1;
+    snprintf(c->impl, sizeof c->impl, "%s", impl);
+    JENUM(j, strategy, "strategy", &c->strategy);
+    JENUM(j, prefetch, "backward_prefetch", &c->backward_prefetch);
+    JENUM(j, prec, "param_dtype", &c->param_dtype);
+    JENUM(j, prec, "reduce_dtype", &c->reduce_dtype);
+    JENUM(j, divide, "divide", &c->divide);
+    JENUM(j, norm, "norm_type", &c->norm_type);
+    if (jint(j, "shard_group", &c->shard_group, e) || jbool(j, "forward_prefetch", &c->forward_prefetch, e) ||
+        jbool(j, "limit_all_gathers", &c->limit_all_gathers, e) ||
+        jint(j, "grad_accum", &c->grad_accum, e) || jbool(j, "no_sync", &c->no_sync, e) ||
+        jflt(j, "clip_grad_norm", &c->clip_grad_norm, e) ||
+        jbool(j, "cpu_offload", &c->cpu_offload, e) || jint(j, "steps", &c->steps, e) ||
+        jint(j, "global_batch", &c->global_batch, e) || jint(j, "seq_len", &c->seq_len, e))
+        return -1;
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
+    if (!cJSON_IsObject(o)) return fc_fail(e, "config: \"optimizer\" missing");
+    JENUM(o, opt, "kind", &c->optim.kind);
+    if (jnum(o, "lr", &c->optim.lr, e) || jnum(o, "weight_decay", &c->optim.weight_decay, e) ||
+        jnum(o, "beta1", &c->optim.beta1, e) || jnum(o, "beta2", &c->optim.beta2, e) ||
+        jnum(o, "eps", &c->optim.eps, e) || jnum(o, "momentum", &c->optim.momentum, e) ||
+        jnum(o, "dampening", &c->optim.dampening, e) || jbool(o, "nesterov", &c->optim.nesterov, e))
+        return -1;
+    const char *seed = jstr(j, "seed", e);
+    if (!seed) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long s = strtoull(seed, &end, 10);
+    if (errno || *end || !*seed || seed[0] == '-') return fc_fail(e, "config: bad \"seed\": \"%s\"", seed);
+    c->seed = s;
+    const char *init = jstr(j, "init", e);
+    if (!init) return -1;
+    snprintf(c->init_path, sizeof c->init_path, "%s", init);
+    return fc_run_config_validate(c, e);
+}

@@ -1,0 +1,116 @@
+// core/config.h — model and run configuration, shared by every implementation.
+//
+// A run is fully described by an fc_run_config: every implementation, every
+// rank and every trace derives its behaviour from it alone (and trace.json
+// records it), so a divergence can always be reproduced from the config.
+#ifndef FC_CONFIG_H
+#define FC_CONFIG_H
+
+#include <stdint.h>
+
+#include "check.h"
+#include "dtype.h"
+
+struct cJSON;
+
+#define FC_MLP_MAX_LAYERS 16
+
+typedef enum { FC_MODEL_MLP, FC_MODEL_GPT2 } fc_model_kind;
+
+typedef struct {
+    fc_model_kind kind;
+    char name[256];  // preset name or the config.json path it came from
+    // mlp: n_layers Linear layers, dims[0] inputs ... dims[n_layers] classes
+    int n_layers;
+    int dims[FC_MLP_MAX_LAYERS + 1];
+    // gpt2: Hugging Face GPT2Config names
+    int vocab_size, n_positions, n_embd, n_layer, n_head;
+    float layer_norm_epsilon;
+} fc_model_config;
+
+// A preset ("mlp-tiny", "gpt2-tiny", "gpt2-124m") or a path to a config.json:
+// Hugging Face GPT-2 ("model_type": "gpt2") or fsdpcheck's own MLP
+// ("model_type": "fsdpcheck-mlp", "dims": [in, hidden..., classes]).
+int fc_model_config_load(const char *name_or_path, fc_model_config *out, fc_error *e);
+// Parses a config.json already in memory (path is only used in messages).
+int fc_model_config_parse(const char *json, const char *path, fc_model_config *out, fc_error *e);
+// Checks the sizes make a model (positive, heads divide n_embd, ...).
+int fc_model_config_validate(const fc_model_config *c, fc_error *e);
+// The config as Hugging Face config.json fields (gpt2) or fsdpcheck-mlp fields.
+struct cJSON *fc_model_config_to_json(const fc_model_config *c);
+
+typedef enum {
+    FC_STRATEGY_LOCAL,
+    FC_STRATEGY_NO_SHARD,
+    FC_STRATEGY_FULL_SHARD,
+    FC_STRATEGY_SHARD_GRAD_OP,
+    FC_STRATEGY_HYBRID_SHARD,
+    FC_STRATEGY_HYBRID_SHARD_ZERO2,
+    FC_STRATEGY_COUNT
+} fc_strategy;
+
+typedef enum { FC_PREFETCH_NONE, FC_PREFETCH_PRE, FC_PREFETCH_POST } fc_prefetch;
+typedef enum { FC_OPT_ADAMW, FC_OPT_SGD } fc_opt_kind;
+// Gradient divide policy (DESIGN §4): PyTorch FSDP1's pre/post factors, one
+// divide by W after the sum, or the sum divided at the end.
+typedef enum { FC_DIVIDE_PREPOST, FC_DIVIDE_AVG, FC_DIVIDE_SUM_THEN_DIVIDE } fc_divide;
+// Norm type of clip_grad_norm: 1, 2, or infinity.
+typedef enum { FC_NORM_1, FC_NORM_2, FC_NORM_INF } fc_norm_type;
+
+// Hyperparameters are doubles, as they are Python floats in torch.optim: the
+// coefficients are computed in double and rounded to fp32 where torch does.
+typedef struct {
+    fc_opt_kind kind;
+    double lr;
+    double weight_decay;
+    double beta1, beta2, eps;   // AdamW
+    double momentum, dampening; // SGD
+    int nesterov;
+} fc_optim_config;
+
+typedef struct {
+    fc_model_config model;
+    char impl[256];            // "reference", "cuda" or a path to a .so
+    fc_strategy strategy;
+    int shard_group;           // F; 0 = the whole world
+    fc_prefetch backward_prefetch;
+    int forward_prefetch;
+    int limit_all_gathers;
+    fc_prec param_dtype, reduce_dtype;
+    fc_divide divide;
+    int grad_accum;            // K micro-batches per step
+    int no_sync;
+    float clip_grad_norm;      // 0 = off
+    fc_norm_type norm_type;
+    int cpu_offload;
+    fc_optim_config optim;
+    int steps;
+    int global_batch;          // B: samples per step over all data-parallel ranks
+    int seq_len;               // T (gpt2 only)
+    uint64_t seed;
+    char init_path[1024];      // --init FILE.safetensors, "" = counter-based init
+} fc_run_config;
+
+// The defaults every run starts from.
+void fc_run_config_defaults(fc_run_config *c);
+// Checks the whole config against itself (not against a world size).
+int fc_run_config_validate(const fc_run_config *c, fc_error *e);
+// Checks it against a data-parallel world: B divisible, shard group fits.
+int fc_run_config_validate_world(const fc_run_config *c, int world, fc_error *e);
+// The config as a JSON object (trace.json, checkpoints) and back.
+struct cJSON *fc_run_config_to_json(const fc_run_config *c);
+int fc_run_config_from_json(const struct cJSON *j, fc_run_config *c, fc_error *e);
+
+// Names <-> enums; parse returns -1 for an unknown name.
+const char *fc_strategy_name(fc_strategy s);
+int fc_strategy_parse(const char *s, fc_strategy *out);
+const char *fc_prefetch_name(fc_prefetch p);
+int fc_prefetch_parse(const char *s, fc_prefetch *out);
+const char *fc_opt_name(fc_opt_kind k);
+int fc_opt_parse(const char *s, fc_opt_kind *out);
+const char *fc_divide_name(fc_divide d);
+int fc_divide_parse(const char *s, fc_divide *out);
+const char *fc_norm_name(fc_norm_type n);
+int fc_norm_parse(const char *s, fc_norm_type *out);
+
+#endif

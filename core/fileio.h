@@ -1,0 +1,22 @@
+// core/fileio.h — small checked file helpers for outputs.
+#ifndef FC_FILEIO_H
+#define FC_FILEIO_H
+
+#include <stddef.h>
+
+#include "check.h"
+
+// Creates a directory and its parents (like mkdir -p). Fails if path exists
+// and is not a directory.
+int fc_mkdir_p(const char *path, fc_error *e);
+// Writes len bytes to path crash-safely: a temporary beside it, fsync, rename.
+// On failure nothing is left at path or at the temporary.
+int fc_write_file_atomic(const char *path, const void *data, size_t len, fc_error *e);
+// Opens "<path>.tmp.<pid>" for writing; fills tmp (size tmp_len) with its name.
+// fc_commit_tmp flushes, fsyncs, closes and renames it to path; on any failure
+// both remove the temporary and set e.
+#include <stdio.h>
+FILE *fc_open_tmp(const char *path, char *tmp, size_t tmp_len, fc_error *e);
+int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e);
+
+#endif

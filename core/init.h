@@ -1,0 +1,20 @@
+// core/init.h — initial weights as a pure function of (seed, name, index).
+//
+// Element i of parameter p is drawn from Philox(key = seed, counter =
+// (hash(p.name), i)), so any rank can initialise exactly its shard and every
+// world size, strategy and implementation starts from the same bits.
+#ifndef FC_INIT_H
+#define FC_INIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+float fc_init_value(const fc_param *p, uint64_t seed, size_t index);
+// out[0..n) = elements [first, first+n) of p.
+void fc_init_range(const fc_param *p, uint64_t seed, size_t first, size_t n, float *out);
+// The whole model into its full flat buffer (m->numel floats).
+void fc_init_full(const fc_model *m, uint64_t seed, float *full);
+
+#endif

@@ -1,0 +1,81 @@
+// core/model.h — the parameter registry: names, shapes, FSDP units, stages.
+//
+// This is the one description of a model that every implementation, the
+// checkpoint code and the oracle share. Layout decisions (DESIGN §2, §5):
+//  - Parameters are registered in PyTorch module order and keep Hugging Face
+//    names (gpt2) or nn.Sequential-style names (mlp).
+//  - Each parameter belongs to one FSDP unit. A unit's FlatParameter is its
+//    parameters concatenated in registration order.
+//  - The "full flat buffer" of a model is the units' flat parameters, unpadded,
+//    in unit order. So a gathered unit is exactly a contiguous region of the
+//    full buffer, and param.offset indexes that buffer.
+//  - A forward pass is a list of stages, each computed with one unit's
+//    parameters gathered; backward runs them in reverse. gpt2's root unit
+//    (wte, wpe, ln_f) serves two stages: the embedding first and the head last.
+#ifndef FC_MODEL_H
+#define FC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+
+typedef enum { FC_INIT_ZEROS, FC_INIT_ONES, FC_INIT_NORMAL, FC_INIT_UNIFORM } fc_init_kind;
+
+typedef struct {
+    char name[96];
+    int ndim;            // 1 or 2
+    int64_t shape[2];
+    size_t numel;
+    int unit;            // FSDP unit index
+    size_t offset;       // element offset in the full flat buffer
+    size_t unit_offset;  // element offset inside its unit's FlatParameter
+    fc_init_kind init;
+    float init_scale;    // std (normal) or bound (uniform)
+} fc_param;
+
+typedef struct {
+    char name[64];       // module path: "" (root), "layers.0", "transformer.h.3"
+    int first_param;     // the unit's parameters, in FlatParameter order, are
+    int n_params;        //   unit_params[first_param .. first_param+n_params)
+    size_t offset;       // element offset of the unit in the full flat buffer
+    size_t numel;        // unpadded FlatParameter size
+} fc_unit;
+
+typedef enum {
+    FC_STAGE_LINEAR,     // mlp layer l (GELU after it unless last; loss after the last)
+    FC_STAGE_EMBED,      // gpt2 wte[ids] + wpe[pos]
+    FC_STAGE_BLOCK,      // gpt2 transformer block l
+    FC_STAGE_HEAD        // gpt2 ln_f, tied LM head, loss
+} fc_stage_kind;
+
+typedef struct {
+    fc_stage_kind kind;
+    int layer;           // mlp layer / gpt2 block index
+    int unit;            // the unit whose parameters it needs
+} fc_stage;
+
+typedef struct {
+    fc_model_config cfg;
+    int n_params;
+    fc_param *params;    // registration order
+    int *unit_params;    // [n_params] parameter indices grouped by unit
+    int n_units;
+    fc_unit *units;
+    int n_stages;
+    fc_stage *stages;
+    size_t numel;        // total parameters (the tied wte counted once)
+} fc_model;
+
+// Builds the registry of a validated config. Never fails on a valid config.
+void fc_model_build(fc_model *m, const fc_model_config *cfg);
+void fc_model_free(fc_model *m);
+
+// Index of a parameter by exact name, -1 if none.
+int fc_model_find(const fc_model *m, const char *name);
+// The parameter index of a named role, for the model math (e.g. block 3's
+// "attn.c_attn.weight"). Aborts on a bad name: that is a programming error.
+int fc_model_param_index(const fc_model *m, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif

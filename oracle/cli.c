@@ -1,0 +1,210 @@
+// oracle/cli.c — flag parsing for `fsdpcheck run`.
+//
+// One table lists every flag of DESIGN §7. A flag whose capability is not in
+// this build is listed with the reason and refused with exit 2: a flag that is
+// accepted always changes what runs.
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { ARG_NONE, ARG_INT, ARG_U64, ARG_DOUBLE, ARG_STR } arg_kind;
+
+typedef struct {
+    const char *name;
+    arg_kind kind;
+    const char *unavailable;  // non-NULL: refused, with this reason
+} flag_spec;
+
+#define LATER_ENGINE "needs the MPI FSDP engine, which this build does not have yet"
+#define LATER_CKPT "needs checkpoint support, which this build does not have yet"
+#define LATER_ORACLE "needs the oracle's fault catalogue, which this build does not have yet"
+
+static const flag_spec FLAGS[] = {
+    {"--impl", ARG_STR, NULL},
+    {"--model", ARG_STR, NULL},
+    {"--strategy", ARG_STR, NULL},
+    {"--steps", ARG_INT, NULL},
+    {"--seed", ARG_U64, NULL},
+    {"--global-batch", ARG_INT, NULL},
+    {"--seq-len", ARG_INT, NULL},
+    {"--optimizer", ARG_STR, NULL},
+    {"--lr", ARG_DOUBLE, NULL},
+    {"--weight-decay", ARG_DOUBLE, NULL},
+    {"--momentum", ARG_DOUBLE, NULL},
+    {"--grad-accum", ARG_INT, NULL},
+    {"--clip-grad-norm", ARG_DOUBLE, NULL},
+    {"--norm-type", ARG_STR, NULL},
+    {"--init", ARG_STR, NULL},
+    {"--trace", ARG_STR, NULL},
+    {"--quiet", ARG_NONE, NULL},
+    {"--help", ARG_NONE, NULL},
+    {"--shard-group", ARG_INT, LATER_ENGINE},
+    {"--backward-prefetch", ARG_STR, LATER_ENGINE},
+    {"--forward-prefetch", ARG_NONE, LATER_ENGINE},
+    {"--limit-all-gathers", ARG_NONE, LATER_ENGINE},
+    {"--param-dtype", ARG_STR, LATER_ENGINE},
+    {"--reduce-dtype", ARG_STR, LATER_ENGINE},
+    {"--divide", ARG_STR, LATER_ENGINE},
+    {"--no-sync", ARG_NONE, LATER_ENGINE},
+    {"--cpu-offload", ARG_NONE, LATER_ENGINE},
+    {"--comm-log", ARG_STR, LATER_ENGINE},
+    {"--fsdp-config", ARG_STR, LATER_ENGINE},
+    {"--save", ARG_STR, LATER_CKPT},
+    {"--save-at", ARG_INT, LATER_CKPT},
+    {"--state-dict", ARG_STR, LATER_CKPT},
+    {"--load", ARG_STR, LATER_CKPT},
+    {"--inject", ARG_STR, LATER_ORACLE},
+};
+
+void fc_cli_usage(FILE *f) {
+    fputs("usage: fsdpcheck run [flags]\n"
+          "  --model mlp-tiny|gpt2-tiny|gpt2-124m|CONFIG.json   (default mlp-tiny)\n"
+          "  --strategy local          (the FSDP strategies come with the MPI engine)\n"
+          "  --impl reference\n"
+          "  --steps N (3)  --seed S (1234)  --global-batch B (8)  --seq-len T (16, gpt2)\n"
+          "  --optimizer adamw|sgd  --lr X (1e-3)  --weight-decay X (0.01)  --momentum X (0.9, sgd)\n"
+          "  --grad-accum K (1)  --clip-grad-norm X (off)  --norm-type 1|2|inf (2)\n"
+          "  --init FILE.safetensors   start from these weights instead of the seeded init\n"
+          "  --trace DIR               write trace.json, init.safetensors, step-NNNNNN.safetensors\n"
+          "  --quiet                   no per-step lines\n",
+          f);
+}
+
+static const flag_spec *find_flag(const char *name) {
+    for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
+        if (strcmp(FLAGS[i].name, name) == 0) return &FLAGS[i];
+    return NULL;
+}
+
+static int parse_int(const char *flag, const char *v, int lo, int hi, int *out, fc_error *e) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        return fc_fail(e, "%s: '%s' is not an integer in %d..%d", flag, v, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_u64(const char *flag, const char *v, uint64_t *out, fc_error *e) {
+    char *end;
+    errno = 0;
+    if (*v == '-' || *v == '+') return fc_fail(e, "%s: '%s' is not a non-negative integer", flag, v);
+    unsigned long long x = strtoull(v, &end, 10);
+    if (errno || end == v || *end) return fc_fail(e, "%s: '%s' is not a non-negative integer", flag, v);
+    *out = x;
+    return 0;
+}
+
+static int parse_double(const char *flag, const char *v, double *out, fc_error *e) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x) || x < 0)
+        return fc_fail(e, "%s: '%s' is not a finite non-negative number", flag, v);
+    *out = x;
+    return 0;
+}
+
+static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
+    fc_run_config *c = &a->cfg;
+    double d = 0;
+    if (!strcmp(flag, "--impl")) {
+        if (strcmp(v, "reference") != 0)
+            return fc_fail(e, "--impl %s: only the reference implementation is in this build", v);
+        snprintf(c->impl, sizeof c->impl, "%s", v);
+    } else if (!strcmp(flag, "--model")) {
+        if (fc_model_config_load(v, &c->model, e)) return -1;
+    } else if (!strcmp(flag, "--strategy")) {
+        if (fc_strategy_parse(v, &c->strategy))
+            return fc_fail(e, "--strategy: unknown strategy '%s' (local, no_shard, full_shard, "
+                              "shard_grad_op, hybrid_shard, hybrid_shard_zero2)", v);
+        if (c->strategy != FC_STRATEGY_LOCAL)
+            return fc_fail(e, "--strategy %s %s", v, LATER_ENGINE);
+    } else if (!strcmp(flag, "--steps")) {
+        return parse_int(flag, v, 1, 1000000, &c->steps, e);
+    } else if (!strcmp(flag, "--seed")) {
+        return parse_u64(flag, v, &c->seed, e);
+    } else if (!strcmp(flag, "--global-batch")) {
+        return parse_int(flag, v, 1, 1 << 20, &c->global_batch, e);
+    } else if (!strcmp(flag, "--seq-len")) {
+        return parse_int(flag, v, 1, 1 << 20, &c->seq_len, e);
+    } else if (!strcmp(flag, "--grad-accum")) {
+        return parse_int(flag, v, 1, 1 << 20, &c->grad_accum, e);
+    } else if (!strcmp(flag, "--optimizer")) {
+        if (fc_opt_parse(v, &c->optim.kind))
+            return fc_fail(e, "--optimizer: unknown optimizer '%s' (adamw, sgd)", v);
+    } else if (!strcmp(flag, "--norm-type")) {
+        if (fc_norm_parse(v, &c->norm_type))
+            return fc_fail(e, "--norm-type: '%s' is not 1, 2 or inf", v);
+    } else if (!strcmp(flag, "--lr")) {
+        if (parse_double(flag, v, &c->optim.lr, e)) return -1;
+    } else if (!strcmp(flag, "--weight-decay")) {
+        if (parse_double(flag, v, &c->optim.weight_decay, e)) return -1;
+    } else if (!strcmp(flag, "--momentum")) {
+        if (parse_double(flag, v, &c->optim.momentum, e)) return -1;
+    } else if (!strcmp(flag, "--clip-grad-norm")) {
+        if (parse_double(flag, v, &d, e)) return -1;
+        if (d == 0) return fc_fail(e, "--clip-grad-norm: max norm must be positive");
+        c->clip_grad_norm = (float)d;
+    } else if (!strcmp(flag, "--init")) {
+        if (snprintf(c->init_path, sizeof c->init_path, "%s", v) >= (int)sizeof c->init_path)
+            return fc_fail(e, "--init: path too long");
+        FILE *f = fopen(v, "rb");
+        if (!f) return fc_fail(e, "--init %s: cannot open: %s", v, strerror(errno));
+        fclose(f);
+    } else if (!strcmp(flag, "--trace")) {
+        if (snprintf(a->trace_dir, sizeof a->trace_dir, "%s", v) >= (int)sizeof a->trace_dir)
+            return fc_fail(e, "--trace: path too long");
+    } else if (!strcmp(flag, "--quiet")) {
+        a->quiet = 1;
+    }
+    return 0;
+}
+
+int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
+    memset(out, 0, sizeof *out);
+    fc_run_config_defaults(&out->cfg);
+    int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *eq = strchr(arg, '=');
+        char name[64];
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (strncmp(arg, "--", 2) != 0 || len >= sizeof name)
+            return fc_fail(e, "unexpected argument '%s' (flags start with --; see --help)", arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        const flag_spec *f = find_flag(name);
+        if (!f) return fc_fail(e, "unknown flag %s (see fsdpcheck run --help)", name);
+        if (!strcmp(name, "--help")) return 1;
+        if (f->unavailable) return fc_fail(e, "%s %s", name, f->unavailable);
+        const char *value = NULL;
+        if (f->kind == ARG_NONE) {
+            if (eq) return fc_fail(e, "%s takes no value", name);
+        } else if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc) return fc_fail(e, "%s needs a value", name);
+            value = argv[++i];
+        }
+        if (value && !*value) return fc_fail(e, "%s: empty value", name);
+        if (apply(out, name, value ? value : "", e)) return -1;
+        seen_momentum |= !strcmp(name, "--momentum");
+        seen_seq_len |= !strcmp(name, "--seq-len");
+        seen_norm |= !strcmp(name, "--norm-type");
+    }
+    // A flag that would change nothing is a mistake worth reporting.
+    const fc_run_config *c = &out->cfg;
+    if (seen_momentum && c->optim.kind != FC_OPT_SGD)
+        return fc_fail(e, "--momentum applies to --optimizer sgd only");
+    if (seen_seq_len && c->model.kind != FC_MODEL_GPT2)
+        return fc_fail(e, "--seq-len applies to gpt2 models only (model %s is an mlp)", c->model.name);
+    if (seen_norm && c->clip_grad_norm == 0)
+        return fc_fail(e, "--norm-type needs --clip-grad-norm");
+    return fc_run_config_validate(c, e);
+}

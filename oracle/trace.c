@@ -1,0 +1,92 @@
+// oracle/trace.c — see trace.h.
+#include "trace.h"
+
+#include <cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fileio.h"
+#include "safetensors.h"
+
+int fc_trace_begin(const char *dir, const fc_run_config *cfg, const fc_model *m, int world,
+                   const float *init_params, fc_error *e) {
+    if (fc_mkdir_p(dir, e)) return -1;
+    cJSON *j = cJSON_CreateObject();
+    if (!j) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
+    cJSON_AddStringToObject(j, "format", FC_TRACE_FORMAT);
+    cJSON_AddNumberToObject(j, "version", FC_TRACE_VERSION);
+    cJSON_AddStringToObject(j, "implementation", cfg->impl);
+    cJSON_AddNumberToObject(j, "world_size", world);
+    cJSON_AddItemToObject(j, "config", fc_run_config_to_json(cfg));
+    // The layout, so a reader can say which unit (and later which rank) owns an element.
+    cJSON *units = cJSON_AddArrayToObject(j, "units");
+    for (int u = 0; u < m->n_units; u++) {
+        cJSON *ju = cJSON_CreateObject();
+        cJSON_AddStringToObject(ju, "name", m->units[u].name);
+        cJSON_AddNumberToObject(ju, "numel", (double)m->units[u].numel);
+        cJSON *ps = cJSON_AddArrayToObject(ju, "params");
+        for (int k = 0; k < m->units[u].n_params; k++)
+            cJSON_AddItemToArray(ps, cJSON_CreateString(m->params[m->unit_params[m->units[u].first_param + k]].name));
+        cJSON_AddItemToArray(units, ju);
+    }
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
+    char path[2048];
+    snprintf(path, sizeof path, "%s/trace.json", dir);
+    int rc = fc_write_file_atomic(path, text, strlen(text), e);
+    free(text);
+    if (rc) return -1;
+
+    fc_st_entry *ent = callocCheck((size_t)m->n_params, sizeof *ent);
+    for (int i = 0; i < m->n_params; i++) {
+        const fc_param *p = &m->params[i];
+        ent[i] = (fc_st_entry){p->name, FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]},
+                               init_params + p->offset};
+    }
+    snprintf(path, sizeof path, "%s/init.safetensors", dir);
+    fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"content", "init"}};
+    rc = fc_st_write(path, ent, m->n_params, meta, 2, e);
+    free(ent);
+    return rc;
+}
+
+int fc_trace_write_step(const char *dir, const fc_model *m, const fc_trace_step *s, fc_error *e) {
+    int per = 2 + s->n_state;  // grad, param, state...
+    int n = 3 + per * m->n_params, k = 0;
+    fc_st_entry *ent = callocCheck((size_t)n, sizeof *ent);
+    char **names = callocCheck((size_t)n, sizeof *names);
+    const fc_batch *b = s->batch;
+    ent[k++] = (fc_st_entry){"loss", FC_DT_F32, 0, {0}, &s->loss};
+    if (b->kind == FC_MODEL_GPT2) {
+        ent[k++] = (fc_st_entry){"batch.input", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->input};
+        ent[k++] = (fc_st_entry){"batch.target", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->target};
+    } else {
+        ent[k++] = (fc_st_entry){"batch.input", FC_DT_F32, 2, {(uint64_t)b->B, (uint64_t)b->in_dim}, b->features};
+        ent[k++] = (fc_st_entry){"batch.target", FC_DT_I32, 1, {(uint64_t)b->B}, b->target};
+    }
+    for (int t = 0; t < per; t++) {
+        for (int i = 0; i < m->n_params; i++) {
+            const fc_param *p = &m->params[i];
+            const float *base = t == 0 ? s->grads : t == 1 ? s->params : s->state[t - 2];
+            char name[160];
+            if (t == 0) snprintf(name, sizeof name, "grad.%s", p->name);
+            else if (t == 1) snprintf(name, sizeof name, "param.%s", p->name);
+            else snprintf(name, sizeof name, "optim.%s.%s", s->state_names[t - 2], p->name);
+            names[k] = strdupCheck(name);
+            ent[k] = (fc_st_entry){names[k], FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]},
+                                   base + p->offset};
+            k++;
+        }
+    }
+    char path[2048], step[32];
+    snprintf(path, sizeof path, "%s/step-%06ld.safetensors", dir, s->step);
+    snprintf(step, sizeof step, "%ld", s->step);
+    fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"step", step}};
+    int rc = fc_st_write(path, ent, k, meta, 2, e);
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    free(ent);
+    return rc;
+}

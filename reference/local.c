@@ -1,0 +1,90 @@
+// reference/local.c — see local.h.
+#include "local.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "init.h"
+#include "optim.h"
+#include "weights.h"
+
+int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
+    memset(L, 0, sizeof *L);
+    if (fc_run_config_validate(cfg, e) || fc_run_config_validate_world(cfg, 1, e)) return -1;
+    L->cfg = *cfg;
+    fc_model_build(&L->model, &cfg->model);
+    size_t n = L->model.numel;
+    L->params = mallocCheck(n * sizeof(float));
+    if (cfg->init_path[0]) {
+        if (fc_weights_load(&L->model, cfg->init_path, L->params, e)) {
+            fc_local_free(L);
+            return -1;
+        }
+    } else {
+        fc_init_full(&L->model, cfg->seed, L->params);
+    }
+    L->grads = callocCheck(n, sizeof(float));
+    L->clipped = callocCheck(n, sizeof(float));
+    L->n_state = fc_optim_state_names(&cfg->optim, L->state_names);
+    for (int i = 0; i < L->n_state; i++) L->state[i] = callocCheck(n, sizeof(float));
+    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    fc_batch_alloc(&L->batch, &cfg->model, cfg->global_batch, T);
+    int micro = cfg->global_batch / cfg->grad_accum;
+    size_t an = fc_acts_numel(&L->model, micro, T);
+    L->act_mem = mallocCheck(an * sizeof(float));
+    fc_acts_init(&L->acts, &L->model, micro, T, L->act_mem);
+    return 0;
+}
+
+double fc_grad_norm(const float *g, size_t n, fc_norm_type type) {
+    double acc = 0;
+    for (size_t i = 0; i < n; i++) {
+        double a = fabs((double)g[i]);
+        if (type == FC_NORM_INF)
+            acc = a > acc ? a : acc;
+        else
+            acc += type == FC_NORM_1 ? a : a * a;
+    }
+    return type == FC_NORM_2 ? sqrt(acc) : acc;
+}
+
+void fc_local_step(fc_local *L) {
+    const fc_run_config *c = &L->cfg;
+    size_t n = L->model.numel;
+    int K = c->grad_accum, micro = c->global_batch / K;
+    fc_data_fill(&L->batch, &c->model, c->seed, L->step, 0);
+    memset(L->grads, 0, n * sizeof(float));
+    // Each micro-batch's loss is the mean over its rows, scaled by 1/K, so K
+    // micro-batches add up to the mean over the whole batch (DESIGN §4).
+    double loss = 0;
+    for (int k = 0; k < K; k++) {
+        fc_batch mb = fc_batch_slice(&L->batch, k * micro, micro);
+        float l = fc_model_forward(&L->model, L->params, &mb, &L->acts);
+        fc_model_backward(&L->model, L->params, &mb, &L->acts, L->grads,
+                          1.0f / (float)L->acts.NT / (float)K);
+        loss += l;
+    }
+    L->loss = (float)(loss / K);
+    // clip_grad_norm: coefficient max_norm / (total + 1e-6), clamped to 1.
+    memcpy(L->clipped, L->grads, n * sizeof(float));
+    L->grad_norm = fc_grad_norm(L->grads, n, c->norm_type);
+    if (c->clip_grad_norm > 0) {
+        float coef = (float)((double)c->clip_grad_norm / (L->grad_norm + 1e-6));
+        if (coef < 1.0f)
+            for (size_t i = 0; i < n; i++) L->clipped[i] *= coef;
+    }
+    L->step++;
+    fc_optim_update(&c->optim, L->step, L->params, L->clipped, L->state[0], L->state[1], n);
+}
+
+void fc_local_free(fc_local *L) {
+    free(L->params);
+    free(L->grads);
+    free(L->clipped);
+    for (int i = 0; i < 2; i++) free(L->state[i]);
+    free(L->act_mem);
+    fc_batch_free(&L->batch);
+    fc_model_free(&L->model);
+    memset(L, 0, sizeof *L);
+}

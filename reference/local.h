@@ -1,0 +1,39 @@
+// reference/local.h — the `local` strategy: one process, the whole global
+// batch, no communication. It is the ground truth every FSDP strategy is
+// compared with (P1), so it is the simplest possible training loop.
+#ifndef FC_LOCAL_H
+#define FC_LOCAL_H
+
+#include "config.h"
+#include "data.h"
+#include "forward.h"
+#include "model.h"
+
+typedef struct {
+    fc_run_config cfg;
+    fc_model model;
+    float *params;       // [numel] full flat buffer (model layout)
+    float *grads;        // [numel] gradients of the last step, before clipping
+    float *clipped;      // [numel] the gradients the optimizer used (== grads unless clipped)
+    float *state[2];     // [numel] optimizer state (exp_avg/exp_avg_sq or momentum_buffer)
+    int n_state;
+    const char *state_names[2];
+    fc_batch batch;      // the global batch of the last step
+    float *act_mem;      // activations of one micro-batch
+    fc_acts acts;
+    long step;           // optimizer steps taken
+    float loss;          // global mean loss of the last step
+    double grad_norm;    // total gradient norm of the last step (clip_grad_norm's)
+} fc_local;
+
+// Builds the model and initial weights (counter-based, or cfg->init_path).
+int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e);
+// Trains one step: forward/backward over K micro-batches, clip, optimizer.
+void fc_local_step(fc_local *L);
+void fc_local_free(fc_local *L);
+
+// clip_grad_norm's total norm of a gradient (norm type 1, 2 or inf),
+// accumulated in double in parameter order.
+double fc_grad_norm(const float *g, size_t n, fc_norm_type type);
+
+#endif
