@@ -1,0 +1,78 @@
+// bench/bench_step.c — time reference training steps of each preset, in one run.
+//
+// usage: fsdpcheck_bench [STEPS]
+// Each model runs one warm-up step and then STEPS timed steps (default 3 for
+// the small models, 1 for gpt2-124m); it prints the median step time,
+// throughput in tokens (samples for mlp) per second, and the time relative to
+// gpt2-tiny, so the ratio between models is measured side by side.
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "local.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    const char *model;
+    int batch, seq_len, steps;
+} bench_case;
+
+int main(int argc, char **argv) {
+    int steps = argc > 1 ? atoi(argv[1]) : 0;
+    bench_case cases[] = {
+        {"mlp-tiny", 8, 16, 20},
+        {"gpt2-tiny", 8, 16, 20},
+        {"gpt2-tiny", 8, 32, 20},
+        {"gpt2-124m", 4, 64, 1},
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    double base = 0;
+    printf("%-10s %5s %5s %12s %14s %10s %8s\n", "model", "B", "T", "params", "ms/step", "tok/s",
+           "x tiny");
+    for (int i = 0; i < n; i++) {
+        fc_run_config cfg;
+        fc_run_config_defaults(&cfg);
+        fc_error e;
+        if (fc_model_config_load(cases[i].model, &cfg.model, &e)) {
+            fprintf(stderr, "%s\n", e.msg);
+            return 2;
+        }
+        cfg.global_batch = cases[i].batch;
+        cfg.seq_len = cases[i].seq_len;
+        fc_local L;
+        if (fc_local_create(&L, &cfg, &e)) {
+            fprintf(stderr, "%s\n", e.msg);
+            return 2;
+        }
+        int s = steps > 0 ? steps : cases[i].steps;
+        fc_local_step(&L);  // warm-up: page in buffers
+        double *t = mallocCheck(sizeof(double) * (size_t)s);
+        for (int k = 0; k < s; k++) {
+            double t0 = now_s();
+            fc_local_step(&L);
+            t[k] = now_s() - t0;
+        }
+        qsort(t, (size_t)s, sizeof *t, cmp_double);
+        double med = t[s / 2];
+        int is_gpt2 = cfg.model.kind == FC_MODEL_GPT2;
+        double tokens = (double)cfg.global_batch * (is_gpt2 ? cfg.seq_len : 1);
+        if (i == 1) base = med;
+        char ratio[32] = "-";
+        if (i >= 1) snprintf(ratio, sizeof ratio, "%.1f", med / base);
+        printf("%-10s %5d %5d %12zu %14.3f %10.0f %8s\n", cases[i].model, cfg.global_batch,
+               is_gpt2 ? cfg.seq_len : 0, L.model.numel, med * 1e3, tokens / med, ratio);
+        free(t);
+        fc_local_free(&L);
+    }
+    return 0;
+}

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# ci/test.sh — sets up, builds and runs the whole default test suite:
+#   1. Debug + ASan/UBSan build: every test except extended/memcheck/fuzz labels;
+#   2. Release build: the unit suite under valgrind (label memcheck);
+#   3. clang libFuzzer build: each fuzz harness for a short time (label fuzz).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash ci/setup.sh
+JOBS=$(nproc)
+export HWLOC_COMPONENTS=-pci,-x86
+
+echo "== debug (ASan+UBSan): unit, mpi, property"
+cmake --preset debug >/dev/null
+cmake --build --preset debug -j "$JOBS"
+ctest --preset debug -j "$JOBS"
+
+echo "== release: memcheck (valgrind)"
+cmake --preset default >/dev/null
+cmake --build --preset default -j "$JOBS"
+ctest --preset memcheck -j "$JOBS"
+
+if command -v clang >/dev/null 2>&1; then
+  echo "== fuzz (clang libFuzzer)"
+  cmake --preset fuzz >/dev/null
+  cmake --build --preset fuzz -j "$JOBS"
+  ctest --preset fuzz -j "$JOBS"
+else
+  echo "== fuzz: skipped (no clang)"
+fi
+echo "ci/test.sh: all stages passed"
