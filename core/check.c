@@ -17,12 +17,22 @@ int fc_fail(fc_error *e, const char *fmt, ...) {
 }
 
 void fc_die(int code, const char *fmt, ...) {
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    fputs("fsdpcheck: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    // One line, whatever a file name or flag value held: escape control bytes.
+    fputs("fsdpcheck: ", stderr);
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p == '\n')
+            fputs("\\n", stderr);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(stderr, "\\x%02x", *p);
+        else
+            fputc(*p, stderr);
+    }
+    fputc('\n', stderr);
     exit(code);
 }
 

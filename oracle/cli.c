@@ -102,8 +102,11 @@ static int parse_u64(const char *flag, const char *v, uint64_t *out, fc_error *e
 
 static int parse_double(const char *flag, const char *v, double *out, fc_error *e) {
     char *end;
+    // plain decimal only: strtod would also take hex floats, "inf" and "nan"
+    if (strpbrk(v, "xXiInN")) return fc_fail(e, "%s: '%s' is not a decimal number", flag, v);
     errno = 0;
     double x = strtod(v, &end);
+    if (errno == ERANGE) return fc_fail(e, "%s: '%s' is out of range", flag, v);
     if (errno || end == v || *end || !isfinite(x) || x < 0)
         return fc_fail(e, "%s: '%s' is not a finite non-negative number", flag, v);
     *out = x;
@@ -181,7 +184,10 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
         name[len] = '\0';
         const flag_spec *f = find_flag(name);
         if (!f) return fc_fail(e, "unknown flag %s (see fsdpcheck run --help)", name);
-        if (!strcmp(name, "--help")) return 1;
+        if (!strcmp(name, "--help")) {
+            if (eq) return fc_fail(e, "--help takes no value");
+            return 1;
+        }
         if (f->unavailable) return fc_fail(e, "%s %s", name, f->unavailable);
         const char *value = NULL;
         if (f->kind == ARG_NONE) {

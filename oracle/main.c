@@ -15,10 +15,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return FC_EXIT_USAGE;
-    }
+    if (argc < 2) fc_die(FC_EXIT_USAGE, "no command given (see fsdpcheck --help)");
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);

@@ -2,6 +2,8 @@
 #include "trace.h"
 
 #include <cJSON.h>
+#include <dirent.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,15 +11,55 @@
 #include "fileio.h"
 #include "safetensors.h"
 
-int fc_trace_begin(const char *dir, const fc_run_config *cfg, const fc_model *m, int world,
+static void remove_stale(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *ent;
+    char path[2048];
+    while ((ent = readdir(d)) != NULL) {
+        const char *n = ent->d_name;
+        size_t len = strlen(n);
+        int is_step = strncmp(n, "step-", 5) == 0 && len > 12 && strcmp(n + len - 12, ".safetensors") == 0;
+        if (is_step || strcmp(n, "trace.json") == 0) {
+            snprintf(path, sizeof path, "%s/%s", dir, n);
+            unlink(path);
+        }
+    }
+    closedir(d);
+}
+
+int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
                    const float *init_params, fc_error *e) {
+    memset(w, 0, sizeof *w);
+    if (snprintf(w->dir, sizeof w->dir, "%s", dir) >= (int)sizeof w->dir)
+        return fc_fail(e, "%s: path too long", dir);
+    w->m = m;
     if (fc_mkdir_p(dir, e)) return -1;
+    remove_stale(dir);
+    fc_st_entry *ent = callocCheck((size_t)m->n_params, sizeof *ent);
+    for (int i = 0; i < m->n_params; i++) {
+        const fc_param *p = &m->params[i];
+        ent[i] = (fc_st_entry){p->name, FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]},
+                               init_params + p->offset};
+    }
+    char path[2048];
+    snprintf(path, sizeof path, "%s/init.safetensors", dir);
+    fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"content", "init"}};
+    int rc = fc_st_write(path, ent, m->n_params, meta, 2, e);
+    free(ent);
+    return rc;
+}
+
+int fc_trace_finish(fc_trace_writer *w, const fc_run_config *cfg, int world, fc_error *e) {
+    const fc_model *m = w->m;
     cJSON *j = cJSON_CreateObject();
     if (!j) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
     cJSON_AddStringToObject(j, "format", FC_TRACE_FORMAT);
     cJSON_AddNumberToObject(j, "version", FC_TRACE_VERSION);
     cJSON_AddStringToObject(j, "implementation", cfg->impl);
     cJSON_AddNumberToObject(j, "world_size", world);
+    cJSON_AddNumberToObject(j, "first_step", (double)w->first_step);
+    cJSON_AddNumberToObject(j, "steps", (double)w->steps_written);
     cJSON_AddItemToObject(j, "config", fc_run_config_to_json(cfg));
     // The layout, so a reader can say which unit (and later which rank) owns an element.
     cJSON *units = cJSON_AddArrayToObject(j, "units");
@@ -34,25 +76,25 @@ int fc_trace_begin(const char *dir, const fc_run_config *cfg, const fc_model *m,
     cJSON_Delete(j);
     if (!text) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
     char path[2048];
-    snprintf(path, sizeof path, "%s/trace.json", dir);
+    snprintf(path, sizeof path, "%s/trace.json", w->dir);
     int rc = fc_write_file_atomic(path, text, strlen(text), e);
     free(text);
-    if (rc) return -1;
-
-    fc_st_entry *ent = callocCheck((size_t)m->n_params, sizeof *ent);
-    for (int i = 0; i < m->n_params; i++) {
-        const fc_param *p = &m->params[i];
-        ent[i] = (fc_st_entry){p->name, FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]},
-                               init_params + p->offset};
-    }
-    snprintf(path, sizeof path, "%s/init.safetensors", dir);
-    fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"content", "init"}};
-    rc = fc_st_write(path, ent, m->n_params, meta, 2, e);
-    free(ent);
     return rc;
 }
 
-int fc_trace_write_step(const char *dir, const fc_model *m, const fc_trace_step *s, fc_error *e) {
+void fc_trace_abort(fc_trace_writer *w) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/init.safetensors", w->dir);
+    unlink(path);
+    for (long t = 0; t < w->steps_written; t++) {
+        snprintf(path, sizeof path, "%s/step-%06ld.safetensors", w->dir, w->first_step + t);
+        unlink(path);
+    }
+}
+
+int fc_trace_write_step(fc_trace_writer *w, const fc_trace_step *s, fc_error *e) {
+    const fc_model *m = w->m;
+    if (w->steps_written == 0) w->first_step = s->step;
     int per = 2 + s->n_state;  // grad, param, state...
     int n = 3 + per * m->n_params, k = 0;
     fc_st_entry *ent = callocCheck((size_t)n, sizeof *ent);
@@ -81,10 +123,11 @@ int fc_trace_write_step(const char *dir, const fc_model *m, const fc_trace_step 
         }
     }
     char path[2048], step[32];
-    snprintf(path, sizeof path, "%s/step-%06ld.safetensors", dir, s->step);
+    snprintf(path, sizeof path, "%s/step-%06ld.safetensors", w->dir, s->step);
     snprintf(step, sizeof step, "%ld", s->step);
     fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"step", step}};
     int rc = fc_st_write(path, ent, k, meta, 2, e);
+    if (rc == 0) w->steps_written++;
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
     free(ent);

@@ -27,9 +27,22 @@ typedef struct {
     const float *state[2];     // [numel] each
 } fc_trace_step;
 
-// Creates DIR and writes trace.json and init.safetensors.
-int fc_trace_begin(const char *dir, const fc_run_config *cfg, const fc_model *m, int world,
+// A trace being written. trace.json is written last, by fc_trace_finish, so a
+// directory without it is an incomplete trace, and a reader refuses it.
+typedef struct {
+    char dir[1024];
+    const fc_model *m;
+    long first_step, steps_written;
+} fc_trace_writer;
+
+// Creates DIR, removes the trace files of an earlier run there (trace.json,
+// step-*.safetensors; nothing else), and writes init.safetensors.
+int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
                    const float *init_params, fc_error *e);
-int fc_trace_write_step(const char *dir, const fc_model *m, const fc_trace_step *s, fc_error *e);
+int fc_trace_write_step(fc_trace_writer *w, const fc_trace_step *s, fc_error *e);
+// Writes trace.json: format, version, implementation, world size, config, layout.
+int fc_trace_finish(fc_trace_writer *w, const fc_run_config *cfg, int world, fc_error *e);
+// After a failure: removes every file this writer wrote.
+void fc_trace_abort(fc_trace_writer *w);
 
 #endif

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "init.h"
 #include "optim.h"
@@ -15,6 +16,17 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     L->cfg = *cfg;
     fc_model_build(&L->model, &cfg->model);
     size_t n = L->model.numel;
+    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    int micro = cfg->global_batch / cfg->grad_accum;
+    size_t an = fc_acts_numel(&L->model, micro, T);
+    // A configuration that cannot fit is bad input, not an out-of-memory crash.
+    double need = ((double)n * (3 + 2) + (double)an) * sizeof(float);
+    double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    if (have > 0 && need > have) {
+        fc_model_free(&L->model);
+        return fc_fail(e, "this run needs %.1f GiB of memory (B=%d, T=%d) but the machine has %.1f GiB",
+                       need / (1 << 30), micro, T, have / (1 << 30));
+    }
     L->params = mallocCheck(n * sizeof(float));
     if (cfg->init_path[0]) {
         if (fc_weights_load(&L->model, cfg->init_path, L->params, e)) {
@@ -28,10 +40,7 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     L->clipped = callocCheck(n, sizeof(float));
     L->n_state = fc_optim_state_names(&cfg->optim, L->state_names);
     for (int i = 0; i < L->n_state; i++) L->state[i] = callocCheck(n, sizeof(float));
-    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
     fc_batch_alloc(&L->batch, &cfg->model, cfg->global_batch, T);
-    int micro = cfg->global_batch / cfg->grad_accum;
-    size_t an = fc_acts_numel(&L->model, micro, T);
     L->act_mem = mallocCheck(an * sizeof(float));
     fc_acts_init(&L->acts, &L->model, micro, T, L->act_mem);
     return 0;
