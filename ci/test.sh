@@ -2,7 +2,8 @@
 # ci/test.sh — sets up, builds and runs the whole default test suite:
 #   1. Debug + ASan/UBSan build: every test except extended/memcheck/fuzz labels;
 #   2. Release build: the unit suite under valgrind (label memcheck);
-#   3. clang libFuzzer build: each fuzz harness for a short time (label fuzz).
+#   3. clang ASan/UBSan build: the unit suite again, and each libFuzzer harness
+#      for a short time (label fuzz).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -20,11 +21,11 @@ cmake --build --preset default -j "$JOBS"
 ctest --preset memcheck -j "$JOBS"
 
 if command -v clang >/dev/null 2>&1; then
-  echo "== fuzz (clang libFuzzer)"
-  cmake --preset fuzz >/dev/null
-  cmake --build --preset fuzz -j "$JOBS"
-  ctest --preset fuzz -j "$JOBS"
+  echo "== clang (ASan+UBSan): unit, fuzz"
+  cmake --preset clang >/dev/null
+  cmake --build --preset clang -j "$JOBS"
+  ctest --preset clang -j "$JOBS"
 else
-  echo "== fuzz: skipped (no clang)"
+  echo "== clang: skipped (no clang)"
 fi
 echo "ci/test.sh: all stages passed"

@@ -2,6 +2,7 @@
 #include "fileio.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -33,20 +34,45 @@ FILE *fc_open_tmp(const char *path, char *tmp, size_t tmp_len, fc_error *e) {
         return NULL;
     }
     FILE *fp = fopen(tmp, "wb");
-    if (!fp) fc_fail(e, "cannot write %s: %s", path, strerror(errno));
+    if (!fp) fc_fail(e, "%s: cannot create %s: %s", path, tmp, strerror(errno));
     return fp;
 }
 
-int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e) {
-    int bad = ferror(fp) || fflush(fp) != 0 || fsync(fileno(fp)) != 0;
-    int err = errno;
-    if (fclose(fp) != 0 && !bad) bad = 1, err = errno;
-    if (!bad && rename(tmp, path) != 0) bad = 1, err = errno;
-    if (bad) {
-        unlink(tmp);
-        return fc_fail(e, "cannot write %s: %s", path, strerror(err));
+// After the rename, make the new directory entry durable too. Best effort:
+// some file systems refuse fsync on a directory, and by then the file itself
+// is complete and in place, so failing the whole write there would be wrong.
+static void fsync_parent_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
     }
+}
+
+int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e) {
+    // A full disk often shows up only at fflush, fsync or even fclose.
+    const char *failed = NULL;
+    if (ferror(fp)) failed = "write";
+    if (!failed && fflush(fp) != 0) failed = "flush";
+    if (!failed && fsync(fileno(fp)) != 0) failed = "fsync";
+    int err = errno;
+    if (fclose(fp) != 0 && !failed) failed = "close", err = errno;
+    if (!failed && rename(tmp, path) != 0) failed = "rename", err = errno;
+    if (failed) {
+        unlink(tmp);  // never leave a partial file behind
+        return fc_fail(e, "%s: cannot %s %s: %s", path, failed, tmp, strerror(err));
+    }
+    fsync_parent_dir(path);
     return 0;
+}
+
+void fc_abort_tmp(FILE *fp, const char *tmp) {
+    fclose(fp);
+    unlink(tmp);
 }
 
 int fc_write_file_atomic(const char *path, const void *data, size_t len, fc_error *e) {
@@ -54,9 +80,8 @@ int fc_write_file_atomic(const char *path, const void *data, size_t len, fc_erro
     FILE *fp = fc_open_tmp(path, tmp, sizeof tmp, e);
     if (!fp) return -1;
     if (len && fwrite(data, 1, len, fp) != len) {
-        fclose(fp);
-        unlink(tmp);
-        return fc_fail(e, "cannot write %s: short write", path);
+        fc_abort_tmp(fp, tmp);
+        return fc_fail(e, "%s: cannot write %s: short write", path, tmp);
     }
     return fc_commit_tmp(fp, tmp, path, e);
 }

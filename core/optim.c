@@ -33,7 +33,8 @@ void fc_optim_update(const fc_optim_config *c, long step, float *p, const float 
         for (size_t i = 0; i < n; i++) fc_adamw_elem(&p[i], g[i], &state0[i], &state1[i], &k);
     } else {
         fc_sgd_coeffs k = fc_sgd_coeffs_at(c, step);
-        for (size_t i = 0; i < n; i++) fc_sgd_elem(&p[i], g[i], &state0[i], &k);
+        // without momentum there is no buffer (state0 == NULL) and none is touched
+        for (size_t i = 0; i < n; i++) fc_sgd_elem(&p[i], g[i], state0 ? &state0[i] : NULL, &k);
     }
 }
 

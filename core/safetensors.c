@@ -12,6 +12,8 @@
 // the complete new one, never a torn one.
 #include "safetensors.h"
 
+#include "fileio.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -777,46 +779,15 @@ static char *build_header(const fc_st_entry *entries, int n, const fc_st_meta_kv
     return s;
 }
 
-// After the rename, make the new directory entry durable too. Best effort:
-// some file systems refuse fsync on a directory, and by now the file itself
-// is complete and in place, so failing the whole write here would be wrong.
-static void fsync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = strdupCheck(slash ? path : ".");
-    if (slash) dir[slash == path ? 1 : (size_t)(slash - path)] = '\0';
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        (void)fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
-// Writes the whole file to fp and closes it, checking every call: a full disk
-// often shows up only at fflush or fsync, or even at fclose. Returns NULL on
-// success, else the step that failed (with errno from that step).
-static const char *write_and_close(FILE *fp, const uint8_t len_bytes[8], const char *json,
-                                   size_t json_len, size_t pad, const fc_st_entry *entries, int n,
-                                   const size_t *sizes) {
-    const char *failed = NULL;
-    if (fwrite(len_bytes, 1, 8, fp) != 8 || fwrite(json, 1, json_len, fp) != json_len) {
-        failed = "write";
-    }
-    for (size_t i = 0; !failed && i < pad; i++) {
-        if (fputc(' ', fp) == EOF) failed = "write";
-    }
-    for (int i = 0; !failed && i < n; i++) {
-        if (sizes[i] > 0 && fwrite(entries[i].data, 1, sizes[i], fp) != sizes[i]) failed = "write";
-    }
-    if (!failed && fflush(fp) != 0) failed = "flush";
-    if (!failed && fsync(fileno(fp)) != 0) failed = "fsync";
-    int err = errno;
-    if (fclose(fp) != 0 && !failed) {
-        failed = "close";
-        err = errno;
-    }
-    errno = err;
-    return failed;
+// Writes the whole file body to fp. Returns 0, or -1 on a short write.
+static int write_body(FILE *fp, const uint8_t len_bytes[8], const char *json, size_t json_len,
+                      size_t pad, const fc_st_entry *entries, int n, const size_t *sizes) {
+    if (fwrite(len_bytes, 1, 8, fp) != 8 || fwrite(json, 1, json_len, fp) != json_len) return -1;
+    for (size_t i = 0; i < pad; i++)
+        if (fputc(' ', fp) == EOF) return -1;
+    for (int i = 0; i < n; i++)
+        if (sizes[i] > 0 && fwrite(entries[i].data, 1, sizes[i], fp) != sizes[i]) return -1;
+    return 0;
 }
 
 int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
@@ -857,21 +828,15 @@ int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st
 
     size_t tmp_cap = strlen(path) + 32;
     char *tmp = mallocCheck(tmp_cap);
-    snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
-
-    int rc = 0;
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        rc = st_fail(path, e, "cannot create %s: %s", tmp, strerror(errno));
-    } else {
-        const char *failed = write_and_close(fp, len_bytes, json, json_len, pad, entries, n, sizes);
-        if (!failed && rename(tmp, path) != 0) failed = "rename";
-        if (failed) {
+    int rc = -1;
+    FILE *fp = fc_open_tmp(path, tmp, tmp_cap, e);
+    if (fp) {
+        if (write_body(fp, len_bytes, json, json_len, pad, entries, n, sizes) != 0) {
             int err = errno;
-            unlink(tmp);  // never leave a partial file behind
-            rc = st_fail(path, e, "cannot %s %s: %s", failed, tmp, strerror(err));
+            fc_abort_tmp(fp, tmp);
+            st_fail(path, e, "cannot write %s: %s", tmp, strerror(err));
         } else {
-            fsync_parent_dir(path);
+            rc = fc_commit_tmp(fp, tmp, path, e);
         }
     }
     free(tmp);
