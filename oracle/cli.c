@@ -103,7 +103,7 @@ static int parse_u64(const char *flag, const char *v, uint64_t *out, fc_error *e
 static int parse_double(const char *flag, const char *v, double *out, fc_error *e) {
     char *end;
     // plain decimal only: strtod would also take hex floats, "inf" and "nan"
-    if (strpbrk(v, "xXiInN")) return fc_fail(e, "%s: '%s' is not a decimal number", flag, v);
+    if (strpbrk(v, "xXiInN")) return fc_fail(e, "%s: '%s' is not a finite decimal number", flag, v);
     errno = 0;
     double x = strtod(v, &end);
     if (errno == ERANGE) return fc_fail(e, "%s: '%s' is out of range", flag, v);
