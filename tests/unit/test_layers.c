@@ -326,7 +326,8 @@ Test(layers_matmul, fixed_summation_order_bitwise) {
                 free(outd);
                 free(refd);
             }
-            float *g = to_float(pre_d, nin + nw + (size_t)N), *gref = to_float(pre_d, nin + nw + (size_t)N);
+            const size_t ng = nin + nw + (size_t)N;
+            float *g = to_float(pre_d, ng), *gref = to_float(pre_d, ng);
             fc_matmul_backward(g, g + nin, g + nin + nw, dout, inp, w, M, K, N, lay);
             naive_matmul_backward_f(gref, gref + nin, gref + nin + nw, dout, inp, w, M, K, N, lay);
             cr_expect(same_bits_f(g, gref, nin), "float dinp %s M=%d K=%d N=%d", L ? "NK" : "KN",
@@ -388,7 +389,9 @@ Test(layers_matmul, backward_accumulates_and_null_grads) {
         double *pb = drand_array((size_t)N, -1, 1);
         double *gi = dcopy(pi, nin), *gw = dcopy(pw, nw), *gb = dcopy(pb, (size_t)N);
         fc_matmul_backward_f64(gi, gw, gb, dout, inp, w, M, K, N, lay);
-        for (size_t i = 0; i < nin; i++) { cr_expect_eq(gi[i], pi[i] + g1i[i], "pre dinp[%zu]", i); }
+        for (size_t i = 0; i < nin; i++) {
+            cr_expect_eq(gi[i], pi[i] + g1i[i], "pre dinp[%zu]", i);
+        }
         for (size_t i = 0; i < nw; i++) { cr_expect_eq(gw[i], pw[i] + g1w[i], "pre dw[%zu]", i); }
         for (int i = 0; i < N; i++) { cr_expect_eq(gb[i], pb[i] + g1b[i], "pre dbias[%d]", i); }
         // NULL pointers: every subset, the others unchanged
@@ -416,14 +419,16 @@ Test(layers_matmul, float_matches_double) {
     float *inp = to_float(inp_d, nin), *w = to_float(w_d, nw), *b = to_float(b_d, (size_t)N);
     float *dout = to_float(dout_d, nout);
     // the double build on the float-rounded inputs, so only arithmetic differs
-    double *inp_r = dalloc(nin), *w_r = dalloc(nw), *b_r = dalloc((size_t)N), *dout_r = dalloc(nout);
+    double *inp_r = dalloc(nin), *w_r = dalloc(nw), *b_r = dalloc((size_t)N);
+    double *dout_r = dalloc(nout);
     for (size_t i = 0; i < nin; i++) { inp_r[i] = inp[i]; }
     for (size_t i = 0; i < nw; i++) { w_r[i] = w[i]; }
     for (int i = 0; i < N; i++) { b_r[i] = b[i]; }
     for (size_t i = 0; i < nout; i++) { dout_r[i] = dout[i]; }
     for (int L = 0; L < 2; L++) {
         float *out = falloc(nout), *di = falloc(nin), *dw = falloc(nw), *db = falloc((size_t)N);
-        double *outd = dalloc(nout), *did = dalloc(nin), *dwd = dalloc(nw), *dbd = dalloc((size_t)N);
+        double *outd = dalloc(nout), *did = dalloc(nin), *dwd = dalloc(nw);
+        double *dbd = dalloc((size_t)N);
         fc_matmul_forward(out, inp, w, b, M, K, N, (fc_wlayout)L);
         fc_matmul_forward_f64(outd, inp_r, w_r, b_r, M, K, N, (fc_wlayout)L);
         fc_matmul_backward(di, dw, db, dout, inp, w, M, K, N, (fc_wlayout)L);
@@ -508,7 +513,8 @@ Test(layers_layernorm, exact_known_row) {
     const double want[4] = {-1.5 / sqrt(1.25), -0.5 / sqrt(1.25), 0.5 / sqrt(1.25),
                             1.5 / sqrt(1.25)};
     for (int i = 0; i < 4; i++) {
-        cr_expect(fabs(out[i] - want[i]) <= 1e-15, "out[%d] = %.17g want %.17g", i, out[i], want[i]);
+        cr_expect(fabs(out[i] - want[i]) <= 1e-15, "out[%d] = %.17g want %.17g", i, out[i],
+                  want[i]);
     }
     // weight, bias and eps: var + eps = 1.25 + 2.75 = 4, so rstd = 0.5 exactly and
     // out = (x - 2.5) * 0.5 * 2 + 1 = x - 1.5
@@ -738,7 +744,8 @@ Test(layers_attention, softmax_rows_and_mask_layout) {
                 for (int t2 = 0; t2 < c.T; t2++) {
                     const double a = c.att[row + t2];
                     if (t2 > t) {
-                        cr_expect_eq(a, 0.0, "att above the diagonal (b%d h%d t%d t2 %d)", b, h, t, t2);
+                        cr_expect_eq(a, 0.0, "att above the diagonal (b%d h%d t%d t2 %d)", b, h,
+                                     t, t2);
                         cr_expect_eq(c.preatt[row + t2], 0.0, "preatt above the diagonal");
                     } else {
                         cr_expect(a > 0, "att must be positive on and below the diagonal");
@@ -771,7 +778,8 @@ Test(layers_attention, causal_future_does_not_leak) {
     const int tcut = 4;
     for (int b = 0; b < c.B; b++) {
         for (int t = tcut; t < c.T; t++) {
-            for (int i = 0; i < 3 * c.C; i++) { c.qkv[((size_t)b * c.T + t) * 3 * c.C + i] += 0.37; }
+            double *row = c.qkv + ((size_t)b * c.T + t) * 3 * c.C;
+            for (int i = 0; i < 3 * c.C; i++) { row[i] += 0.37; }
         }
     }
     att_loss(&c);
@@ -780,7 +788,8 @@ Test(layers_attention, causal_future_does_not_leak) {
             const double *o0 = out0 + ((size_t)b * c.T + t) * c.C;
             const double *o1 = c.out + ((size_t)b * c.T + t) * c.C;
             if (t < tcut) {
-                cr_expect(same_bits_d(o0, o1, (size_t)c.C), "out at t=%d changed by future tokens", t);
+                cr_expect(same_bits_d(o0, o1, (size_t)c.C), "out at t=%d changed by the future",
+                          t);
             } else {
                 cr_expect(!same_bits_d(o0, o1, (size_t)c.C), "out at t=%d should have changed", t);
             }
@@ -788,7 +797,8 @@ Test(layers_attention, causal_future_does_not_leak) {
         for (int h = 0; h < c.NH; h++) {
             for (int t = 0; t < tcut; t++) {
                 const size_t row = (((size_t)b * c.NH + h) * c.T + t) * c.T;
-                cr_expect(same_bits_d(att0 + row, c.att + row, (size_t)c.T), "att row %d changed", t);
+                cr_expect(same_bits_d(att0 + row, c.att + row, (size_t)c.T),
+                          "att row %d changed", t);
             }
         }
     }
@@ -833,7 +843,6 @@ Test(layers_attention, backward_accumulates_and_float) {
     att_ctx c;
     att_setup(&c, 2, 5, 8, 2);
     const size_t nqkv = (size_t)c.B * c.T * 3 * c.C, natt = (size_t)c.B * c.NH * c.T * c.T;
-    const size_t nout = (size_t)c.B * c.T * c.C;
     att_loss(&c);
     double *dpre = dalloc(natt), *datt = dalloc(natt);
     double *g1 = dalloc(nqkv), *g2 = dalloc(nqkv);
@@ -874,7 +883,6 @@ Test(layers_attention, backward_accumulates_and_float) {
         cr_assert(fabs(dqf[i] - dqd[i]) <= 1e-5 + 1e-4 * fabs(dqd[i]), "dqkv[%zu] %g vs %g", i,
                   dqf[i], dqd[i]);
     }
-    (void)nout;
     free(dpre); free(datt); free(g1); free(g2); free(p); free(g);
     free(qkvf); free(Rf); free(outf); free(pref); free(attf);
     free(dqf); free(dpf); free(daf); free(dqd); free(dpd); free(dad);
@@ -1092,7 +1100,8 @@ Test(layers_crossentropy, accumulates_null_and_float) {
     fc_crossentropy_backward(gf, pf, t, N, V, 0.125f);
     fc_crossentropy_backward_f64(gd, pd, t, N, V, 0.125);
     for (size_t i = 0; i < n; i++) {
-        cr_assert(fabs(pf[i] - pd[i]) <= 1e-9 + 1e-5 * pd[i], "probs[%zu] %g vs %g", i, pf[i], pd[i]);
+        cr_assert(fabs(pf[i] - pd[i]) <= 1e-9 + 1e-5 * pd[i], "probs[%zu] %g vs %g", i, pf[i],
+                  pd[i]);
         cr_assert(fabs(gf[i] - gd[i]) <= 1e-9 + 1e-5 * fabs(gd[i]), "dlogits[%zu]", i);
     }
     free(logits); free(probs); free(g1); free(g2); free(p); free(g);

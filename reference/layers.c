@@ -1,0 +1,641 @@
+// reference/layers.c — forward and backward of every layer (API and conventions in layers.h).
+//
+// Written once against `real` and compiled twice (float for training, double
+// with -DFC_REAL_DOUBLE for the finite-difference tests). Single-threaded, in
+// the style of llm.c's train_gpt2.c, with two rules that the whole reference
+// relies on:
+//
+//  1. Fixed summation order. Every output element is one sequential sum whose
+//     order depends only on the shapes: a matmul element is
+//         acc = (bias or 0); for r = 0..R-1: acc = acc + a[r] * b[r];
+//     with r ascending, whatever blocking or vector path computed it. Blocking
+//     and vectorization only ever run *different* elements side by side; they
+//     never split one element's sum. Nothing here depends on threads or on
+//     pointer alignment, so results are bitwise reproducible. (Compile without
+//     -ffast-math; multiply and add are kept as two roundings, see the pragma.)
+//
+//  2. Backward adds a fresh contribution. Each backward first sums its
+//     contribution to a gradient element into a local accumulator starting at
+//     0, then adds it to the gradient once: g = g + contribution. So the
+//     contribution's bits never depend on what the gradient already held, and
+//     calling a backward twice on a zeroed buffer gives exactly 2x.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "layers.h"
+
+// Keep a*b + c as two roundings. GCC in ISO C mode (-std=c11) already never
+// contracts to FMA; clang contracts within an expression unless told not to.
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+// libm functions for the build's precision: float math must stay in float
+// (PyTorch's fp32 kernels do), double math in double.
+#ifdef FC_REAL_DOUBLE
+#define RSQRT sqrt
+#define REXP exp
+#define RLOG log
+#define RTANH tanh
+#else
+#define RSQRT sqrtf
+#define REXP expf
+#define RLOG logf
+#define RTANH tanhf
+#endif
+
+// Chunk width for per-column accumulators kept on the stack (bias and
+// LayerNorm parameter gradients, attention rows, embedding rows): loops over a
+// long row go chunk by chunk so no scratch allocation is needed.
+#define FC_CHUNK 64
+
+// ----------------------------------------------------------------------------
+// matmul
+//
+// Every matmul forward and backward is one generic product
+//     C[i, j] (= or +=) init[j] + sum_{r=0..R-1} A(i, r) * B(r, j)
+// for i < M, j < N, with A and B given by strides, so the six products
+//     out = inp w, dinp = dout w^T, dw = inp^T dout  (in both weight layouts)
+// share a single kernel and a single summation order.
+//
+// The kernel computes a 4 x 8 block of C (4 x 4 in double) in local
+// accumulators: for each r it broadcasts four A values and multiplies them by
+// one contiguous 8-wide row of B, so the work is vector code across j while
+// each element's sum still runs over r ascending. B is read from a packed
+// R x 8 panel (see mm()).
+
+#define MM_IB 4                            // rows of C per block
+#define MM_JB ((int)(32 / sizeof(real)))   // columns of C per block: 8 float, 4 double
+
+// A full MM_IB x MM_JB block of C.
+// c: C(0, 0) of the block, row stride ldc.
+// a: A(0, 0) of the block, element (i, r) at a[i * a_si + r * a_sk].
+// b: the packed panel, element (r, j) at b[r * MM_JB + j].
+// init [MM_JB] or NULL: the starting value of each column's sum (the bias).
+// accumulate: C += sum (backward) instead of C = sum (forward).
+#if defined(__GNUC__) && !defined(FC_MM_PLAIN_C)
+// GCC and clang: each row of the block is two 16-byte vectors (GNU vector
+// extension, SSE2 / NEON width). Vector arithmetic is lane by lane, each lane
+// one IEEE multiply then one IEEE add, so the bits are exactly those of the
+// plain C version below; it is spelled out only because GCC will not keep a
+// plain 4 x 8 accumulator array in registers (it spills it every r: 2-4x slower).
+typedef real mm_vec __attribute__((vector_size(16)));
+#define MM_VL ((int)(16 / sizeof(real)))  // lanes per vector: 4 float, 2 double
+static mm_vec mm_load(const real *p) {
+    mm_vec v;
+    memcpy(&v, p, sizeof v);  // unaligned load
+    return v;
+}
+static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk,
+                          const real *b, int R, const real *init, int accumulate) {
+    const mm_vec zero = {0};
+    const mm_vec s0 = init ? mm_load(init) : zero, s1 = init ? mm_load(init + MM_VL) : zero;
+    mm_vec acc00 = s0, acc01 = s1, acc10 = s0, acc11 = s1;  // acc<i><half>
+    mm_vec acc20 = s0, acc21 = s1, acc30 = s0, acc31 = s1;
+    for (int r = 0; r < R; r++) {
+        const mm_vec b0 = mm_load(b + (size_t)r * MM_JB);  // B(r, 0..MM_VL-1)
+        const mm_vec b1 = mm_load(b + (size_t)r * MM_JB + MM_VL);
+        const real a0 = a[0 * a_si + (size_t)r * a_sk];
+        const real a1 = a[1 * a_si + (size_t)r * a_sk];
+        const real a2 = a[2 * a_si + (size_t)r * a_sk];
+        const real a3 = a[3 * a_si + (size_t)r * a_sk];
+        acc00 += a0 * b0;
+        acc01 += a0 * b1;
+        acc10 += a1 * b0;
+        acc11 += a1 * b1;
+        acc20 += a2 * b0;
+        acc21 += a2 * b1;
+        acc30 += a3 * b0;
+        acc31 += a3 * b1;
+    }
+    const mm_vec res[MM_IB][2] = {{acc00, acc01}, {acc10, acc11}, {acc20, acc21}, {acc30, acc31}};
+    for (int i = 0; i < MM_IB; i++) {
+        for (int h = 0; h < 2; h++) {
+            real *cp = c + (size_t)i * ldc + (size_t)h * MM_VL;
+            mm_vec v = res[i][h];
+            if (accumulate) { v = mm_load(cp) + v; }
+            memcpy(cp, &v, sizeof v);
+        }
+    }
+}
+#else
+// Plain C (other compilers, or -DFC_MM_PLAIN_C to check that both versions
+// give the same bits): the same per-lane operations with an accumulator array.
+static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk,
+                          const real *b, int R, const real *init, int accumulate) {
+    real acc[MM_IB][MM_JB];
+    for (int i = 0; i < MM_IB; i++) {
+        for (int j = 0; j < MM_JB; j++) { acc[i][j] = init ? init[j] : (real)0; }
+    }
+    for (int r = 0; r < R; r++) {
+        const real *brow = b + (size_t)r * MM_JB;  // B(r, 0..MM_JB-1)
+        for (int i = 0; i < MM_IB; i++) {
+            const real ai = a[(size_t)i * a_si + (size_t)r * a_sk];
+            for (int j = 0; j < MM_JB; j++) { acc[i][j] += ai * brow[j]; }
+        }
+    }
+    for (int i = 0; i < MM_IB; i++) {
+        real *crow = c + (size_t)i * ldc;
+        for (int j = 0; j < MM_JB; j++) {
+            crow[j] = accumulate ? crow[j] + acc[i][j] : acc[i][j];
+        }
+    }
+}
+#endif
+
+// An edge block, rows [0, mb) and columns [0, jb), mb <= MM_IB, jb <= MM_JB:
+// the same sums as mm_block_full, element by element in the same order.
+static void mm_block_edge(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk,
+                          const real *b, int mb, int jb, int R, const real *init,
+                          int accumulate) {
+    for (int i = 0; i < mb; i++) {
+        for (int j = 0; j < jb; j++) {
+            real s = init ? init[j] : (real)0;
+            for (int r = 0; r < R; r++) {
+                s += a[(size_t)i * a_si + (size_t)r * a_sk] * b[(size_t)r * MM_JB + j];
+            }
+            real *cij = c + (size_t)i * ldc + j;
+            *cij = accumulate ? *cij + s : s;
+        }
+    }
+}
+
+// C [M, N] (row stride ldc) (= or +=) init + A B, reduction length R.
+// A(i, r) = a[i * a_si + r * a_sk]; B(r, j) = b[r * b_sr + j * b_sj].
+static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b,
+               size_t b_sr, size_t b_sj, int M, int R, int N, const real *init, int accumulate) {
+    // Each R x MM_JB column panel of B is copied once into a contiguous buffer
+    // (transposing it when B is not contiguous along j) and then reused for
+    // every row block. Copying even a contiguous B matters: rows of w are
+    // N * sizeof(real) apart, often a multiple of 4 KiB, and reading 8 values
+    // from each of R such rows thrashes a few L1 sets; the panel is R * 32 bytes
+    // in a row. The copy costs R * MM_JB loads against M * R * MM_JB multiply-adds.
+    real *panel = mallocCheck((size_t)R * MM_JB * sizeof(real));  // panel [R, MM_JB]
+    for (int j0 = 0; j0 < N; j0 += MM_JB) {
+        const int jb = N - j0 < MM_JB ? N - j0 : MM_JB;
+        for (int r = 0; r < R; r++) {
+            for (int j = 0; j < jb; j++) {
+                panel[(size_t)r * MM_JB + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
+            }
+        }
+        const real *init_blk = init ? init + j0 : NULL;
+        for (int i0 = 0; i0 < M; i0 += MM_IB) {
+            const int mb = M - i0 < MM_IB ? M - i0 : MM_IB;
+            real *cblk = c + (size_t)i0 * ldc + (size_t)j0;
+            const real *ablk = a + (size_t)i0 * a_si;
+            if (mb == MM_IB && jb == MM_JB) {
+                mm_block_full(cblk, ldc, ablk, a_si, a_sk, panel, R, init_blk, accumulate);
+            } else {
+                mm_block_edge(cblk, ldc, ablk, a_si, a_sk, panel, mb, jb, R, init_blk,
+                              accumulate);
+            }
+        }
+    }
+    free(panel);
+}
+
+void RN(fc_matmul_forward)(real *out, const real *inp, const real *w, const real *bias, int M,
+                           int K, int N, fc_wlayout layout) {
+    // out [M,N], inp [M,K], w [K,N] (KN) or [N,K] (NK), bias [N] or NULL.
+    // out[m,n] = bias[n] + sum_{k ascending} inp[m,k] * w(k,n): bias first, as llm.c.
+    const size_t Ks = (size_t)K, Ns = (size_t)N;
+    if (layout == FC_W_KN) {
+        mm(out, Ns, inp, Ks, 1, w, Ns, 1, M, K, N, bias, 0);    // B(k,n) = w[k*N + n]
+    } else {
+        mm(out, Ns, inp, Ks, 1, w, 1, Ks, M, K, N, bias, 0);    // B(k,n) = w[n*K + k]
+    }
+}
+
+void RN(fc_matmul_backward)(real *dinp, real *dw, real *dbias, const real *dout, const real *inp,
+                            const real *w, int M, int K, int N, fc_wlayout layout) {
+    // dinp [M,K], dw like w, dbias [N], dout [M,N], inp [M,K], w [K,N] or [N,K].
+    const size_t Ks = (size_t)K, Ns = (size_t)N;
+    // dinp[m,k] += sum_{n ascending} dout[m,n] * w(k,n)
+    if (dinp) {
+        if (layout == FC_W_KN) {
+            mm(dinp, Ks, dout, Ns, 1, w, 1, Ns, M, N, K, NULL, 1);  // B(n,k) = w[k*N + n]
+        } else {
+            mm(dinp, Ks, dout, Ns, 1, w, Ks, 1, M, N, K, NULL, 1);  // B(n,k) = w[n*K + k]
+        }
+    }
+    // dw(k,n) += sum_{m ascending} inp[m,k] * dout[m,n]
+    if (dw) {
+        if (layout == FC_W_KN) {
+            // dw [K,N]: rows k, columns n; A(k,m) = inp[m*K + k], B(m,n) = dout[m*N + n]
+            mm(dw, Ns, inp, 1, Ks, dout, Ns, 1, K, M, N, NULL, 1);
+        } else {
+            // dw [N,K]: rows n, columns k; A(n,m) = dout[m*N + n], B(m,k) = inp[m*K + k]
+            mm(dw, Ks, dout, 1, Ns, inp, Ks, 1, N, M, K, NULL, 1);
+        }
+    }
+    // dbias[n] += sum_{m ascending} dout[m,n], a chunk of columns at a time so
+    // the inner loop runs along a contiguous row of dout.
+    if (dbias) {
+        for (int n0 = 0; n0 < N; n0 += FC_CHUNK) {
+            const int nb = N - n0 < FC_CHUNK ? N - n0 : FC_CHUNK;
+            real acc[FC_CHUNK];
+            for (int j = 0; j < nb; j++) { acc[j] = 0; }
+            for (int m = 0; m < M; m++) {
+                const real *row = dout + (size_t)m * Ns + (size_t)n0;
+                for (int j = 0; j < nb; j++) { acc[j] += row[j]; }
+            }
+            for (int j = 0; j < nb; j++) { dbias[n0 + j] += acc[j]; }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm (PyTorch nn.LayerNorm): biased variance, rstd = 1 / sqrt(var + eps),
+// out = (x - mean) * rstd * weight + bias.
+
+void RN(fc_layernorm_forward)(real *out, real *mean, real *rstd, const real *inp,
+                              const real *weight, const real *bias, int N, int C, real eps) {
+    // out [N,C], mean [N], rstd [N], inp [N,C], weight [C], bias [C]
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;  // x [C]
+        real *o = out + (size_t)n * C;        // o [C]
+        real m = 0;
+        for (int i = 0; i < C; i++) { m += x[i]; }
+        m = m / (real)C;
+        // two passes (mean, then squared deviations) rather than E[x^2] - m^2,
+        // which cancels badly when |mean| >> std
+        real v = 0;
+        for (int i = 0; i < C; i++) {
+            const real d = x[i] - m;
+            v += d * d;
+        }
+        v = v / (real)C;  // biased: divide by C, not C - 1
+        const real s = (real)1 / RSQRT(v + eps);
+        for (int i = 0; i < C; i++) {
+            o[i] = (x[i] - m) * s * weight[i] + bias[i];
+        }
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+void RN(fc_layernorm_backward)(real *dinp, real *dweight, real *dbias, const real *dout,
+                               const real *inp, const real *weight, const real *mean,
+                               const real *rstd, int N, int C) {
+    // dinp [N,C], dweight [C], dbias [C], dout [N,C], inp [N,C], weight [C], mean, rstd [N]
+    // With norm = (x - mean) * rstd and dnorm = weight * dout (per row):
+    //   dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
+    if (dinp) {
+        for (int n = 0; n < N; n++) {
+            const real *x = inp + (size_t)n * C;
+            const real *dy = dout + (size_t)n * C;
+            real *dx = dinp + (size_t)n * C;
+            const real m = mean[n], s = rstd[n];
+            real dnorm_mean = 0, dnorm_norm_mean = 0;
+            for (int i = 0; i < C; i++) {
+                const real norm = (x[i] - m) * s;
+                const real dnorm = weight[i] * dy[i];
+                dnorm_mean += dnorm;
+                dnorm_norm_mean += dnorm * norm;
+            }
+            dnorm_mean = dnorm_mean / (real)C;
+            dnorm_norm_mean = dnorm_norm_mean / (real)C;
+            for (int i = 0; i < C; i++) {
+                const real norm = (x[i] - m) * s;
+                const real dnorm = weight[i] * dy[i];
+                dx[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+            }
+        }
+    }
+    // dweight[c] += sum_n norm[n,c] * dout[n,c], dbias[c] += sum_n dout[n,c]:
+    // sums over rows, a chunk of channels at a time (rule 2 at the top of this file).
+    if (dweight || dbias) {
+        for (int c0 = 0; c0 < C; c0 += FC_CHUNK) {
+            const int cb = C - c0 < FC_CHUNK ? C - c0 : FC_CHUNK;
+            real accw[FC_CHUNK], accb[FC_CHUNK];
+            for (int j = 0; j < cb; j++) { accw[j] = 0; accb[j] = 0; }
+            for (int n = 0; n < N; n++) {
+                const real *x = inp + (size_t)n * C + c0;
+                const real *dy = dout + (size_t)n * C + c0;
+                const real m = mean[n], s = rstd[n];
+                for (int j = 0; j < cb; j++) {
+                    accw[j] += (x[j] - m) * s * dy[j];
+                    accb[j] += dy[j];
+                }
+            }
+            for (int j = 0; j < cb; j++) {
+                if (dweight) { dweight[c0 + j] += accw[j]; }
+                if (dbias) { dbias[c0 + j] += accb[j]; }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// gelu_new (Hugging Face NewGELUActivation, tanh form)
+
+#define GELU_SCALE ((real)0.7978845608028654)  // sqrt(2 / pi)
+#define GELU_COEF ((real)0.044715)
+
+void RN(fc_gelu_forward)(real *out, const real *inp, size_t n) {
+    // out [n], inp [n]
+    for (size_t i = 0; i < n; i++) {
+        const real x = inp[i];
+        const real cube = GELU_COEF * (x * x * x);  // as HF: 0.044715 * pow(x, 3)
+        out[i] = (real)0.5 * x * ((real)1 + RTANH(GELU_SCALE * (x + cube)));
+    }
+}
+
+void RN(fc_gelu_backward)(real *dinp, const real *inp, const real *dout, size_t n) {
+    // dinp [n], inp [n], dout [n]
+    // d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, u = sqrt(2/pi)(x + 0.044715 x^3)
+    if (!dinp) { return; }
+    for (size_t i = 0; i < n; i++) {
+        const real x = inp[i];
+        const real cube = GELU_COEF * (x * x * x);  // as HF: 0.044715 * pow(x, 3)
+        const real u = GELU_SCALE * (x + cube);
+        const real th = RTANH(u);
+        const real sech2 = (real)1 - th * th;
+        const real du = GELU_SCALE * ((real)1 + (real)3 * GELU_COEF * x * x);
+        const real local = (real)0.5 * ((real)1 + th) + (real)0.5 * x * sech2 * du;
+        dinp[i] += local * dout[i];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// causal self-attention
+//
+// Per (b, h): preatt[t,t2] = (q_t . k_t2) / sqrt(hs) for t2 <= t (Hugging Face
+// divides by sqrt(hs) rather than multiplying by its inverse; so do we),
+// att = softmax over t2 <= t with the row max subtracted, out_t = sum_t2 att[t,t2] v_t2.
+// The masked entries (t2 > t) of preatt and att are 0, i.e. exp(-inf) = 0.
+
+// 4 dot products of length n, x . y0..y3, each summed over i ascending; run
+// together so the four dependency chains overlap (the per-element order is the
+// same as a plain dot product).
+static void dot4(real out[4], const real *x, const real *y0, const real *y1, const real *y2,
+                 const real *y3, int n) {
+    real s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int i = 0; i < n; i++) {
+        s0 += x[i] * y0[i];
+        s1 += x[i] * y1[i];
+        s2 += x[i] * y2[i];
+        s3 += x[i] * y3[i];
+    }
+    out[0] = s0; out[1] = s1; out[2] = s2; out[3] = s3;
+}
+
+static real dot1(const real *x, const real *y, int n) {
+    real s = 0;
+    for (int i = 0; i < n; i++) { s += x[i] * y[i]; }
+    return s;
+}
+
+// row [t+1] = x . y_{t2} for t2 = 0..t, where y_{t2} = y + t2 * ystride.
+static void dots_causal(real *row, const real *x, const real *y, size_t ystride, int t, int n) {
+    int t2 = 0;
+    for (; t2 + 3 <= t; t2 += 4) {
+        dot4(row + t2, x, y + (size_t)t2 * ystride, y + (size_t)(t2 + 1) * ystride,
+             y + (size_t)(t2 + 2) * ystride, y + (size_t)(t2 + 3) * ystride, n);
+    }
+    for (; t2 <= t; t2++) { row[t2] = dot1(x, y + (size_t)t2 * ystride, n); }
+}
+
+void RN(fc_attention_forward)(real *out, real *preatt, real *att, const real *qkv, int B, int T,
+                              int C, int NH) {
+    // out [B,T,C], preatt [B,NH,T,T], att [B,NH,T,T], qkv [B,T,3C]
+    const int hs = C / NH;
+    const size_t C3 = 3 * (size_t)C;
+    const real sqrt_hs = RSQRT((real)hs);  // in the build's precision, as torch.full
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const real *qh = qkv + (size_t)b * T * C3 + (size_t)h * hs;  // q_t = qh + t*3C
+            const real *kh = qh + C;                                      // k_t = kh + t*3C
+            const real *vh = qh + 2 * (size_t)C;                          // v_t = vh + t*3C
+            for (int t = 0; t < T; t++) {
+                real *pre = preatt + (((size_t)b * NH + h) * T + t) * T;  // pre [T]
+                real *a = att + (((size_t)b * NH + h) * T + t) * T;       // a [T]
+                real *o = out + ((size_t)b * T + t) * C + (size_t)h * hs; // o [hs]
+
+                // scores and their max (the max keeps exp from overflowing)
+                dots_causal(pre, qh + (size_t)t * C3, kh, C3, t, hs);
+                real maxval = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    pre[t2] = pre[t2] / sqrt_hs;
+                    if (pre[t2] > maxval) { maxval = pre[t2]; }
+                }
+                real sum = 0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = REXP(pre[t2] - maxval);
+                    sum += a[t2];
+                }
+                const real inv = (real)1 / sum;  // sum >= 1: the max term is exp(0)
+                for (int t2 = 0; t2 <= t; t2++) { a[t2] *= inv; }
+                for (int t2 = t + 1; t2 < T; t2++) { pre[t2] = 0; a[t2] = 0; }
+
+                // o = sum_{t2 <= t} a[t2] v_t2, t2 ascending, vectorized along hs
+                for (int i = 0; i < hs; i++) { o[i] = 0; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const real *v = vh + (size_t)t2 * C3;
+                    const real w = a[t2];
+                    for (int i = 0; i < hs; i++) { o[i] += w * v[i]; }
+                }
+            }
+        }
+    }
+}
+
+void RN(fc_attention_backward)(real *dqkv, real *dpreatt, real *datt, const real *dout,
+                               const real *qkv, const real *att, int B, int T, int C, int NH) {
+    // dqkv [B,T,3C], dpreatt [B,NH,T,T], datt [B,NH,T,T], dout [B,T,C], qkv [B,T,3C],
+    // att [B,NH,T,T]
+    const int hs = C / NH;
+    const size_t C3 = 3 * (size_t)C;
+    const real sqrt_hs = RSQRT((real)hs);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const size_t hoff = (size_t)b * T * C3 + (size_t)h * hs;
+            const real *qh = qkv + hoff, *kh = qh + C, *vh = qh + 2 * (size_t)C;
+            real *dqh = dqkv + hoff, *dkh = dqh + C, *dvh = dqh + 2 * (size_t)C;
+            const real *doh = dout + (size_t)b * T * C + (size_t)h * hs;  // do_t = doh + t*C
+            const size_t bh = ((size_t)b * NH + h) * T * T;               // [T,T] block offset
+
+            // datt[t,t2] = do_t . v_t2; then through the softmax:
+            // dpreatt[t,t2] = att[t,t2] * (datt[t,t2] - sum_t3 att[t,t3] datt[t,t3])
+            // (the O(T)-per-row form of the softmax Jacobian, not llm.c's O(T^2) per row)
+            for (int t = 0; t < T; t++) {
+                const real *a = att + bh + (size_t)t * T;
+                real *da = datt + bh + (size_t)t * T;
+                real *dp = dpreatt + bh + (size_t)t * T;
+                dots_causal(da, doh + (size_t)t * C, vh, C3, t, hs);
+                real s = 0;
+                for (int t2 = 0; t2 <= t; t2++) { s += a[t2] * da[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) { dp[t2] = a[t2] * (da[t2] - s); }
+                for (int t2 = t + 1; t2 < T; t2++) { da[t2] = 0; dp[t2] = 0; }
+            }
+
+            // Gradients of q, k, v, a chunk of the head dim at a time. With
+            // g[t,t2] = dpreatt[t,t2] / sqrt(hs) (the gradient of the raw dot):
+            //   dq_t  += sum_{t2 <= t} g[t,t2] k_t2      (t2 ascending)
+            //   dk_t2 += sum_{t >= t2} g[t,t2] q_t       (t ascending)
+            //   dv_t2 += sum_{t >= t2} att[t,t2] do_t    (t ascending)
+            for (int i0 = 0; i0 < hs; i0 += FC_CHUNK) {
+                const int ib = hs - i0 < FC_CHUNK ? hs - i0 : FC_CHUNK;
+                real acc[FC_CHUNK], acc2[FC_CHUNK];
+                for (int t = 0; t < T; t++) {
+                    const real *dp = dpreatt + bh + (size_t)t * T;
+                    for (int i = 0; i < ib; i++) { acc[i] = 0; }
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const real g = dp[t2] / sqrt_hs;
+                        const real *k = kh + (size_t)t2 * C3 + i0;
+                        for (int i = 0; i < ib; i++) { acc[i] += g * k[i]; }
+                    }
+                    real *dq = dqh + (size_t)t * C3 + i0;
+                    for (int i = 0; i < ib; i++) { dq[i] += acc[i]; }
+                }
+                for (int t2 = 0; t2 < T; t2++) {
+                    for (int i = 0; i < ib; i++) { acc[i] = 0; acc2[i] = 0; }
+                    for (int t = t2; t < T; t++) {
+                        const real g = dpreatt[bh + (size_t)t * T + t2] / sqrt_hs;
+                        const real w = att[bh + (size_t)t * T + t2];
+                        const real *q = qh + (size_t)t * C3 + i0;
+                        const real *dy = doh + (size_t)t * C + i0;
+                        for (int i = 0; i < ib; i++) {
+                            acc[i] += g * q[i];
+                            acc2[i] += w * dy[i];
+                        }
+                    }
+                    real *dk = dkh + (size_t)t2 * C3 + i0;
+                    real *dv = dvh + (size_t)t2 * C3 + i0;
+                    for (int i = 0; i < ib; i++) {
+                        dk[i] += acc[i];
+                        dv[i] += acc2[i];
+                    }
+                }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// token + position embedding
+
+void RN(fc_encoder_forward)(real *out, const int32_t *ids, const real *wte, const real *wpe,
+                            int B, int T, int C) {
+    // out [B,T,C], ids [B,T], wte [V,C], wpe [P,C] with P >= T
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            real *o = out + ((size_t)b * T + t) * C;
+            const real *we = wte + (size_t)ids[(size_t)b * T + t] * C;
+            const real *pe = wpe + (size_t)t * C;
+            for (int i = 0; i < C; i++) { o[i] = we[i] + pe[i]; }
+        }
+    }
+}
+
+// Sort key for grouping positions by token id: (id << 32) | position, so ties
+// keep position order and each token's rows are summed in (b, t) order.
+static int enc_cmp(const void *pa, const void *pb) {
+    const uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+    return (a > b) - (a < b);
+}
+
+void RN(fc_encoder_backward)(real *dwte, real *dwpe, const real *dout, const int32_t *ids, int B,
+                             int T, int C) {
+    // dwte [V,C], dwpe [P,C], dout [B,T,C], ids [B,T]
+    const size_t BT = (size_t)B * T;
+    // dwte[v] += sum over positions with id v of dout[b,t], in (b, t) order.
+    // A token can repeat, so positions are grouped by id first (a sort of
+    // (id, position) keys) and each group is summed before the one add.
+    if (dwte && BT > 0) {
+        uint64_t *order = mallocCheck(BT * sizeof(uint64_t));  // order [B*T]: id << 32 | p
+        for (size_t p = 0; p < BT; p++) { order[p] = (uint64_t)(uint32_t)ids[p] << 32 | p; }
+        qsort(order, BT, sizeof(uint64_t), enc_cmp);
+        for (size_t g0 = 0; g0 < BT;) {
+            const uint64_t id = order[g0] >> 32;
+            size_t g1 = g0 + 1;  // the group of token id is order[g0..g1)
+            while (g1 < BT && order[g1] >> 32 == id) { g1++; }
+            real *dw = dwte + (size_t)id * C;
+            for (int c0 = 0; c0 < C; c0 += FC_CHUNK) {
+                const int cb = C - c0 < FC_CHUNK ? C - c0 : FC_CHUNK;
+                real acc[FC_CHUNK];
+                for (int j = 0; j < cb; j++) { acc[j] = 0; }
+                for (size_t g = g0; g < g1; g++) {
+                    const size_t p = (size_t)(order[g] & 0xffffffffu);
+                    const real *dy = dout + p * C + c0;
+                    for (int j = 0; j < cb; j++) { acc[j] += dy[j]; }
+                }
+                for (int j = 0; j < cb; j++) { dw[c0 + j] += acc[j]; }
+            }
+            g0 = g1;
+        }
+        free(order);
+    }
+    // dwpe[t] += sum_{b ascending} dout[b,t]
+    if (dwpe) {
+        for (int t = 0; t < T; t++) {
+            for (int c0 = 0; c0 < C; c0 += FC_CHUNK) {
+                const int cb = C - c0 < FC_CHUNK ? C - c0 : FC_CHUNK;
+                real acc[FC_CHUNK];
+                for (int j = 0; j < cb; j++) { acc[j] = 0; }
+                for (int b = 0; b < B; b++) {
+                    const real *dy = dout + ((size_t)b * T + t) * C + c0;
+                    for (int j = 0; j < cb; j++) { acc[j] += dy[j]; }
+                }
+                real *dw = dwpe + (size_t)t * C + c0;
+                for (int j = 0; j < cb; j++) { dw[j] += acc[j]; }
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// residual
+
+void RN(fc_residual_forward)(real *out, const real *a, const real *b, size_t n) {
+    // out [n], a [n], b [n]; out may alias a or b (each element is read before it is written)
+    for (size_t i = 0; i < n; i++) { out[i] = a[i] + b[i]; }
+}
+
+// ----------------------------------------------------------------------------
+// softmax cross-entropy (PyTorch F.cross_entropy = nll(log_softmax))
+
+real RN(fc_crossentropy_forward)(real *probs, const real *logits, const int32_t *targets, int N,
+                                 int V) {
+    // probs [N,V], logits [N,V], targets [N]
+    // The row loss is computed as log_softmax, log(sum exp(x - max)) - (x[target] - max),
+    // not as -log(probs[target]), so it stays finite when probs[target] underflows to 0.
+    // The N row losses are summed in double, row order, so the total of a large batch
+    // does not lose digits before the caller divides.
+    double total = 0.0;
+    for (int n = 0; n < N; n++) {
+        const real *x = logits + (size_t)n * V;
+        real *p = probs + (size_t)n * V;
+        real maxval = -INFINITY;
+        for (int i = 0; i < V; i++) {
+            if (x[i] > maxval) { maxval = x[i]; }
+        }
+        real sum = 0;
+        for (int i = 0; i < V; i++) {
+            p[i] = REXP(x[i] - maxval);
+            sum += p[i];
+        }
+        const real inv = (real)1 / sum;
+        for (int i = 0; i < V; i++) { p[i] *= inv; }
+        const real row = RLOG(sum) - (x[targets[n]] - maxval);
+        total += (double)row;
+    }
+    return (real)total;
+}
+
+void RN(fc_crossentropy_backward)(real *dlogits, const real *probs, const int32_t *targets, int N,
+                                  int V, real scale) {
+    // dlogits [N,V], probs [N,V], targets [N]
+    if (!dlogits) { return; }
+    for (int n = 0; n < N; n++) {
+        const real *p = probs + (size_t)n * V;
+        real *dl = dlogits + (size_t)n * V;
+        const int32_t tgt = targets[n];
+        for (int i = 0; i < V; i++) {
+            const real indicator = i == tgt ? (real)1 : (real)0;
+            dl[i] += scale * (p[i] - indicator);
+        }
+    }
+}
