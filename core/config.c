@@ -306,6 +306,28 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
     if (!(c->clip_grad_norm >= 0) || !isfinite(c->clip_grad_norm))
         return fc_fail(e, "--clip-grad-norm must be >= 0");
     if (c->shard_group < 0) return fc_fail(e, "--shard-group must be positive");
+    // Options that would change nothing under the chosen strategy are refused.
+    int sharded = c->strategy != FC_STRATEGY_LOCAL && c->strategy != FC_STRATEGY_NO_SHARD;
+    int hybrid = c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
+    const char *sname = fc_strategy_name(c->strategy);
+    if (!sharded && c->backward_prefetch != FC_PREFETCH_NONE)
+        return fc_fail(e, "--backward-prefetch needs a sharded strategy (%s gathers nothing)", sname);
+    if (!sharded && c->forward_prefetch)
+        return fc_fail(e, "--forward-prefetch needs a sharded strategy (%s gathers nothing)", sname);
+    if (!sharded && c->limit_all_gathers)
+        return fc_fail(e, "--limit-all-gathers needs a sharded strategy (%s gathers nothing)", sname);
+    if (c->limit_all_gathers && !c->forward_prefetch && c->backward_prefetch == FC_PREFETCH_NONE)
+        return fc_fail(e, "--limit-all-gathers limits prefetched all-gathers: add --forward-prefetch "
+                          "or --backward-prefetch pre|post");
+    if (c->shard_group && !hybrid)
+        return fc_fail(e, "--shard-group applies to hybrid_shard and hybrid_shard_zero2 only");
+    if (c->strategy == FC_STRATEGY_LOCAL) {
+        if (c->param_dtype != FC_PREC_FP32 || c->reduce_dtype != FC_PREC_FP32)
+            return fc_fail(e, "mixed precision needs a data-parallel strategy (compare FSDP with no_shard, P9)");
+        if (c->no_sync) return fc_fail(e, "--no-sync needs a data-parallel strategy");
+        if (c->cpu_offload) return fc_fail(e, "--cpu-offload needs a data-parallel strategy");
+        if (c->divide != FC_DIVIDE_PREPOST) return fc_fail(e, "--divide needs a data-parallel strategy");
+    }
     return 0;
 }
 

@@ -91,6 +91,8 @@ void fc_model_build(fc_model *m, const fc_model_config *cfg) {
     m->cfg = *cfg;
     int cap = cfg->kind == FC_MODEL_MLP ? 2 * cfg->n_layers : 4 + 12 * cfg->n_layer;
     m->params = callocCheck((size_t)cap, sizeof(fc_param));
+    // gpt2's root module holds wte, wpe and ln_f; mlp's root holds nothing.
+    m->root_unit = cfg->kind == FC_MODEL_GPT2 ? 0 : -1;
     if (cfg->kind == FC_MODEL_MLP)
         build_mlp(m, cap);
     else

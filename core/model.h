@@ -65,6 +65,7 @@ typedef struct {
     int n_stages;
     fc_stage *stages;
     size_t numel;        // total parameters (the tied wte counted once)
+    int root_unit;       // the unit of the root module's own parameters, -1 if none (mlp)
 } fc_model;
 
 // Builds the registry of a validated config. Never fails on a valid config.

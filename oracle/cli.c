@@ -19,7 +19,6 @@ typedef struct {
     const char *unavailable;  // non-NULL: refused, with this reason
 } flag_spec;
 
-#define LATER_ENGINE "needs the MPI FSDP engine, which this build does not have yet"
 #define LATER_CKPT "needs checkpoint support, which this build does not have yet"
 #define LATER_ORACLE "needs the oracle's fault catalogue, which this build does not have yet"
 
@@ -42,17 +41,17 @@ static const flag_spec FLAGS[] = {
     {"--trace", ARG_STR, NULL},
     {"--quiet", ARG_NONE, NULL},
     {"--help", ARG_NONE, NULL},
-    {"--shard-group", ARG_INT, LATER_ENGINE},
-    {"--backward-prefetch", ARG_STR, LATER_ENGINE},
-    {"--forward-prefetch", ARG_NONE, LATER_ENGINE},
-    {"--limit-all-gathers", ARG_NONE, LATER_ENGINE},
-    {"--param-dtype", ARG_STR, LATER_ENGINE},
-    {"--reduce-dtype", ARG_STR, LATER_ENGINE},
-    {"--divide", ARG_STR, LATER_ENGINE},
-    {"--no-sync", ARG_NONE, LATER_ENGINE},
-    {"--cpu-offload", ARG_NONE, LATER_ENGINE},
-    {"--comm-log", ARG_STR, LATER_ENGINE},
-    {"--fsdp-config", ARG_STR, LATER_ENGINE},
+    {"--shard-group", ARG_INT, NULL},
+    {"--backward-prefetch", ARG_STR, NULL},
+    {"--forward-prefetch", ARG_NONE, NULL},
+    {"--limit-all-gathers", ARG_NONE, NULL},
+    {"--param-dtype", ARG_STR, NULL},
+    {"--reduce-dtype", ARG_STR, NULL},
+    {"--divide", ARG_STR, NULL},
+    {"--no-sync", ARG_NONE, NULL},
+    {"--cpu-offload", ARG_NONE, NULL},
+    {"--comm-log", ARG_STR, NULL},
+    {"--fsdp-config", ARG_STR, LATER_ORACLE},
     {"--save", ARG_STR, LATER_CKPT},
     {"--save-at", ARG_INT, LATER_CKPT},
     {"--state-dict", ARG_STR, LATER_CKPT},
@@ -63,7 +62,10 @@ static const flag_spec FLAGS[] = {
 void fc_cli_usage(FILE *f) {
     fputs("usage: fsdpcheck run [flags]\n"
           "  --model mlp-tiny|gpt2-tiny|gpt2-124m|CONFIG.json   (default mlp-tiny)\n"
-          "  --strategy local          (the FSDP strategies come with the MPI engine)\n"
+          "  --strategy local|no_shard|full_shard|shard_grad_op|hybrid_shard|hybrid_shard_zero2\n"
+          "  --shard-group F (hybrid)  --backward-prefetch pre|post|none  --forward-prefetch\n"
+          "  --limit-all-gathers  --param-dtype fp32|bf16|fp16  --reduce-dtype fp32|bf16|fp16\n"
+          "  --divide prepost|avg|sum-then-divide  --no-sync  --cpu-offload  --comm-log FILE\n"
           "  --impl reference\n"
           "  --steps N (3)  --seed S (1234)  --global-batch B (8)  --seq-len T (16, gpt2)\n"
           "  --optimizer adamw|sgd  --lr X (1e-3)  --weight-decay X (0.01)  --momentum X (0.9, sgd)\n"
@@ -126,8 +128,6 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
         if (fc_strategy_parse(v, &c->strategy))
             return fc_fail(e, "--strategy: unknown strategy '%s' (local, no_shard, full_shard, "
                               "shard_grad_op, hybrid_shard, hybrid_shard_zero2)", v);
-        if (c->strategy != FC_STRATEGY_LOCAL)
-            return fc_fail(e, "--strategy %s %s", v, LATER_ENGINE);
     } else if (!strcmp(flag, "--steps")) {
         return parse_int(flag, v, 1, 1000000, &c->steps, e);
     } else if (!strcmp(flag, "--seed")) {
@@ -165,6 +165,29 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
             return fc_fail(e, "--trace: path too long");
     } else if (!strcmp(flag, "--quiet")) {
         a->quiet = 1;
+    } else if (!strcmp(flag, "--shard-group")) {
+        return parse_int(flag, v, 1, 1 << 20, &c->shard_group, e);
+    } else if (!strcmp(flag, "--backward-prefetch")) {
+        if (fc_prefetch_parse(v, &c->backward_prefetch))
+            return fc_fail(e, "--backward-prefetch: '%s' is not pre, post or none", v);
+    } else if (!strcmp(flag, "--forward-prefetch")) {
+        c->forward_prefetch = 1;
+    } else if (!strcmp(flag, "--limit-all-gathers")) {
+        c->limit_all_gathers = 1;
+    } else if (!strcmp(flag, "--param-dtype") || !strcmp(flag, "--reduce-dtype")) {
+        fc_prec p;
+        if (fc_prec_parse(v, &p)) return fc_fail(e, "%s: '%s' is not fp32, bf16 or fp16", flag, v);
+        *(flag[2] == 'p' ? &c->param_dtype : &c->reduce_dtype) = p;
+    } else if (!strcmp(flag, "--divide")) {
+        if (fc_divide_parse(v, &c->divide))
+            return fc_fail(e, "--divide: '%s' is not prepost, avg or sum-then-divide", v);
+    } else if (!strcmp(flag, "--no-sync")) {
+        c->no_sync = 1;
+    } else if (!strcmp(flag, "--cpu-offload")) {
+        c->cpu_offload = 1;
+    } else if (!strcmp(flag, "--comm-log")) {
+        if (snprintf(a->comm_log, sizeof a->comm_log, "%s", v) >= (int)sizeof a->comm_log)
+            return fc_fail(e, "--comm-log: path too long");
     }
     return 0;
 }
@@ -172,7 +195,7 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
 int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     memset(out, 0, sizeof *out);
     fc_run_config_defaults(&out->cfg);
-    int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0;
+    int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0, seen_reduce = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *eq = strchr(arg, '=');
@@ -203,7 +226,10 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
         seen_momentum |= !strcmp(name, "--momentum");
         seen_seq_len |= !strcmp(name, "--seq-len");
         seen_norm |= !strcmp(name, "--norm-type");
+        seen_reduce |= !strcmp(name, "--reduce-dtype");
     }
+    // As torch's MixedPrecision: without a reduce_dtype, gradients are reduced in param_dtype.
+    if (!seen_reduce) out->cfg.reduce_dtype = out->cfg.param_dtype;
     // A flag that would change nothing is a mistake worth reporting.
     const fc_run_config *c = &out->cfg;
     if (seen_momentum && c->optim.kind != FC_OPT_SGD)

@@ -8,6 +8,7 @@
 typedef struct {
     fc_run_config cfg;
     char trace_dir[1024];   // --trace DIR, "" = none
+    char comm_log[1024];    // --comm-log FILE, "" = none
     int quiet;              // --quiet: no per-step lines
 } fc_run_args;
 

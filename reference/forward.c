@@ -13,6 +13,7 @@
 // The gradient half mirrors the same layout.
 #include "forward.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "layers.h"
@@ -116,15 +117,19 @@ void RN(fc_acts_init)(RN(fc_acts) *a, const fc_model *m, int B, int T, real *mem
     a->grads = mem + a->numel / 2;
 }
 
-// Parameter pointer by name pattern (names are the contract, so the math
-// looks parameters up by name rather than by position).
-#define P(fmt, ...) ((real *)params + m->params[fc_model_param_index(m, fmt, __VA_ARGS__)].offset)
-#define G(fmt, ...) (grads + m->params[fc_model_param_index(m, fmt, __VA_ARGS__)].offset)
+// Parameter / gradient pointer by name pattern (names are the contract, so
+// the math looks parameters up by name rather than by position), inside the
+// buffer of the parameter's unit.
+static const fc_param *param_of(const fc_model *m, int i) { return &m->params[i]; }
+#define PARAM_(fmt, ...) param_of(m, fc_model_param_index(m, fmt, __VA_ARGS__))
+#define P(fmt, ...) \
+    ((real *)up[PARAM_(fmt, __VA_ARGS__)->unit] + PARAM_(fmt, __VA_ARGS__)->unit_offset)
+#define G(fmt, ...) (ug[PARAM_(fmt, __VA_ARGS__)->unit] + PARAM_(fmt, __VA_ARGS__)->unit_offset)
 
 // ---------------------------------------------------------------------------
 // forward
 
-static void mlp_forward(const fc_model *m, int l, const real *params, const fc_batch *batch,
+static void mlp_forward(const fc_model *m, int l, const real *const *up, const fc_batch *batch,
                         RN(fc_acts) *a) {
     const fc_model_config *c = &m->cfg;
     int B = a->B, in = c->dims[l], out = c->dims[l + 1];
@@ -144,7 +149,7 @@ static void mlp_forward(const fc_model *m, int l, const real *params, const fc_b
         a->loss_sum = RN(fc_crossentropy_forward)(y, h, batch->target, B, out);
 }
 
-static void gpt2_block_forward(const fc_model *m, int l, const real *params, RN(fc_acts) *a) {
+static void gpt2_block_forward(const fc_model *m, int l, const real *const *up, RN(fc_acts) *a) {
     const fc_model_config *c = &m->cfg;
     int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, NH = c->n_head;
     block_acts v = block_view(m, B, T, a->acts, l);
@@ -169,14 +174,14 @@ static void gpt2_block_forward(const fc_model *m, int l, const real *params, RN(
     RN(fc_residual_forward)(v.res3, v.res2, v.fcproj, (size_t)NT * C);
 }
 
-void RN(fc_stage_forward)(const fc_model *m, int s, const real *params, const fc_batch *batch,
+void RN(fc_stage_forward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
                           RN(fc_acts) *a) {
     const fc_stage *st = &m->stages[s];
     const fc_model_config *c = &m->cfg;
     int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, V = c->vocab_size;
     switch (st->kind) {
     case FC_STAGE_LINEAR:
-        mlp_forward(m, st->layer, params, batch, a);
+        mlp_forward(m, st->layer, up, batch, a);
         break;
     case FC_STAGE_EMBED:
         RN(fc_encoder_forward)(ends_view(m, B, T, a->acts).encoded, batch->input,
@@ -184,7 +189,7 @@ void RN(fc_stage_forward)(const fc_model *m, int s, const real *params, const fc
                                B, T, C);
         break;
     case FC_STAGE_BLOCK:
-        gpt2_block_forward(m, st->layer, params, a);
+        gpt2_block_forward(m, st->layer, up, a);
         break;
     case FC_STAGE_HEAD: {
         gpt2_ends v = ends_view(m, B, T, a->acts);
@@ -202,8 +207,8 @@ void RN(fc_stage_forward)(const fc_model *m, int s, const real *params, const fc
 // ---------------------------------------------------------------------------
 // backward
 
-static void mlp_backward(const fc_model *m, int l, const real *params, const fc_batch *batch,
-                         RN(fc_acts) *a, real *grads, real loss_scale) {
+static void mlp_backward(const fc_model *m, int l, const real *const *up, const fc_batch *batch,
+                         RN(fc_acts) *a, real *const *ug, real loss_scale) {
     const fc_model_config *c = &m->cfg;
     int B = a->B, in = c->dims[l], out = c->dims[l + 1];
     real *dh = mlp_h(c, B, a->grads, l);  // [B, out]
@@ -218,8 +223,8 @@ static void mlp_backward(const fc_model *m, int l, const real *params, const fc_
                            P("layers.%d.weight", l), B, in, out, FC_W_NK);
 }
 
-static void gpt2_block_backward(const fc_model *m, int l, const real *params, RN(fc_acts) *a,
-                                real *grads) {
+static void gpt2_block_backward(const fc_model *m, int l, const real *const *up, RN(fc_acts) *a,
+                                real *const *ug) {
     const fc_model_config *c = &m->cfg;
     int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, NH = c->n_head;
     block_acts v = block_view(m, B, T, a->acts, l);
@@ -255,8 +260,8 @@ static void gpt2_block_backward(const fc_model *m, int l, const real *params, RN
                               P("transformer.h.%d.ln_1.weight", l), v.ln1_mean, v.ln1_rstd, NT, C);
 }
 
-void RN(fc_stage_backward)(const fc_model *m, int s, const real *params, const fc_batch *batch,
-                           RN(fc_acts) *a, real *grads, real loss_scale) {
+void RN(fc_stage_backward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
+                           RN(fc_acts) *a, real *const *ug, real loss_scale) {
     const fc_stage *st = &m->stages[s];
     const fc_model_config *c = &m->cfg;
     int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, V = c->vocab_size;
@@ -265,14 +270,14 @@ void RN(fc_stage_backward)(const fc_model *m, int s, const real *params, const f
     if (s == m->n_stages - 1) memset(a->grads, 0, (a->numel / 2) * sizeof(real));
     switch (st->kind) {
     case FC_STAGE_LINEAR:
-        mlp_backward(m, st->layer, params, batch, a, grads, loss_scale);
+        mlp_backward(m, st->layer, up, batch, a, ug, loss_scale);
         break;
     case FC_STAGE_EMBED:
         RN(fc_encoder_backward)(G("%s", "transformer.wte.weight"), G("%s", "transformer.wpe.weight"),
                                 ends_view(m, B, T, a->grads).encoded, batch->input, B, T, C);
         break;
     case FC_STAGE_BLOCK:
-        gpt2_block_backward(m, st->layer, params, a, grads);
+        gpt2_block_backward(m, st->layer, up, a, ug);
         break;
     case FC_STAGE_HEAD: {
         gpt2_ends v = ends_view(m, B, T, a->acts), d = ends_view(m, B, T, a->grads);
@@ -290,14 +295,28 @@ void RN(fc_stage_backward)(const fc_model *m, int s, const real *params, const f
     }
 }
 
+// Per-unit base pointers into a full flat buffer.
+static void unit_bases(const fc_model *m, const real *full, const real **up) {
+    for (int u = 0; u < m->n_units; u++) up[u] = full + m->units[u].offset;
+}
+
 real RN(fc_model_forward)(const fc_model *m, const real *params, const fc_batch *batch,
                           RN(fc_acts) *a) {
-    for (int s = 0; s < m->n_stages; s++) RN(fc_stage_forward)(m, s, params, batch, a);
+    const real **up = mallocCheck((size_t)m->n_units * sizeof *up);
+    unit_bases(m, params, up);
+    for (int s = 0; s < m->n_stages; s++) RN(fc_stage_forward)(m, s, up, batch, a);
+    free(up);
     return a->loss_sum / (real)a->NT;
 }
 
 void RN(fc_model_backward)(const fc_model *m, const real *params, const fc_batch *batch,
                            RN(fc_acts) *a, real *grads, real loss_scale) {
+    const real **up = mallocCheck((size_t)m->n_units * sizeof *up);
+    real **ug = mallocCheck((size_t)m->n_units * sizeof *ug);
+    unit_bases(m, params, up);
+    for (int u = 0; u < m->n_units; u++) ug[u] = grads + m->units[u].offset;
     for (int s = m->n_stages - 1; s >= 0; s--)
-        RN(fc_stage_backward)(m, s, params, batch, a, grads, loss_scale);
+        RN(fc_stage_backward)(m, s, up, batch, a, ug, loss_scale);
+    free(up);
+    free(ug);
 }

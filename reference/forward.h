@@ -2,9 +2,11 @@
 //
 // A model is a list of stages (core/model.h); stage s needs only the
 // parameters of unit stages[s].unit, which is what lets the FSDP engine gather
-// one unit at a time. `params` and `grads` are always full flat buffers
-// (m->numel elements, model layout); a stage reads/writes only its unit's
-// region. Like layers.h, this is compiled as float and as double (RN()).
+// one unit at a time. Stage functions therefore take per-unit base pointers:
+// up[u] is unit u's flat parameter buffer (FlatParameter order, at least
+// units[u].numel elements) and ug[u] its gradient buffer; a stage touches only
+// up[unit] and ug[unit]. The whole-model helpers take full flat buffers
+// (m->numel elements, model layout). Compiled as float and as double (RN()).
 #ifndef FC_FORWARD_H
 #define FC_FORWARD_H
 
@@ -30,13 +32,13 @@ size_t RN(fc_acts_numel)(const fc_model *m, int B, int T);
 void RN(fc_acts_init)(RN(fc_acts) *a, const fc_model *m, int B, int T, real *mem);
 
 // Stage s forward. The last stage also computes a->loss_sum.
-void RN(fc_stage_forward)(const fc_model *m, int s, const real *params, const fc_batch *batch,
+void RN(fc_stage_forward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
                           RN(fc_acts) *a);
 // Stage s backward, accumulating into grads (full flat buffer). Must run in
 // reverse stage order after a full forward. loss_scale is d(loss)/d(row
 // loss), e.g. 1 / (rows in the mean) / (micro-batches accumulated).
-void RN(fc_stage_backward)(const fc_model *m, int s, const real *params, const fc_batch *batch,
-                           RN(fc_acts) *a, real *grads, real loss_scale);
+void RN(fc_stage_backward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
+                           RN(fc_acts) *a, real *const *ug, real loss_scale);
 
 // Convenience for one process: all stages. Returns the mean loss over rows.
 real RN(fc_model_forward)(const fc_model *m, const real *params, const fc_batch *batch,

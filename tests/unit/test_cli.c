@@ -583,10 +583,29 @@ Test(cli, misuse_momentum_with_adamw) { MISUSE("--momentum", "sgd", "run", "--mo
 Test(cli, misuse_norm_type_without_clip) {
     MISUSE("--norm-type", "--clip-grad-norm", "run", "--norm-type", "inf");
 }
-Test(cli, misuse_strategy_not_available) {
-    MISUSE("full_shard", "this build", "run", "--strategy", "full_shard");
+// Options that would change nothing under the chosen strategy are refused.
+Test(cli, misuse_offload_with_local) { MISUSE("--cpu-offload", "data-parallel", "run", "--cpu-offload"); }
+Test(cli, misuse_mixed_precision_with_local) {
+    MISUSE("mixed precision", "data-parallel", "run", "--param-dtype", "bf16");
 }
-Test(cli, misuse_cpu_offload_not_available) { MISUSE("--cpu-offload", "this build", "run", "--cpu-offload"); }
+Test(cli, misuse_prefetch_with_no_shard) {
+    MISUSE("--forward-prefetch", "sharded", "run", "--strategy", "no_shard", "--forward-prefetch");
+}
+Test(cli, misuse_backward_prefetch_bad_value) {
+    MISUSE("sideways", "pre, post or none", "run", "--strategy", "full_shard", "--backward-prefetch", "sideways");
+}
+Test(cli, misuse_limit_without_prefetch) {
+    MISUSE("--limit-all-gathers", "prefetch", "run", "--strategy", "full_shard", "--limit-all-gathers");
+}
+Test(cli, misuse_shard_group_not_hybrid) {
+    MISUSE("--shard-group", "hybrid", "run", "--strategy", "full_shard", "--shard-group", "1");
+}
+Test(cli, misuse_shard_group_does_not_divide) {
+    MISUSE("--shard-group 3", "divide", "run", "--strategy", "hybrid_shard", "--shard-group", "3");
+}
+Test(cli, misuse_param_dtype_bad_value) {
+    MISUSE("fp8", "fp32, bf16 or fp16", "run", "--strategy", "no_shard", "--param-dtype", "fp8");
+}
 Test(cli, misuse_save_not_available) { MISUSE("--save", "this build", "run", "--save", "/tmp/x"); }
 Test(cli, misuse_inject_not_available) { MISUSE("--inject", "this build", "run", "--inject", "no_divide"); }
 Test(cli, misuse_value_for_switch) { MISUSE("--quiet", "no value", "run", "--quiet=1"); }

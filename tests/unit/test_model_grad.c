@@ -251,8 +251,14 @@ Test(fd, tied_wte_both_paths_matter) {
     // stage (stage 0); the difference is the embedding path.
     double *head = calloc(d.m.numel, sizeof(double));
     dloss(&d);
+    const double *up[FC_MLP_MAX_LAYERS + 8];
+    double *ug[FC_MLP_MAX_LAYERS + 8];
+    for (int u = 0; u < d.m.n_units; u++) {
+        up[u] = d.p + d.m.units[u].offset;
+        ug[u] = head + d.m.units[u].offset;
+    }
     for (int st = d.m.n_stages - 1; st >= 1; st--)
-        fc_stage_backward_f64(&d.m, st, d.p, &d.batch, &d.acts, head, 1.0 / d.acts.NT);
+        fc_stage_backward_f64(&d.m, st, up, &d.batch, &d.acts, ug, 1.0 / d.acts.NT);
     int tok = d.batch.input[0];
     double emb = 0, hd = 0;
     for (int k = 0; k < c.n_embd; k++) {
@@ -269,16 +275,9 @@ Test(fd, tied_wte_both_paths_matter) {
 // ---------------------------------------------------------------------------
 // stage-wise == model-level, with each stage seeing only its unit
 
-// Copies params with every element outside unit u replaced by NaN.
-static void only_unit_f(const fc_model *m, int u, const float *src, float *dst) {
-    for (size_t i = 0; i < m->numel; i++) dst[i] = NAN;
-    memcpy(dst + m->units[u].offset, src + m->units[u].offset, m->units[u].numel * sizeof(float));
-}
-static void only_unit_d(const fc_model *m, int u, const double *src, double *dst) {
-    for (size_t i = 0; i < m->numel; i++) dst[i] = NAN;
-    memcpy(dst + m->units[u].offset, src + m->units[u].offset, m->units[u].numel * sizeof(double));
-}
-
+// Each stage gets a table in which only its own unit has a buffer (a private
+// copy); every other unit's entry is NULL, so a stage that reached outside its
+// unit would crash, and its gradients land in a private buffer too.
 static void check_stagewise_float(const fc_model_config *cfg, int B, int T) {
     fc_model m;
     fc_model_build(&m, cfg);
@@ -287,8 +286,8 @@ static void check_stagewise_float(const fc_model_config *cfg, int B, int T) {
     fc_batch_alloc(&b, cfg, B, Tm);
     fc_data_fill(&b, cfg, 3, 1, 0);
     size_t n = m.numel;
-    float *p = malloc(n * sizeof(float)), *masked = malloc(n * sizeof(float));
-    float *g1 = calloc(n, sizeof(float)), *g2 = calloc(n, sizeof(float)), *snap = malloc(n * sizeof(float));
+    float *p = malloc(n * sizeof(float));
+    float *g1 = calloc(n, sizeof(float)), *g2 = calloc(n, sizeof(float));
     init_params(&m, 3, 5.0f, p);
     size_t an = fc_acts_numel(&m, B, Tm);
     float *mem1 = malloc(an * sizeof(float)), *mem2 = malloc(an * sizeof(float));
@@ -297,26 +296,40 @@ static void check_stagewise_float(const fc_model_config *cfg, int B, int T) {
     fc_acts_init(&a2, &m, B, Tm, mem2);
     float l1 = fc_model_forward(&m, p, &b, &a1);
     fc_model_backward(&m, p, &b, &a1, g1, 1.0f / (float)a1.NT);
+    // private per-unit parameter copies and gradient buffers
+    float **pu = calloc((size_t)m.n_units, sizeof *pu), **gu = calloc((size_t)m.n_units, sizeof *gu);
+    const float **up = calloc((size_t)m.n_units, sizeof *up);
+    float **ug = calloc((size_t)m.n_units, sizeof *ug);
+    for (int u = 0; u < m.n_units; u++) {
+        pu[u] = malloc(m.units[u].numel * sizeof(float));
+        gu[u] = calloc(m.units[u].numel, sizeof(float));
+        memcpy(pu[u], p + m.units[u].offset, m.units[u].numel * sizeof(float));
+    }
     for (int s = 0; s < m.n_stages; s++) {
-        only_unit_f(&m, m.stages[s].unit, p, masked);
-        fc_stage_forward(&m, s, masked, &b, &a2);
+        int u = m.stages[s].unit;
+        up[u] = pu[u];
+        fc_stage_forward(&m, s, up, &b, &a2);
+        up[u] = NULL;
     }
     float l2 = a2.loss_sum / (float)a2.NT;
     cr_expect_eq(memcmp(&l1, &l2, sizeof l1), 0, "%s: stage-wise loss %.9g vs model %.9g", cfg->name, (double)l2,
                  (double)l1);
     for (int s = m.n_stages - 1; s >= 0; s--) {
         int u = m.stages[s].unit;
-        only_unit_f(&m, u, p, masked);
-        memcpy(snap, g2, n * sizeof(float));
-        fc_stage_backward(&m, s, masked, &b, &a2, g2, 1.0f / (float)a2.NT);
-        size_t lo = m.units[u].offset, hi = lo + m.units[u].numel;
-        size_t outside = 0;
-        for (size_t i = 0; i < n; i++)
-            if ((i < lo || i >= hi) && memcmp(&g2[i], &snap[i], sizeof(float)) != 0) outside++;
-        cr_expect_eq(outside, 0, "%s: stage %d wrote %zu gradients outside unit %d", cfg->name, s, outside, u);
+        up[u] = pu[u];
+        ug[u] = gu[u];
+        fc_stage_backward(&m, s, up, &b, &a2, ug, 1.0f / (float)a2.NT);
+        up[u] = NULL;
+        ug[u] = NULL;
+    }
+    for (int u = 0; u < m.n_units; u++) {
+        memcpy(g2 + m.units[u].offset, gu[u], m.units[u].numel * sizeof(float));
+        free(pu[u]);
+        free(gu[u]);
     }
     cr_expect_eq(memcmp(g1, g2, n * sizeof(float)), 0, "%s: stage-wise gradients differ from the model's", cfg->name);
-    free(p), free(masked), free(g1), free(g2), free(snap), free(mem1), free(mem2);
+    free(pu), free(gu), free(up), free(ug);
+    free(p), free(g1), free(g2), free(mem1), free(mem2);
     fc_batch_free(&b);
     fc_model_free(&m);
 }
@@ -326,22 +339,30 @@ static void check_stagewise_double(const fc_model_config *cfg, int B, int T) {
     dmodel_init(&d, cfg, B, T, 4, 5.0f);
     size_t n = d.m.numel;
     double l1 = dgrad(&d);
-    double *masked = malloc(n * sizeof(double)), *g2 = calloc(n, sizeof(double));
+    double *g2 = calloc(n, sizeof(double));
     double *mem2 = malloc(d.acts.numel * sizeof(double));
     fc_acts_f64 a2;
     fc_acts_init_f64(&a2, &d.m, B, d.T, mem2);
+    const double **up = calloc((size_t)d.m.n_units, sizeof *up);
+    double **ug = calloc((size_t)d.m.n_units, sizeof *ug);
     for (int s = 0; s < d.m.n_stages; s++) {
-        only_unit_d(&d.m, d.m.stages[s].unit, d.p, masked);
-        fc_stage_forward_f64(&d.m, s, masked, &d.batch, &a2);
+        int u = d.m.stages[s].unit;
+        up[u] = d.p + d.m.units[u].offset;
+        fc_stage_forward_f64(&d.m, s, up, &d.batch, &a2);
+        up[u] = NULL;
     }
     double l2 = a2.loss_sum / (double)a2.NT;
     cr_expect_eq(memcmp(&l1, &l2, sizeof l1), 0, "%s: stage-wise loss %.17g vs model %.17g", cfg->name, l2, l1);
     for (int s = d.m.n_stages - 1; s >= 0; s--) {
-        only_unit_d(&d.m, d.m.stages[s].unit, d.p, masked);
-        fc_stage_backward_f64(&d.m, s, masked, &d.batch, &a2, g2, 1.0 / a2.NT);
+        int u = d.m.stages[s].unit;
+        up[u] = d.p + d.m.units[u].offset;
+        ug[u] = g2 + d.m.units[u].offset;
+        fc_stage_backward_f64(&d.m, s, up, &d.batch, &a2, ug, 1.0 / a2.NT);
+        up[u] = NULL;
+        ug[u] = NULL;
     }
     cr_expect_eq(memcmp(d.g, g2, n * sizeof(double)), 0, "%s: stage-wise gradients differ", cfg->name);
-    free(masked), free(g2), free(mem2);
+    free(up), free(ug), free(g2), free(mem2);
     dmodel_free(&d);
 }
 

@@ -1,0 +1,67 @@
+// core/impl.h — the implementation contract: the only door between the oracle
+// and an FSDP implementation (DESIGN §1).
+//
+// An implementation is a table of functions (fc_impl_ops). The reference is
+// one (reference/impl_reference.c), a hardware port is another, built as its
+// own shared library exporting
+//
+//     const fc_impl_ops *fsdpcheck_impl_v1(void);
+//
+// and loaded by path (--impl ./libmyport.so). Everything crosses as plain
+// data: the config (core/config.h), full tensors in the model layout of
+// core/model.h, the comm log and memory figures (core/schedule.h).
+//
+// Collective semantics: create, step, export and destroy are collective over
+// the communicator passed to create (every rank calls them, in the same order).
+#ifndef FC_IMPL_H
+#define FC_IMPL_H
+
+#include <mpi.h>
+
+#include "check.h"
+#include "config.h"
+#include "model.h"
+#include "schedule.h"
+
+#define FC_IMPL_ABI_VERSION 1
+#define FC_IMPL_ENTRY "fsdpcheck_impl_v1"
+
+typedef struct fc_impl fc_impl;  // an implementation's own state, opaque here
+
+// What export_full copies out, each as a full fp32 tensor set in model layout
+// (m->numel floats, the unpadded full flat buffer).
+typedef enum {
+    FC_EXPORT_PARAMS,   // parameters after the last optimizer step
+    FC_EXPORT_GRADS,    // gradients of the last step: reduced, divided, accumulated, before clipping
+    FC_EXPORT_STATE0,   // optimizer state 0 (exp_avg | momentum_buffer)
+    FC_EXPORT_STATE1    // optimizer state 1 (exp_avg_sq)
+} fc_export;
+
+typedef struct {
+    float loss;          // global mean loss of the last step
+    double grad_norm;    // clip_grad_norm's total norm of the last step's gradient
+} fc_step_info;
+
+typedef struct {
+    int abi_version;     // FC_IMPL_ABI_VERSION
+    const char *name;
+    // Builds the model from cfg on comm (which it may dup/split), initial
+    // weights from cfg->seed or cfg->init_path. Returns NULL with e set on bad input.
+    fc_impl *(*create)(const fc_run_config *cfg, MPI_Comm comm, fc_error *e);
+    // Trains one step (all micro-batches, clip, optimizer).
+    int (*step)(fc_impl *im, fc_step_info *out, fc_error *e);
+    // Copies a full tensor set to dst on rank `root` (dst unused elsewhere).
+    // Not part of the measured schedule or memory.
+    int (*export_full)(fc_impl *im, fc_export what, float *dst, int root, fc_error *e);
+    // This rank's comm log (all steps so far) and memory figures.
+    const fc_comm_log *(*comm_log)(const fc_impl *im);
+    void (*memory)(const fc_impl *im, fc_mem_stats *out);
+    void (*destroy)(fc_impl *im);
+} fc_impl_ops;
+
+typedef const fc_impl_ops *(*fc_impl_entry)(void);
+
+// The built-in reference implementation.
+const fc_impl_ops *fc_reference_impl(void);
+
+#endif
