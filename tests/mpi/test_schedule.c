@@ -377,13 +377,6 @@ static void check_step(const theory *t, const fc_comm_log *log, long step, size_
 
     // Pass 2: counts per micro-batch, unit and stage.
     int counts_ok = 1;
-#define EXPECT_N(sl, want, ...)                                                                   \
-    do {                                                                                          \
-        if ((sl).n != (want)) {                                                                   \
-            counts_ok = 0;                                                                        \
-            MT_CHECK(0, "%s: step %ld: expected %d, got %d: " __VA_ARGS__);                       \
-        }                                                                                         \
-    } while (0)
     for (int k = 0; k < t->K; k++) {
         int sy = sync_micro(t, k);
         for (int s = 0; s < t->ns; s++) {
@@ -425,9 +418,15 @@ static void check_step(const theory *t, const fc_comm_log *log, long step, size_
             MT_CHECK(0, "%s: step %ld unit %d: expected %d h2d (one per all_gather), got %d", L, step, u, eh2d,
                      x.h2d[u].n);
         }
-        EXPECT_N(x.optim[u], 1, "optim events of unit %d", L, step, 1, x.optim[u].n, u);
+        if (x.optim[u].n != 1) {
+            counts_ok = 0;
+            MT_CHECK(0, "%s: step %ld unit %d: expected 1 optim event, got %d", L, step, u, x.optim[u].n);
+        }
     }
-    EXPECT_N(x.clip, 1, "norm all_reduce (unit -1, phase clip)", L, step, 1, x.clip.n);
+    if (x.clip.n != 1) {
+        counts_ok = 0;
+        MT_CHECK(0, "%s: step %ld: expected 1 norm all_reduce (unit -1, phase clip), got %d", L, step, x.clip.n);
+    }
     if (!counts_ok) {
         if (getenv("SCHED_DUMP")) dump_log(t, log);
         free(waitof);
@@ -596,7 +595,6 @@ static void check_step(const theory *t, const fc_comm_log *log, long step, size_
     free(alive_before);
 #undef WAIT_OF
 #undef ALIVE_AT
-#undef EXPECT_N
 }
 
 static void check_log(const theory *t, const fc_comm_log *log, run_stats *st) {
@@ -684,15 +682,15 @@ static void check_mem(const theory *t, const fc_mem_stats *mem, const run_stats 
         MT_CHECK(mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS] == st->log_peak_gathered,
                  "%s: peak gathered_params %zu disagrees with the comm log's peak of gathered units %zu", L,
                  mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS], st->log_peak_gathered);
-    size_t gg = (R + maxNR) * t->psz;
-    if (!t->cfg.no_sync)
-        MT_CHECK(mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_GRADS] == gg,
-                 "%s: peak device gathered_grads: expected %zu bytes (root + largest non-root unit), got %zu", L, gg,
-                 mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_GRADS]);
-    else  // no_sync keeps unsharded gradients across micro-batches: at least that much
-        MT_CHECK(mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_GRADS] >= gg,
-                 "%s: peak device gathered_grads: expected at least %zu bytes, got %zu", L, gg,
-                 mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_GRADS]);
+    // Unsharded gradients: the root's lives through the whole backward, every
+    // other unit's only during its own. With no_sync nothing is reduced before
+    // the last micro-batch (DESIGN §4), so every unit's unsharded gradient is
+    // kept across the micro-batches: the sum over all units.
+    size_t gg = (t->cfg.no_sync ? sum : R + maxNR) * t->psz;
+    MT_CHECK(mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_GRADS] == gg,
+             "%s: peak device gathered_grads: expected %zu bytes (%s), got %zu", L, gg,
+             t->cfg.no_sync ? "no_sync: every unit's P_u" : "root + largest non-root unit",
+             mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_GRADS]);
     for (int c = FC_MEM_GATHERED_PARAMS; c <= FC_MEM_ACTIVATIONS; c++)
         MT_CHECK(mem->peak[FC_LOC_HOST][c] == 0, "%s: peak host %s: expected 0, got %zu", L,
                  fc_mem_cat_name((fc_mem_cat)c), mem->peak[FC_LOC_HOST][c]);
