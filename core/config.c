@@ -225,6 +225,18 @@ int fc_model_config_validate(const fc_model_config *c, fc_error *e) {
     return 0;
 }
 
+// The shortest decimal that reads back as the same float, as a double, so a
+// config.json says 1e-05 rather than 9.99999974737875e-06.
+static double shortest_double(float f) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f) return d;
+    }
+    return (double)f;
+}
+
 cJSON *fc_model_config_to_json(const fc_model_config *c) {
     cJSON *j = cJSON_CreateObject();
     if (!j) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
@@ -242,7 +254,7 @@ cJSON *fc_model_config_to_json(const fc_model_config *c) {
         cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
         cJSON_AddNumberToObject(j, "n_layer", c->n_layer);
         cJSON_AddNumberToObject(j, "n_head", c->n_head);
-        cJSON_AddNumberToObject(j, "layer_norm_epsilon", c->layer_norm_epsilon);
+        cJSON_AddNumberToObject(j, "layer_norm_epsilon", shortest_double(c->layer_norm_epsilon));
         cJSON_AddStringToObject(j, "activation_function", "gelu_new");
         cJSON_AddNullToObject(j, "n_inner");
         cJSON_AddNumberToObject(j, "resid_pdrop", 0);

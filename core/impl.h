@@ -37,6 +37,12 @@ typedef enum {
     FC_EXPORT_STATE1    // optimizer state 1 (exp_avg_sq)
 } fc_export;
 
+// Checkpoint formats (DESIGN §6).
+typedef enum {
+    FC_STATE_DICT_FULL,     // FULL_STATE_DICT: rank 0 writes HF-loadable model + optimizer files
+    FC_STATE_DICT_SHARDED   // SHARDED_STATE_DICT: one file per rank with its flat shards and layout
+} fc_state_dict;
+
 typedef struct {
     float loss;          // global mean loss of the last step
     double grad_norm;    // clip_grad_norm's total norm of the last step's gradient
@@ -53,6 +59,15 @@ typedef struct {
     // Copies a full tensor set to dst on rank `root` (dst unused elsewhere).
     // Not part of the measured schedule or memory.
     int (*export_full)(fc_impl *im, fc_export what, float *dst, int root, fc_error *e);
+    // Writes a checkpoint of the state after the last step into dir (crash
+    // safe: temporaries, fsync, rename, manifest last). Collective.
+    int (*save)(fc_impl *im, const char *dir, fc_state_dict kind, fc_error *e);
+    // Replaces the state just created with dir's: parameters, optimizer state
+    // and step count, so the next step() continues the saved run (at any W
+    // and strategy). Refuses a checkpoint that fails verification. Collective.
+    int (*load)(fc_impl *im, const char *dir, fc_error *e);
+    // Optimizer steps taken (the global step number of the next step).
+    long (*steps_done)(const fc_impl *im);
     // This rank's comm log (all steps so far) and memory figures.
     const fc_comm_log *(*comm_log)(const fc_impl *im);
     void (*memory)(const fc_impl *im, fc_mem_stats *out);

@@ -628,6 +628,27 @@ int fc_fsdp_export(fc_fsdp *f, fc_export what, float *dst, int root, fc_error *e
     return 0;
 }
 
+void fc_fsdp_unit(fc_fsdp *f, int u, fc_fsdp_unit_view *v) {
+    unit_state *U = &f->u[u];
+    int replica_rank;
+    mpiCheck(MPI_Comm_rank(f->replica, &replica_rank));
+    v->numel = U->numel;
+    v->shard = U->shard;
+    v->padded = U->padded;
+    v->own_off = U->own_off;
+    v->own_valid = U->own_valid;
+    v->sharded = f->sharded;
+    v->writer = f->sharded ? replica_rank == 0 : 1;
+    v->param = U->param;
+    v->state[0] = U->state[0];
+    v->state[1] = U->state[1];
+}
+
+const fc_model *fc_fsdp_model(const fc_fsdp *f) { return &f->m; }
+MPI_Comm fc_fsdp_comm(const fc_fsdp *f) { return f->world; }
+long fc_fsdp_steps(const fc_fsdp *f) { return f->step; }
+void fc_fsdp_set_steps(fc_fsdp *f, long steps) { f->step = steps; }
+
 const fc_comm_log *fc_fsdp_log(const fc_fsdp *f) { return &f->log; }
 void fc_fsdp_memory(const fc_fsdp *f, fc_mem_stats *out) { *out = f->mem; }
 
