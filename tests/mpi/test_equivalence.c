@@ -241,9 +241,16 @@ static void check_determinism_offload(const char *model) {
     run(&c, &a);
     run(&c, &b);
     compare("P12 same run twice", &c, &b, &a, 1);
+    // offload under accumulation and clipping too, where the optimizer and the
+    // reduced gradient shards live on the host
+    c.grad_accum = 2;
+    c.clip_grad_norm = 0.02f;
+    mt_result on;
+    run(&c, &on);
     c.cpu_offload = 1;
     run(&c, &off);
-    compare("P14 cpu_offload vs none", &c, &off, &a, 1);
+    compare("P14 cpu_offload vs none", &c, &off, &on, 1);
+    mt_result_free(&on);
     MT_CHECK(off.mem.peak[FC_LOC_DEVICE][FC_MEM_PARAM_SHARD] == 0 && off.mem.peak[FC_LOC_HOST][FC_MEM_PARAM_SHARD] ==
                                                                           a.mem.peak[FC_LOC_DEVICE][FC_MEM_PARAM_SHARD],
              "P14: parameter shards not moved to the host (device %zu, host %zu)",
