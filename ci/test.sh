@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ci/test.sh — sets up, builds and runs the whole default test suite:
-#   1. Debug + ASan/UBSan build: every test except extended/memcheck/fuzz labels;
-#   2. Release build: the unit suite under valgrind (label memcheck);
+#   1. Debug + ASan/UBSan build: unit, mpi and property tests (not the sweeps);
+#   2. Release build: the conformance gate (label gate: the default sweep per W,
+#      the fault catalogue, the out-of-tree plugin), then the unit suite under valgrind (memcheck);
 #   3. clang ASan/UBSan build: the unit suite again, and each libFuzzer harness
 #      for a short time (label fuzz).
 set -euo pipefail
@@ -15,9 +16,12 @@ cmake --preset debug >/dev/null
 cmake --build --preset debug -j "$JOBS"
 ctest --preset debug -j "$JOBS"
 
-echo "== release: memcheck (valgrind)"
+echo "== release: the conformance gate (sweep per W, fault catalogue)"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$JOBS"
+ctest --preset gate
+
+echo "== release: memcheck (valgrind)"
 ctest --preset memcheck -j "$JOBS"
 
 if command -v clang >/dev/null 2>&1; then

@@ -18,6 +18,11 @@ static const char *PREFETCH_NAMES[] = {"none", "pre", "post"};
 static const char *OPT_NAMES[] = {"adamw", "sgd"};
 static const char *DIVIDE_NAMES[] = {"prepost", "avg", "sum-then-divide"};
 static const char *NORM_NAMES[] = {"1", "2", "inf"};
+static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
+    "none", "no_divide", "divide_twice", "shard_offset", "padding_leak", "stale_gather",
+    "skip_root_reduce", "hsdp_no_replicate", "no_sync_overwrite", "clip_local_norm",
+    "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
+    "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail"};
 
 static int parse_name(const char *s, const char **names, int n) {
     if (!s) return -1;
@@ -39,6 +44,7 @@ NAME_FUNCS(prefetch, fc_prefetch, PREFETCH_NAMES)
 NAME_FUNCS(opt, fc_opt_kind, OPT_NAMES)
 NAME_FUNCS(divide, fc_divide, DIVIDE_NAMES)
 NAME_FUNCS(norm, fc_norm_type, NORM_NAMES)
+NAME_FUNCS(fault, fc_fault, FAULT_NAMES)
 
 // ---------------------------------------------------------------------------
 // model presets
@@ -66,6 +72,21 @@ int fc_model_config_load(const char *name, fc_model_config *out, fc_error *e) {
         out->dims[0] = 13, out->dims[1] = 17, out->dims[2] = 11, out->dims[3] = 7;
         return 0;
     }
+    if (strcmp(name, "mlp-micro") == 0) {
+        // 3 -> 2 -> 2: units of 8 and 6 elements, smaller than W = 7 and 8,
+        // so some ranks own only padding; the sweep shrinks mlps to this.
+        memset(out, 0, sizeof *out);
+        out->kind = FC_MODEL_MLP;
+        snprintf(out->name, sizeof out->name, "mlp-micro");
+        out->n_layers = 2;
+        out->dims[0] = 3, out->dims[1] = 2, out->dims[2] = 2;
+        return 0;
+    }
+    if (strcmp(name, "gpt2-micro") == 0) {
+        // one block of C = 8: the smallest GPT-2 the sweep shrinks to
+        gpt2_preset(out, "gpt2-micro", 13, 8, 8, 1, 2);
+        return 0;
+    }
     if (strcmp(name, "gpt2-tiny") == 0) {
         // C = 16 (a multiple of neither 3, 5 nor 7): blocks hold 3280 elements,
         // the root 2096, so every W in 3, 5, 6, 7 shards some unit unevenly.
@@ -79,7 +100,7 @@ int fc_model_config_load(const char *name, fc_model_config *out, fc_error *e) {
     // Anything else must be a config.json file.
     FILE *f = fopen(name, "rb");
     if (!f)
-        return fc_fail(e, "--model %s: not a preset (mlp-tiny, gpt2-tiny, gpt2-124m) and cannot open it: %s",
+        return fc_fail(e, "--model %s: not a preset (mlp-micro, mlp-tiny, gpt2-micro, gpt2-tiny, gpt2-124m) and cannot open it: %s",
                        name, strerror(errno));
     char *buf = NULL;
     size_t len = 0, cap = 0;
@@ -154,7 +175,8 @@ int fc_model_config_parse(const char *json, const char *path, fc_model_config *o
         out->layer_norm_epsilon = 1e-5f;
         const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
         if (eps) {
-            if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0) || eps->valuedouble > 1) {
+            // positive as a float too: 1e-300 would silently become a zero epsilon
+            if (!cJSON_IsNumber(eps) || !((float)eps->valuedouble > 0) || eps->valuedouble > 1) {
                 fc_fail(e, "%s: \"layer_norm_epsilon\" must be a number in (0, 1]", path);
                 goto done;
             }
@@ -339,6 +361,8 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         if (c->no_sync) return fc_fail(e, "--no-sync needs a data-parallel strategy");
         if (c->cpu_offload) return fc_fail(e, "--cpu-offload needs a data-parallel strategy");
         if (c->divide != FC_DIVIDE_PREPOST) return fc_fail(e, "--divide needs a data-parallel strategy");
+        if (c->inject != FC_FAULT_NONE)
+            return fc_fail(e, "--inject needs a data-parallel strategy (local is the ground truth)");
     }
     return 0;
 }
@@ -395,6 +419,7 @@ cJSON *fc_run_config_to_json(const fc_run_config *c) {
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
     cJSON_AddStringToObject(j, "seed", seed);
     cJSON_AddStringToObject(j, "init", c->init_path);
+    cJSON_AddStringToObject(j, "inject", fc_fault_name(c->inject));
     return j;
 }
 
@@ -485,5 +510,7 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
     const char *init = jstr(j, "init", e);
     if (!init) return -1;
     snprintf(c->init_path, sizeof c->init_path, "%s", init);
+    // "inject" is optional: configs written before the fault catalogue have none
+    if (cJSON_GetObjectItemCaseSensitive(j, "inject")) JENUM(j, fault, "inject", &c->inject);
     return fc_run_config_validate(c, e);
 }

@@ -68,6 +68,31 @@ typedef struct {
     int nesterov;
 } fc_optim_config;
 
+// The fault catalogue (DESIGN §9): a run configured with one of these carries
+// exactly that known bug class, so the oracle can prove it catches each one.
+typedef enum {
+    FC_FAULT_NONE,
+    FC_FAULT_NO_DIVIDE,            // gradients summed, not averaged
+    FC_FAULT_DIVIDE_TWICE,         // pre/post divide factors applied inconsistently
+    FC_FAULT_SHARD_OFFSET,         // one unit's shard read at the neighbour rank's offset
+    FC_FAULT_PADDING_LEAK,         // padding elements enter gradients, norms or the optimizer
+    FC_FAULT_STALE_GATHER,         // compute uses a unit buffer before its all-gather completed
+    FC_FAULT_SKIP_ROOT_REDUCE,     // the root unit's gradients are never reduced
+    FC_FAULT_HSDP_NO_REPLICATE,    // hybrid sharding skips the all-reduce across replicas
+    FC_FAULT_NO_SYNC_OVERWRITE,    // accumulation overwrites instead of adding
+    FC_FAULT_CLIP_LOCAL_NORM,      // clipping uses the local shard's norm
+    FC_FAULT_CLIP_DOUBLE_COUNT,    // unsharded gradients counted W times in the norm
+    FC_FAULT_CKPT_DROP_OPTIM,      // the optimizer state is not restored on load
+    FC_FAULT_CKPT_SWAP,            // two same-shaped tensors swapped in the state dict
+    FC_FAULT_TIED_UNTIED,          // the tied embedding gets only one of its two gradient paths
+    FC_FAULT_BF16_TRUNCATE,        // bf16 rounding by truncation instead of nearest-even
+    FC_FAULT_REDUCE_DTYPE_IGNORED, // gradients reduced in param_dtype when reduce_dtype asks for fp32
+    FC_FAULT_ADAM_STEP_RESET,      // the optimizer step count restarts after a checkpoint load
+    FC_FAULT_DATA_OVERLAP,         // a rank reads its neighbour's samples
+    FC_FAULT_AVG_TAIL,             // an average leaves the last elements of a shard unscaled
+    FC_FAULT_COUNT
+} fc_fault;
+
 typedef struct {
     fc_model_config model;
     char impl[256];            // "reference", "cuda" or a path to a .so
@@ -89,6 +114,7 @@ typedef struct {
     int seq_len;               // T (gpt2 only)
     uint64_t seed;
     char init_path[1024];      // --init FILE.safetensors, "" = counter-based init
+    fc_fault inject;           // --inject NAME: a known bug, FC_FAULT_NONE for a correct run
 } fc_run_config;
 
 // The defaults every run starts from.
@@ -112,5 +138,7 @@ const char *fc_divide_name(fc_divide d);
 int fc_divide_parse(const char *s, fc_divide *out);
 const char *fc_norm_name(fc_norm_type n);
 int fc_norm_parse(const char *s, fc_norm_type *out);
+const char *fc_fault_name(fc_fault f);
+int fc_fault_parse(const char *s, fc_fault *out);
 
 #endif

@@ -19,6 +19,7 @@
 #include <mpi.h>
 
 #include "check.h"
+#include "checkpoint.h"  // fc_state_dict (FULL / SHARDED)
 #include "config.h"
 #include "model.h"
 #include "schedule.h"
@@ -36,12 +37,6 @@ typedef enum {
     FC_EXPORT_STATE0,   // optimizer state 0 (exp_avg | momentum_buffer)
     FC_EXPORT_STATE1    // optimizer state 1 (exp_avg_sq)
 } fc_export;
-
-// Checkpoint formats (DESIGN §6).
-typedef enum {
-    FC_STATE_DICT_FULL,     // FULL_STATE_DICT: rank 0 writes HF-loadable model + optimizer files
-    FC_STATE_DICT_SHARDED   // SHARDED_STATE_DICT: one file per rank with its flat shards and layout
-} fc_state_dict;
 
 typedef struct {
     float loss;          // global mean loss of the last step
@@ -64,7 +59,9 @@ typedef struct {
     int (*save)(fc_impl *im, const char *dir, fc_state_dict kind, fc_error *e);
     // Replaces the state just created with dir's: parameters, optimizer state
     // and step count, so the next step() continues the saved run (at any W
-    // and strategy). Refuses a checkpoint that fails verification. Collective.
+    // and strategy). Refuses a checkpoint that fails verification
+    // (core/checkpoint.h) or does not fit cfg, on every rank and before any
+    // state changes; each rank reads only what it stores. Collective.
     int (*load)(fc_impl *im, const char *dir, fc_error *e);
     // Optimizer steps taken (the global step number of the next step).
     long (*steps_done)(const fc_impl *im);

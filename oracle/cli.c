@@ -19,9 +19,6 @@ typedef struct {
     const char *unavailable;  // non-NULL: refused, with this reason
 } flag_spec;
 
-#define LATER_CKPT "needs checkpoint support, which this build does not have yet"
-#define LATER_ORACLE "needs the oracle's fault catalogue, which this build does not have yet"
-
 static const flag_spec FLAGS[] = {
     {"--impl", ARG_STR, NULL},
     {"--model", ARG_STR, NULL},
@@ -51,12 +48,12 @@ static const flag_spec FLAGS[] = {
     {"--no-sync", ARG_NONE, NULL},
     {"--cpu-offload", ARG_NONE, NULL},
     {"--comm-log", ARG_STR, NULL},
-    {"--fsdp-config", ARG_STR, LATER_ORACLE},
-    {"--save", ARG_STR, LATER_CKPT},
-    {"--save-at", ARG_INT, LATER_CKPT},
-    {"--state-dict", ARG_STR, LATER_CKPT},
-    {"--load", ARG_STR, LATER_CKPT},
-    {"--inject", ARG_STR, LATER_ORACLE},
+    {"--fsdp-config", ARG_STR, NULL},
+    {"--save", ARG_STR, NULL},
+    {"--save-at", ARG_INT, NULL},
+    {"--state-dict", ARG_STR, NULL},
+    {"--load", ARG_STR, NULL},
+    {"--inject", ARG_STR, NULL},
 };
 
 void fc_cli_usage(FILE *f) {
@@ -72,6 +69,11 @@ void fc_cli_usage(FILE *f) {
           "  --grad-accum K (1)  --clip-grad-norm X (off)  --norm-type 1|2|inf (2)\n"
           "  --init FILE.safetensors   start from these weights instead of the seeded init\n"
           "  --trace DIR               write trace.json, init.safetensors, step-NNNNNN.safetensors\n"
+          "  --save DIR [--save-at K] [--state-dict full|sharded]\n"
+          "                            checkpoint after step K of this run (default: the last; full)\n"
+          "  --load DIR                resume from a checkpoint: weights, optimizer state, step, data\n"
+          "  --fsdp-config FILE        a Hugging Face fsdp_config.json; applied where it stands:\n"
+          "                            flags after it override it, flags before it are overridden\n"
           "  --quiet                   no per-step lines\n",
           f);
 }
@@ -165,6 +167,9 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
             return fc_fail(e, "--trace: path too long");
     } else if (!strcmp(flag, "--quiet")) {
         a->quiet = 1;
+    } else if (!strcmp(flag, "--inject")) {
+        if (fc_fault_parse(v, &c->inject) || c->inject == FC_FAULT_NONE)
+            return fc_fail(e, "--inject: unknown fault '%s' (see DESIGN.md section 9)", v);
     } else if (!strcmp(flag, "--shard-group")) {
         return parse_int(flag, v, 1, 1 << 20, &c->shard_group, e);
     } else if (!strcmp(flag, "--backward-prefetch")) {
@@ -188,6 +193,26 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
     } else if (!strcmp(flag, "--comm-log")) {
         if (snprintf(a->comm_log, sizeof a->comm_log, "%s", v) >= (int)sizeof a->comm_log)
             return fc_fail(e, "--comm-log: path too long");
+    } else if (!strcmp(flag, "--save") || !strcmp(flag, "--load")) {
+        char *dir = flag[2] == 's' ? a->save_dir : a->load_dir;
+        if (snprintf(dir, sizeof a->save_dir, "%s", v) >= (int)sizeof a->save_dir)
+            return fc_fail(e, "%s: path too long", flag);
+    } else if (!strcmp(flag, "--save-at")) {
+        return parse_int(flag, v, 1, 1000000, &a->save_at, e);
+    } else if (!strcmp(flag, "--state-dict")) {
+        if (fc_state_dict_parse(v, &a->state_dict))
+            return fc_fail(e, "--state-dict: '%s' is not full or sharded", v);
+        a->state_dict_set = 1;
+    } else if (!strcmp(flag, "--fsdp-config")) {
+        // Applied where it stands, left to right like every flag: a flag after
+        // it overrides what the file set, one before it is overridden.
+        if (a->fsdp.path[0])
+            return fc_fail(e, "--fsdp-config given twice (%s, %s): give one file", a->fsdp.path, v);
+        if (fc_fsdp_config_load(v, &a->fsdp, e)) return -1;
+        fc_fsdp_config_apply(&a->fsdp, c);
+        // fsdp_state_dict_type: the format --save writes (a --state-dict after it overrides)
+        if (a->fsdp.state_dict != FC_FSDP_SD_UNSET)
+            a->state_dict = a->fsdp.state_dict == FC_FSDP_SD_FULL ? FC_STATE_DICT_FULL : FC_STATE_DICT_SHARDED;
     }
     return 0;
 }
@@ -227,6 +252,7 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
         seen_seq_len |= !strcmp(name, "--seq-len");
         seen_norm |= !strcmp(name, "--norm-type");
         seen_reduce |= !strcmp(name, "--reduce-dtype");
+        seen_reduce |= !strcmp(name, "--fsdp-config") && out->fsdp.has_reduce_dtype;  // mixed_precision_policy
     }
     // As torch's MixedPrecision: without a reduce_dtype, gradients are reduced in param_dtype.
     if (!seen_reduce) out->cfg.reduce_dtype = out->cfg.param_dtype;
@@ -238,5 +264,15 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
         return fc_fail(e, "--seq-len applies to gpt2 models only (model %s is an mlp)", c->model.name);
     if (seen_norm && c->clip_grad_norm == 0)
         return fc_fail(e, "--norm-type needs --clip-grad-norm");
+    // the wrap classes of an fsdp_config must be the units of the model finally chosen
+    if (out->fsdp.path[0] && fc_fsdp_config_check_model(&out->fsdp, &c->model, e)) return -1;
+    // checkpoints: --save-at and --state-dict belong to --save; one source of starting weights
+    if (!out->save_dir[0] && (out->save_at || out->state_dict_set))
+        return fc_fail(e, "%s needs --save DIR", out->save_at ? "--save-at" : "--state-dict");
+    if (out->save_dir[0] && !out->save_at) out->save_at = c->steps;
+    if (out->save_at > c->steps)
+        return fc_fail(e, "--save-at %d is after the last step of this run (--steps %d)", out->save_at, c->steps);
+    if (out->load_dir[0] && c->init_path[0])
+        return fc_fail(e, "--init and --load both set the starting weights: give one");
     return fc_run_config_validate(c, e);
 }

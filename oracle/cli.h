@@ -3,13 +3,21 @@
 #define FC_CLI_H
 
 #include "check.h"
+#include "checkpoint.h"
 #include "config.h"
+#include "fsdp_config.h"
 
 typedef struct {
     fc_run_config cfg;
     char trace_dir[1024];   // --trace DIR, "" = none
     char comm_log[1024];    // --comm-log FILE, "" = none
     int quiet;              // --quiet: no per-step lines
+    char save_dir[1024];    // --save DIR, "" = none
+    int save_at;            // --save-at K: save after step K of this run (1..steps; the last by default)
+    fc_state_dict state_dict;  // --state-dict full|sharded (full)
+    int state_dict_set;
+    char load_dir[1024];    // --load DIR, "" = none
+    fc_fsdp_config fsdp;    // --fsdp-config FILE (fsdp.path "" = none)
 } fc_run_args;
 
 // Parses `fsdpcheck run` flags (argv[0] is the first flag). Returns 0, or -1

@@ -5,11 +5,19 @@
 #include "check.h"
 
 int fc_cmd_run(int argc, char **argv);
+int fc_cmd_sweep(int argc, char **argv);
+int fc_cmd_compare(int argc, char **argv);
+int fc_cmd_ckpt(int argc, char **argv);
+int fc_cmd_check(int argc, char **argv);
 
 static void usage(FILE *f) {
     fputs("usage: fsdpcheck <command> [flags]\n"
           "commands:\n"
           "  run       train with one implementation and write its trace (fsdpcheck run --help)\n"
+          "  check     run an implementation beside another, comparing every step (--impl X)\n"
+          "  sweep     check random cases against the properties; shrink and report failures\n"
+          "  compare   compare two traces step by step (fsdpcheck compare --help)\n"
+          "  ckpt      inspect, verify or convert a checkpoint (fsdpcheck ckpt --help)\n"
           "exit codes: 0 pass, 1 a property or comparison failed, 2 bad input or usage\n",
           f);
 }
@@ -22,7 +30,9 @@ int main(int argc, char **argv) {
         return FC_EXIT_PASS;
     }
     if (!strcmp(cmd, "run")) return fc_cmd_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "check") || !strcmp(cmd, "sweep") || !strcmp(cmd, "compare") || !strcmp(cmd, "ckpt"))
-        fc_die(FC_EXIT_USAGE, "'%s' is not in this build yet (only 'run' is)", cmd);
+    if (!strcmp(cmd, "sweep")) return fc_cmd_sweep(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compare")) return fc_cmd_compare(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return fc_cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "check")) return fc_cmd_check(argc - 2, argv + 2);
     fc_die(FC_EXIT_USAGE, "unknown command '%s' (see fsdpcheck --help)", cmd);
 }

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "cli.h"
+#include "fileio.h"
 #include "impl.h"
 #include "optim.h"
 #include "mpicheck.h"
@@ -98,6 +100,67 @@ static void print_memory(const fc_mem_stats *mine, int rank, int W) {
     free(all);
 }
 
+// This process's peak resident memory so far (KiB) and the bytes it has read
+// through system calls (Linux /proc/self/io rchar; -1 where unavailable).
+static void proc_usage(long *peak_kib, long long *rchar) {
+    struct rusage ru;
+    *peak_kib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+    *rchar = -1;
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f) return;
+    char line[128];
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "rchar: %lld", rchar) == 1) break;
+    fclose(f);
+}
+
+// --load: the checkpoint replaces the state just created (parameters,
+// optimizer state, step count and so the data position). Rank 0 then prints
+// every rank's peak memory and bytes read around the load: a rank that reads
+// only its own shard shows O(shard) in both, whatever the model size.
+static int load_checkpoint(const fc_impl_ops *ops, fc_impl *im, const fc_run_args *a, const fc_model *m,
+                           int rank, int W, fc_error *e) {
+    if (!ops->load || !ops->steps_done) return fc_fail(e, "implementation %s does not load checkpoints", ops->name);
+    long long use[4];  // peak KiB before, peak KiB after, bytes read, this rank's load time (us)
+    long kib;
+    long long rchar0, rchar1;
+    proc_usage(&kib, &rchar0);
+    use[0] = kib;
+    double t0 = now_ms();
+    if (ops->load(im, a->load_dir, e)) return -1;  // the same on every rank
+    use[3] = (long long)((now_ms() - t0) * 1e3);
+    proc_usage(&kib, &rchar1);
+    use[1] = kib;
+    use[2] = rchar0 >= 0 && rchar1 >= 0 ? rchar1 - rchar0 : -1;
+    long long *all = rank == 0 ? mallocCheck((size_t)W * sizeof use) : NULL;
+    mpiCheck(MPI_Gather(use, 4, MPI_LONG_LONG, all, 4, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
+    if (!a->quiet && rank == 0) {
+        const char *names[2];
+        int n_state = fc_optim_state_names(&a->cfg.optim, names);
+        double state_mib = (double)m->numel * sizeof(float) * (1 + n_state) / (1 << 20);
+        printf("loaded checkpoint %s: next step %ld; model state (parameters + optimizer) %.1f MiB\n",
+               a->load_dir, ops->steps_done(im), state_mib);
+        printf("%-5s %22s %22s %20s %10s\n", "rank", "peak RSS before (MiB)", "peak RSS after (MiB)",
+               "read by load (MiB)", "load (ms)");
+        for (int r = 0; r < W; r++)
+            printf("%-5d %22.1f %22.1f %20.1f %10.1f\n", r, all[4 * r] / 1024.0, all[4 * r + 1] / 1024.0,
+                   all[4 * r + 2] / (double)(1 << 20), all[4 * r + 3] / 1e3);
+    }
+    free(all);
+    return 0;
+}
+
+// --save: a checkpoint of the state after this step (collective).
+static int save_checkpoint(const fc_impl_ops *ops, fc_impl *im, const fc_run_args *a, int rank, fc_error *e) {
+    if (!ops->save) return fc_fail(e, "implementation %s does not save checkpoints", ops->name);
+    double t0 = now_ms();
+    if (ops->save(im, a->save_dir, a->state_dict, e)) return -1;
+    if (!a->quiet && rank == 0)
+        printf("checkpoint (%s state dict) saved to %s (%.1f ms)\n", fc_state_dict_name(a->state_dict), a->save_dir,
+               now_ms() - t0);
+    return 0;
+}
+
 int fc_cmd_run(int argc, char **argv) {
     mpiCheck(MPI_Init(NULL, NULL));
     int rank, W;
@@ -119,6 +182,19 @@ int fc_cmd_run(int argc, char **argv) {
     if (!im) fail_all(rank, "", &e);
     fc_model m;  // the shared registry: names, shapes and layout of the trace
     fc_model_build(&m, &a.cfg.model);
+    if (a.load_dir[0] && load_checkpoint(ops, im, &a, &m, rank, W, &e)) {
+        ops->destroy(im);  // refused: nothing was written, nothing is left
+        fail_all(rank, "--load: ", &e);
+    }
+    // global step numbers continue a loaded run (step files, data, messages)
+    long first_step = ops->steps_done ? ops->steps_done(im) : 0;
+    if (a.save_dir[0]) {  // an unusable --save path fails now, before any training
+        int ok = rank != 0 || fc_mkdir_p(a.save_dir, &e) == 0;
+        if (!agree(ok)) {
+            ops->destroy(im);
+            fail_all(rank, "--save: ", &e);
+        }
+    }
     int tracing = a.trace_dir[0] != '\0';
     float *buf = rank == 0 && tracing ? mallocCheck(m.numel * sizeof(float) * 4) : NULL;
     float *params = buf, *grads = buf ? buf + m.numel : NULL;
@@ -144,7 +220,13 @@ int fc_cmd_run(int argc, char **argv) {
         if (ops->step(im, &info, &e)) fail_all(rank, "", &e);
         double ms = now_ms() - t0;
         if (!a.quiet && rank == 0)
-            printf("step %d: loss %.6f  grad-norm %.6g  (%.1f ms)\n", t, info.loss, info.grad_norm, ms);
+            printf("step %ld: loss %.6f  grad-norm %.6g  (%.1f ms)\n", first_step + t, info.loss, info.grad_norm,
+                   ms);
+        if (a.save_dir[0] && t + 1 == a.save_at && save_checkpoint(ops, im, &a, rank, &e)) {
+            if (tracing && rank == 0) fc_trace_abort(&tw);
+            ops->destroy(im);
+            fail_all(rank, "--save: ", &e);
+        }
         if (!tracing) continue;
         // full tensors for the trace: outside the measured schedule and memory
         if (ops->export_full(im, FC_EXPORT_GRADS, grads, 0, &e) ||
@@ -156,8 +238,8 @@ int fc_cmd_run(int argc, char **argv) {
         int ok = 1;
         if (rank == 0) {
             // the global batch is a pure function of (seed, step): regenerate it
-            fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, t, 0);
-            fc_trace_step s = {.step = t, .loss = info.loss, .batch = &batch, .grads = grads,
+            fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, first_step + t, 0);
+            fc_trace_step s = {.step = first_step + t, .loss = info.loss, .batch = &batch, .grads = grads,
                                .params = params, .n_state = n_state};
             for (int i = 0; i < n_state; i++) {
                 s.state_names[i] = state_names[i];

@@ -51,6 +51,8 @@ typedef struct {
     float *gathered;     // [P] (or [N] for no_shard) compute parameters; NULL when freed
     int gathered_owned;  // gathered is an allocation (not an alias of param)
     int ag_pending;      // an all-gather into gathered is in flight
+    int ag_prefetched;   // ... and it was issued ahead of need
+    float *stale;        // [P] fault stale_gather: the previous gather's contents
     MPI_Request ag_req;
     void *ag_send, *ag_recv;  // packed param_dtype buffers of the all-gather
     float *full_grad;    // [P] unsharded gradient, alive from first backward stage to reduce
@@ -88,6 +90,8 @@ struct fc_fsdp {
     fc_mem_stats mem;
 };
 
+static int truncating(const fc_fsdp *f) { return f->cfg.inject == FC_FAULT_BF16_TRUNCATE; }
+
 double fc_predivide_factor(int W) {
     int f = 1;
     while (W % f == 0 && W / f > f) f *= 2;
@@ -117,16 +121,34 @@ static void mem_free(fc_fsdp *f, void *p, fc_mem_loc loc, fc_mem_cat cat, size_t
 // emulated precisions on the wire
 
 static size_t prec_bytes(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
+
+// Rounding and packing of this engine: fault bf16_truncate (when injected)
+// rounds bf16 toward zero instead of to nearest-even.
+static uint16_t to_bf16(int truncate, float x) {
+    if (truncate) {  // drop the low bits: round toward zero
+        uint32_t u;
+        memcpy(&u, &x, sizeof u);
+        return (uint16_t)(u >> 16);
+    }
+    return fc_f32_to_bf16(x);
+}
+
+static int truncating(const fc_fsdp *f);
+
+static float round_p(const fc_fsdp *f, fc_prec p, float x) {
+    if (p == FC_PREC_BF16) return fc_bf16_to_f32(to_bf16(truncating(f), x));
+    return fc_round(p, x);
+}
 static MPI_Datatype prec_type(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 // dst[i] = src[i] rounded to p, in p's storage format
-static void pack(fc_prec p, const float *src, void *dst, size_t n) {
+static void pack(const fc_fsdp *f, fc_prec p, const float *src, void *dst, size_t n) {
     if (p == FC_PREC_FP32) {
         memcpy(dst, src, n * sizeof(float));
         return;
     }
     uint16_t *d = dst;
-    for (size_t i = 0; i < n; i++) d[i] = p == FC_PREC_BF16 ? fc_f32_to_bf16(src[i]) : fc_f32_to_f16(src[i]);
+    for (size_t i = 0; i < n; i++) d[i] = p == FC_PREC_BF16 ? to_bf16(truncating(f), src[i]) : fc_f32_to_f16(src[i]);
 }
 
 static float unpack1(fc_prec p, const void *src, size_t i) {
@@ -165,14 +187,41 @@ static void issue_all_gather(fc_fsdp *f, int u, fc_phase ph, int prefetch) {
     U->gathered = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->padded * sizeof(float), U->padded * pb);
     U->gathered_owned = 1;
     U->ag_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, U->shard * pb);
-    pack(pd, U->param, U->ag_send, U->shard);
+    pack(f, pd, U->param, U->ag_send, U->shard);
     // fp32 gathers straight into the compute buffer; 16-bit into a packed one
     U->ag_recv = pd == FC_PREC_FP32 ? (void *)U->gathered : mallocCheck(U->padded * pb);
     mpiCheck(MPI_Iallgather(U->ag_send, (int)U->shard, prec_type(pd), U->ag_recv, (int)U->shard,
                             prec_type(pd), f->shard, &U->ag_req));
     U->ag_pending = 1;
+    U->ag_prefetched = prefetch;
     f->alive++;
     log_ev(f, FC_OP_ALL_GATHER, FC_OP_ALL_GATHER, u, -1, FC_GROUP_SHARD, U->padded * pb, pd, ph, prefetch);
+}
+
+// Faults that corrupt a completed all-gather.
+static void inject_after_gather(fc_fsdp *f, int u) {
+    unit_state *U = &f->u[u];
+    fc_fault fault = f->cfg.inject;
+    if (fault == FC_FAULT_SHARD_OFFSET && u == f->m.n_units - 1 && f->F > 1) {
+        // the last unit's chunk j is taken from rank j+1's position
+        float *copy = mallocCheck(U->padded * sizeof(float));
+        memcpy(copy, U->gathered, U->padded * sizeof(float));
+        for (int j = 0; j < f->F; j++)
+            memcpy(U->gathered + (size_t)j * U->shard, copy + (size_t)((j + 1) % f->F) * U->shard,
+                   U->shard * sizeof(float));
+        free(copy);
+    }
+    if (fault == FC_FAULT_STALE_GATHER && U->ag_prefetched) {
+        // a prefetched unit is computed on the previous gather's contents
+        if (!U->stale) {
+            U->stale = mallocCheck(U->padded * sizeof(float));
+            memcpy(U->stale, U->gathered, U->padded * sizeof(float));
+        } else {
+            float *fresh = U->gathered;
+            U->gathered = U->stale;
+            U->stale = fresh;
+        }
+    }
 }
 
 static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
@@ -184,6 +233,7 @@ static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
         free(U->ag_recv);
     }
     U->ag_recv = NULL;
+    inject_after_gather(f, u);
     mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * prec_bytes(pd));
     U->ag_send = NULL;
     U->ag_pending = 0;
@@ -202,7 +252,7 @@ static void ensure_gathered(fc_fsdp *f, int u, fc_phase ph) {
             size_t pb = prec_bytes(f->cfg.param_dtype);
             U->gathered = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->numel * sizeof(float), U->numel * pb);
             U->gathered_owned = 1;
-            for (size_t i = 0; i < U->numel; i++) U->gathered[i] = fc_round(f->cfg.param_dtype, U->param[i]);
+            for (size_t i = 0; i < U->numel; i++) U->gathered[i] = round_p(f, f->cfg.param_dtype, U->param[i]);
         }
         return;
     }
@@ -266,19 +316,25 @@ static void all_reduce_canonical(fc_fsdp *f, MPI_Comm comm, float *x, size_t n, 
     memcpy(padded, x, n * sizeof(float));
     void *send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     void *recv = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
-    pack(rd, padded, send, P);
+    pack(f, rd, padded, send, P);
     mpiCheck(MPI_Alltoall(send, (int)S, prec_type(rd), recv, (int)S, prec_type(rd), comm));
     float *acc = callocCheck(S, sizeof(float));
     for (size_t i = 0; i < S; i++) acc[i] = unpack1(rd, recv, i);
     for (int j = 1; j < G; j++)
-        for (size_t i = 0; i < S; i++) acc[i] = fc_round(rd, acc[i] + unpack1(rd, recv, (size_t)j * S + i));
-    pack(rd, acc, send, S);
+        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + unpack1(rd, recv, (size_t)j * S + i));
+    pack(f, rd, acc, send, S);
     mpiCheck(MPI_Allgather(send, (int)S, prec_type(rd), recv, (int)S, prec_type(rd), comm));
     for (size_t i = 0; i < n; i++) x[i] = unpack1(rd, recv, i);
     free(acc);
     free(padded);
     mem_free(f, send, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb);
     mem_free(f, recv, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb);
+}
+
+// The precision gradients are reduced in.
+static fc_prec reduce_prec(const fc_fsdp *f) {
+    if (f->cfg.inject == FC_FAULT_REDUCE_DTYPE_IGNORED) return f->cfg.param_dtype;
+    return f->cfg.reduce_dtype;
 }
 
 // Finishes the reduction in flight: rank-ordered sum of the exchanged chunks,
@@ -288,28 +344,36 @@ static void complete_reduce(fc_fsdp *f) {
     int u = f->rs_unit;
     if (u < 0) return;
     unit_state *U = &f->u[u];
-    fc_prec rd = f->cfg.reduce_dtype;
+    fc_prec rd = reduce_prec(f);
     size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
     int G = f->sharded ? f->F : f->W;
     mpiCheck(MPI_Wait(&f->rs_req, MPI_STATUS_IGNORE));
     float *acc = callocCheck(S, sizeof(float));  // this rank's chunk, summed in rank order
     for (size_t i = 0; i < S; i++) acc[i] = unpack1(rd, f->rs_recv, i);
     for (int j = 1; j < G; j++)
-        for (size_t i = 0; i < S; i++) acc[i] = fc_round(rd, acc[i] + unpack1(rd, f->rs_recv, (size_t)j * S + i));
+        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + unpack1(rd, f->rs_recv, (size_t)j * S + i));
     if (f->sharded) {
         log_ev(f, FC_OP_WAIT, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, 0, rd, FC_PHASE_BACKWARD, 0);
-        if (f->hybrid && f->R > 1) {
+        if (f->hybrid && f->R > 1 && f->cfg.inject != FC_FAULT_HSDP_NO_REPLICATE) {
             log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, S * rb, rd, FC_PHASE_BACKWARD, 0);
             all_reduce_canonical(f, f->replica, acc, S, rd);
             log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, 0, rd, FC_PHASE_BACKWARD, 0);
         }
-        for (size_t i = 0; i < U->own_valid; i++) U->grad[i] += fc_round(rd, acc[i] / f->post);
+        size_t n = f->cfg.inject == FC_FAULT_PADDING_LEAK ? S : U->own_valid;
+        for (size_t i = 0; i < n; i++) U->grad[i] += round_p(f, rd, acc[i] / f->post);
+        if (f->cfg.inject == FC_FAULT_AVG_TAIL)  // the last elements keep the undivided sum
+            for (size_t i = n > 3 ? n - 3 : 0; i < n; i++) U->grad[i] += acc[i] - round_p(f, rd, acc[i] / f->post);
     } else {
         // DDP: all-gather the summed chunks back into the whole gradient
-        pack(rd, acc, f->rs_send, S);
+        pack(f, rd, acc, f->rs_send, S);
         mpiCheck(MPI_Allgather(f->rs_send, (int)S, prec_type(rd), f->rs_recv, (int)S, prec_type(rd), f->world));
         log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_WORLD, 0, rd, FC_PHASE_BACKWARD, 0);
-        for (size_t i = 0; i < U->numel; i++) U->grad[i] += fc_round(rd, unpack1(rd, f->rs_recv, i) / f->post);
+        for (size_t i = 0; i < U->numel; i++) U->grad[i] += round_p(f, rd, unpack1(rd, f->rs_recv, i) / f->post);
+        if (f->cfg.inject == FC_FAULT_AVG_TAIL)
+            for (size_t i = U->numel > 3 ? U->numel - 3 : 0; i < U->numel; i++) {
+                float x = unpack1(rd, f->rs_recv, i);
+                U->grad[i] += x - round_p(f, rd, x / f->post);
+            }
     }
     if (f->cfg.cpu_offload)  // the reduced fp32 gradient shard goes to the host
         log_ev(f, FC_OP_D2H, FC_OP_D2H, u, -1, FC_GROUP_NONE, U->own_valid * sizeof(float), FC_PREC_FP32,
@@ -327,13 +391,15 @@ static void complete_reduce(fc_fsdp *f) {
 static void issue_reduce(fc_fsdp *f, int u) {
     complete_reduce(f);  // one reduction in flight at a time
     unit_state *U = &f->u[u];
-    fc_prec rd = f->cfg.reduce_dtype;
+    fc_prec rd = reduce_prec(f);
     size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
+    if (f->cfg.inject == FC_FAULT_PADDING_LEAK)  // padding is not zero on the way in
+        for (size_t i = U->numel; i < P; i++) U->full_grad[i] = 0.01f;
     f->rs_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     f->rs_recv = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     float *scaled = mallocCheck(P * sizeof(float));
-    for (size_t i = 0; i < P; i++) scaled[i] = fc_round(rd, fc_round(rd, U->full_grad[i]) / f->pre);
-    pack(rd, scaled, f->rs_send, P);
+    for (size_t i = 0; i < P; i++) scaled[i] = round_p(f, rd, round_p(f, rd, U->full_grad[i]) / f->pre);
+    pack(f, rd, scaled, f->rs_send, P);
     free(scaled);
     mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, P * prec_bytes(f->cfg.param_dtype));
     U->full_grad = NULL;
@@ -365,6 +431,16 @@ static void forward(fc_fsdp *f, const fc_batch *mb) {
     }
 }
 
+// Fault skip_root_reduce: the unit's gradient is divided as if reduced but
+// never communicated, so each rank keeps its local gradient.
+static void keep_local_gradient(fc_fsdp *f, int u) {
+    unit_state *U = &f->u[u];
+    size_t lo = f->sharded ? U->own_off : 0, n = f->sharded ? U->own_valid : U->numel;
+    for (size_t i = 0; i < n; i++) U->grad[i] += U->full_grad[lo + i] / f->pre / f->post;
+    mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * prec_bytes(f->cfg.param_dtype));
+    U->full_grad = NULL;
+}
+
 static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
     const fc_model *m = &f->m;
     float scale = 1.0f / (float)f->acts.NT / (float)f->cfg.grad_accum;
@@ -374,6 +450,8 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
         unit_state *U = &f->u[u];
         if (s == U->first_bwd) {
             ensure_gathered(f, u, FC_PHASE_BACKWARD);
+            if (U->full_grad && f->cfg.inject == FC_FAULT_NO_SYNC_OVERWRITE)
+                memset(U->full_grad, 0, U->padded * sizeof(float));  // drops earlier micro-batches
             if (!U->full_grad)  // survives across micro-batches under no_sync
                 U->full_grad = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * sizeof(float),
                                          U->padded * pb);
@@ -384,17 +462,32 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
         log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
         f->up[u] = U->gathered;
         f->ug[u] = U->full_grad;
+        // fault tied_untied: the embedding's gradient path into the tied wte is lost
+        size_t wte_n = m->cfg.kind == FC_MODEL_GPT2 ? m->params[0].numel : 0;
+        float *wte_saved = NULL;
+        if (f->cfg.inject == FC_FAULT_TIED_UNTIED && m->stages[s].kind == FC_STAGE_EMBED) {
+            wte_saved = mallocCheck(wte_n * sizeof(float));
+            memcpy(wte_saved, U->full_grad, wte_n * sizeof(float));
+        }
         fc_stage_backward(m, s, f->up, mb, &f->acts, f->ug, scale);
+        if (wte_saved) {
+            memcpy(U->full_grad, wte_saved, wte_n * sizeof(float));
+            free(wte_saved);
+        }
         f->up[u] = NULL;
         f->ug[u] = NULL;
         if (s == U->last_bwd) {
             // gradients are produced in param_dtype
-            if (f->cfg.param_dtype != FC_PREC_FP32) fc_round_buffer(f->cfg.param_dtype, U->full_grad, U->numel);
+            if (f->cfg.param_dtype != FC_PREC_FP32)
+                for (size_t i = 0; i < U->numel; i++) U->full_grad[i] = round_p(f, f->cfg.param_dtype, U->full_grad[i]);
             // BACKWARD_POST: after this gradient compute, before its reduction
             if (f->cfg.backward_prefetch == FC_PREFETCH_POST)
                 prefetch(f, next_backward_unit(f, s), FC_PHASE_BACKWARD);
             free_gathered(f, u, FC_PHASE_BACKWARD);
-            if (sync) issue_reduce(f, u);
+            if (sync && f->cfg.inject == FC_FAULT_SKIP_ROOT_REDUCE && u == m->root_unit)
+                keep_local_gradient(f, u);  // never reduced: each rank keeps its own
+            else if (sync)
+                issue_reduce(f, u);
         }
     }
     complete_reduce(f);
@@ -413,7 +506,10 @@ static double grad_norm(fc_fsdp *f) {
     for (int u = 0; u < f->m.n_units; u++) {
         const unit_state *U = &f->u[u];
         const float *g = f->sharded ? U->grad : U->grad + U->own_off;
-        for (size_t i = 0; i < U->own_valid; i++) {
+        size_t n = U->own_valid;
+        if (f->cfg.inject == FC_FAULT_PADDING_LEAK && f->sharded) n = U->shard;  // padding counted
+        if (f->cfg.inject == FC_FAULT_CLIP_DOUBLE_COUNT && !f->sharded) g = U->grad, n = U->numel;
+        for (size_t i = 0; i < n; i++) {
             double a = fabs((double)g[i]);
             if (t == FC_NORM_INF)
                 part = a > part ? a : part;
@@ -423,6 +519,7 @@ static double grad_norm(fc_fsdp *f) {
     }
     MPI_Comm comm = f->sharded ? f->shard : f->world;
     int G = f->sharded ? f->F : f->W;
+    if (f->cfg.inject == FC_FAULT_CLIP_DOUBLE_COUNT) comm = f->world, G = f->W;  // replicas counted again
     double *parts = mallocCheck((size_t)G * sizeof(double));
     log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, -1, -1, f->sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD,
            sizeof(double), FC_PREC_FP32, FC_PHASE_CLIP, 0);
@@ -430,6 +527,7 @@ static double grad_norm(fc_fsdp *f) {
     log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, -1, -1, f->sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD, 0,
            FC_PREC_FP32, FC_PHASE_CLIP, 0);
     double total = 0;
+    if (f->cfg.inject == FC_FAULT_CLIP_LOCAL_NORM) G = 1, parts[0] = part;  // this rank's shard only
     for (int j = 0; j < G; j++) {
         if (t == FC_NORM_INF)
             total = parts[j] > total ? parts[j] : total;
@@ -465,7 +563,8 @@ int fc_fsdp_step(fc_fsdp *f, fc_step_info *out, fc_error *e) {
     for (int u = 0; u < f->m.n_units; u++) memset(f->u[u].grad, 0, f->u[u].store * sizeof(float));
     // this rank's samples of the global batch: [r B/W, (r+1) B/W)
     int local = c->global_batch / f->W;
-    fc_data_fill(&f->batch, &c->model, c->seed, f->step, (int64_t)f->rank * local);
+    int data_rank = c->inject == FC_FAULT_DATA_OVERLAP && f->rank > 0 ? f->rank - 1 : f->rank;
+    fc_data_fill(&f->batch, &c->model, c->seed, f->step, (int64_t)data_rank * local);
     double loss = 0;
     for (int k = 0; k < c->grad_accum; k++) {
         f->log.micro = k;
@@ -549,6 +648,8 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
         f->pre = 1.0f, f->post = (float)W;
         break;
     }
+    if (cfg->inject == FC_FAULT_NO_DIVIDE) f->pre = f->post = 1.0f;  // summed, not averaged
+    if (cfg->inject == FC_FAULT_DIVIDE_TWICE) f->post *= f->pre;   // pre applied again at the end
     fc_model_build(&f->m, &cfg->model);
     const fc_model *m = &f->m;
     f->n_state = fc_optim_state_names(&cfg->optim, f->state_names);
@@ -662,6 +763,7 @@ void fc_fsdp_destroy(fc_fsdp *f) {
             free(U->ag_send);
             if (U->gathered_owned) free(U->gathered);
             free(U->full_grad);
+            free(U->stale);
             free(U->param);
             free(U->grad);
             free(U->state[0]);

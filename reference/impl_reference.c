@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_reference.h"
 #include "fsdp.h"
 #include "local.h"
 #include "mpicheck.h"
@@ -13,11 +14,13 @@ struct fc_impl {
     fc_local local;      // strategy local
     int is_local;
     fc_comm_log empty;   // local communicates nothing
+    fc_run_config cfg;   // what it was created with (checkpoints record it)
 };
 
 static fc_impl *ref_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_impl *im = callocCheck(1, sizeof *im);
     fc_log_init(&im->empty);
+    im->cfg = *cfg;
     if (cfg->strategy == FC_STRATEGY_LOCAL) {
         int W;
         mpiCheck(MPI_Comm_size(comm, &W));
@@ -62,6 +65,20 @@ static int ref_export(fc_impl *im, fc_export what, float *dst, int root, fc_erro
     return 0;
 }
 
+static int ref_save(fc_impl *im, const char *dir, fc_state_dict kind, fc_error *e) {
+    if (im->is_local) return fc_local_ckpt_save(&im->local, dir, kind, e);
+    return fc_fsdp_ckpt_save(im->fsdp, &im->cfg, dir, kind, e);
+}
+
+static int ref_load(fc_impl *im, const char *dir, fc_error *e) {
+    if (im->is_local) return fc_local_ckpt_load(&im->local, dir, e);
+    return fc_fsdp_ckpt_load(im->fsdp, &im->cfg, dir, e);
+}
+
+static long ref_steps_done(const fc_impl *im) {
+    return im->is_local ? im->local.step : fc_fsdp_steps(im->fsdp);
+}
+
 static const fc_comm_log *ref_log(const fc_impl *im) {
     return im->is_local ? &im->empty : fc_fsdp_log(im->fsdp);
 }
@@ -89,6 +106,9 @@ static const fc_impl_ops REFERENCE = {
     .create = ref_create,
     .step = ref_step,
     .export_full = ref_export,
+    .save = ref_save,
+    .load = ref_load,
+    .steps_done = ref_steps_done,
     .comm_log = ref_log,
     .memory = ref_memory,
     .destroy = ref_destroy,

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "mpicheck.h"
-#include "optim.h"
 
 int mt_errs = 0;
 
@@ -47,66 +46,12 @@ fc_run_config mt_config(const char *model, fc_strategy s, int W, int steps) {
 }
 
 int mt_run(const fc_run_config *cfg, MPI_Comm comm, mt_result *r) {
-    memset(r, 0, sizeof *r);
-    const fc_impl_ops *ops = fc_reference_impl();
-    fc_error e;
-    fc_impl *im = ops->create(cfg, comm, &e);
-    if (!im) {
-        MT_CHECK(0, "create failed: %s", e.msg);
-        return -1;
-    }
-    int rank;
-    mpiCheck(MPI_Comm_rank(comm, &rank));
-    fc_model m;
-    fc_model_build(&m, &cfg->model);
-    r->numel = m.numel;
-    r->steps = cfg->steps;
-    const char *names[2];
-    r->n_state = fc_optim_state_names(&cfg->optim, names);
-    r->loss = callocCheck((size_t)cfg->steps, sizeof(float));
-    r->norm = callocCheck((size_t)cfg->steps, sizeof(double));
-    for (int t = 0; t < cfg->steps; t++) {
-        fc_step_info info;
-        if (ops->step(im, &info, &e)) {
-            MT_CHECK(0, "step %d failed: %s", t, e.msg);
-            break;
-        }
-        r->loss[t] = info.loss;
-        r->norm[t] = info.grad_norm;
-    }
-    if (rank == 0) {
-        r->params = callocCheck(m.numel, sizeof(float));
-        r->grads = callocCheck(m.numel, sizeof(float));
-        for (int i = 0; i < r->n_state; i++) r->state[i] = callocCheck(m.numel, sizeof(float));
-    }
-    if (ops->export_full(im, FC_EXPORT_PARAMS, r->params, 0, &e) ||
-        ops->export_full(im, FC_EXPORT_GRADS, r->grads, 0, &e))
-        MT_CHECK(0, "export failed: %s", e.msg);
-    for (int i = 0; i < r->n_state; i++)
-        if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, r->state[i], 0, &e))
-            MT_CHECK(0, "export failed: %s", e.msg);
-    const fc_comm_log *log = ops->comm_log(im);
-    fc_log_init(&r->log);
-    for (size_t i = 0; i < log->n; i++) {
-        fc_log_add(&r->log, log->ev[i]);
-        r->log.ev[i] = log->ev[i];  // keep the original step/micro/order
-    }
-    ops->memory(im, &r->mem);
-    ops->destroy(im);
-    fc_model_free(&m);
-    return 0;
+    fc_runner_run(fc_reference_impl(), cfg, comm, r);
+    MT_CHECK(r->ok, "run failed: %s", r->error);
+    return r->ok ? 0 : -1;
 }
 
-void mt_result_free(mt_result *r) {
-    free(r->params);
-    free(r->grads);
-    free(r->state[0]);
-    free(r->state[1]);
-    free(r->loss);
-    free(r->norm);
-    fc_log_free(&r->log);
-    memset(r, 0, sizeof *r);
-}
+void mt_result_free(mt_result *r) { fc_runner_free(r); }
 
 size_t mt_compare(const char *what, const fc_model *m, const float *a, const float *b, int bitwise,
                   double rtol, double atol) {

@@ -12,6 +12,7 @@
 #include "config.h"
 #include "impl.h"
 #include "model.h"
+#include "runner.h"
 
 extern int mt_errs;
 int mt_rank(void);
@@ -33,20 +34,12 @@ int mt_rank(void);
 void mt_init(int *argc, char ***argv);
 int mt_finalize(void);
 
-// What one run of an implementation produced. Full tensors are valid on rank
-// 0 of the run's communicator only.
-typedef struct {
-    size_t numel;
-    int steps, n_state;
-    float *params, *grads, *state[2];  // after the last step
-    float *loss;                       // [steps]
-    double *norm;                      // [steps]
-    fc_comm_log log;                   // this rank's comm log (copied)
-    fc_mem_stats mem;                  // this rank's memory figures
-} mt_result;
+// What one run produced (oracle/runner.h): full tensors on rank 0 of the
+// run's communicator.
+typedef fc_run_result mt_result;
 
-// Runs cfg on comm (collective over comm; ranks outside comm must not call).
-// Any failure to create or step is counted as an error and leaves r zeroed.
+// Runs cfg on comm with the reference (collective over comm; ranks outside
+// comm must not call). A failure to create or step counts as an error.
 int mt_run(const fc_run_config *cfg, MPI_Comm comm, mt_result *r);
 void mt_result_free(mt_result *r);
 

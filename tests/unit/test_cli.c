@@ -606,10 +606,15 @@ Test(cli, misuse_shard_group_does_not_divide) {
 Test(cli, misuse_param_dtype_bad_value) {
     MISUSE("fp8", "fp32, bf16 or fp16", "run", "--strategy", "no_shard", "--param-dtype", "fp8");
 }
-Test(cli, misuse_save_not_available) { MISUSE("--save", "this build", "run", "--save", "/tmp/x"); }
-Test(cli, misuse_inject_not_available) { MISUSE("--inject", "this build", "run", "--inject", "no_divide"); }
+Test(cli, misuse_save_at_after_last_step) {
+    MISUSE("--save-at", "last step", "run", "--steps", "2", "--save", "/tmp/x", "--save-at", "3");
+}
+Test(cli, misuse_inject_with_local) { MISUSE("--inject", "ground truth", "run", "--inject", "no_divide"); }
+Test(cli, misuse_inject_unknown) {
+    MISUSE("bogus_fault", "unknown fault", "run", "--strategy", "full_shard", "--inject", "bogus_fault");
+}
 Test(cli, misuse_value_for_switch) { MISUSE("--quiet", "no value", "run", "--quiet=1"); }
-Test(cli, misuse_subcommand_not_built) { MISUSE("compare", "this build", "compare", "a", "b"); }
+Test(cli, misuse_compare_missing_trace) { MISUSE("a", "trace", "compare", "a", "b"); }
 
 Test(cli, misuse_trace_under_regular_file) {
     const char *work = tmp_path("work");

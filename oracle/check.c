@@ -1,0 +1,149 @@
+// oracle/check.c — `mpiexec -n W fsdpcheck check --impl X [--against reference] [run flags]`.
+//
+// Runs the implementation under test and the one it is checked against in one
+// MPI job, on the same communicator and config, one step at a time; after
+// every step both export their full gradients, parameters and optimizer state
+// to rank 0, where the comparison engine (compare.h) judges them under the
+// tolerance policy. The first failing step stops the run and prints the
+// report: the per-tensor errors and the first divergence (step, tensor,
+// element, both values, and the rank that owns it under the tested layout).
+// --inject applies to the tested implementation only.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "compare.h"
+#include "mpicheck.h"
+#include "optim.h"
+#include "runner.h"
+
+static _Noreturn void die_all(int rank, const char *msg) {
+    MPI_Finalize();
+    if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
+    exit(FC_EXIT_USAGE);
+}
+
+// Full tensors of one implementation after a step, on rank 0.
+typedef struct {
+    float *params, *grads, *state[2];
+} full_set;
+
+static void export_all(const fc_impl_ops *ops, fc_impl *im, int n_state, full_set *s, int rank) {
+    fc_error e;
+    if (ops->export_full(im, FC_EXPORT_PARAMS, s->params, 0, &e) ||
+        ops->export_full(im, FC_EXPORT_GRADS, s->grads, 0, &e))
+        die_all(rank, e.msg);
+    for (int i = 0; i < n_state; i++)
+        if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, s->state[i], 0, &e)) die_all(rank, e.msg);
+}
+
+int fc_cmd_check(int argc, char **argv) {
+    mpiCheck(MPI_Init(NULL, NULL));
+    int rank, W;
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &W));
+    // check's own flags; the rest are run flags
+    const char *impl = NULL, *against = "reference";
+    int bitwise = 0;
+    char **rest = callocCheck((size_t)argc + 1, sizeof *rest);
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--impl") && i + 1 < argc)
+            impl = argv[++i];
+        else if (!strcmp(argv[i], "--against") && i + 1 < argc)
+            against = argv[++i];
+        else if (!strcmp(argv[i], "--bitwise"))
+            bitwise = 1;
+        else
+            rest[n++] = argv[i];
+    }
+    if (!impl) die_all(rank, "check: --impl X is required (reference, or a port's PATH.so)");
+    fc_run_args a;
+    fc_error e;
+    int rc = fc_cli_parse_run(n, rest, &a, &e);
+    free(rest);
+    if (rc == 1) die_all(rank, "check: see fsdpcheck run --help for the config flags");
+    if (rc) die_all(rank, e.msg);
+    if (fc_run_config_validate_world(&a.cfg, W, &e)) die_all(rank, e.msg);
+    const fc_impl_ops *tested = fc_impl_resolve(impl, &e);
+    if (!tested) die_all(rank, e.msg);
+    const fc_impl_ops *expected = fc_impl_resolve(against, &e);
+    if (!expected) die_all(rank, e.msg);
+
+    fc_run_config tcfg = a.cfg, ecfg = a.cfg;
+    ecfg.inject = FC_FAULT_NONE;
+    fc_impl *ti = tested->create(&tcfg, MPI_COMM_WORLD, &e);
+    if (!ti) die_all(rank, e.msg);
+    fc_impl *ei = expected->create(&ecfg, MPI_COMM_WORLD, &e);
+    if (!ei) die_all(rank, e.msg);
+
+    fc_model m;
+    fc_model_build(&m, &a.cfg.model);
+    const char *names[2];
+    int n_state = fc_optim_state_names(&a.cfg.optim, names);
+    full_set ts = {0}, es = {0};
+    if (rank == 0) {
+        full_set *sets[2] = {&ts, &es};
+        for (int k = 0; k < 2; k++) {
+            sets[k]->params = mallocCheck(m.numel * sizeof(float));
+            sets[k]->grads = mallocCheck(m.numel * sizeof(float));
+            for (int i = 0; i < n_state; i++) sets[k]->state[i] = mallocCheck(m.numel * sizeof(float));
+        }
+    }
+    fc_cmp_policy policy;
+    fc_cmp_policy_defaults(&policy, fc_cmp_precision(&ecfg, &tcfg));
+    if (bitwise) fc_cmp_policy_bitwise(&policy);
+    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W};
+    if (rank == 0)
+        printf("fsdpcheck check: %s against %s, model %s, strategy %s, W=%d, %d steps\n", tested->name,
+               expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy), W, a.cfg.steps);
+    int verdict = FC_EXIT_PASS;
+    for (int t = 0; t < a.cfg.steps && verdict == FC_EXIT_PASS; t++) {
+        fc_step_info ti_info, ei_info;
+        if (tested->step(ti, &ti_info, &e) || expected->step(ei, &ei_info, &e)) die_all(rank, e.msg);
+        export_all(tested, ti, n_state, &ts, rank);
+        export_all(expected, ei, n_state, &es, rank);
+        if (rank == 0) {
+            fc_trace_step sa = {.step = t, .loss = ei_info.loss, .grads = es.grads, .params = es.params,
+                                .n_state = n_state};
+            fc_trace_step sb = {.step = t, .loss = ti_info.loss, .grads = ts.grads, .params = ts.params,
+                                .n_state = n_state};
+            for (int i = 0; i < n_state; i++) {
+                sa.state_names[i] = sb.state_names[i] = names[i];
+                sa.state[i] = es.state[i];
+                sb.state[i] = ts.state[i];
+            }
+            fc_cmp_result r;
+            fc_cmp_result_init(&r, t);
+            fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &r);
+            printf("step %d: loss %.6f vs %.6f  %s\n", t, (double)ti_info.loss, (double)ei_info.loss,
+                   r.pass ? "pass" : "FAIL");
+            if (!r.pass) {
+                fc_cmp_print_policy(stdout, &policy);
+                fc_cmp_print_header(stdout);
+                fc_cmp_print_rows(stdout, &r);
+                fc_cmp_print_divergence(stdout, &r.first);
+                verdict = FC_EXIT_FAIL;
+            }
+            fc_cmp_result_free(&r);
+        }
+        mpiCheck(MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD));  // stop together
+    }
+    if (rank == 0) {
+        printf("fsdpcheck check: %s\n", verdict == FC_EXIT_PASS ? "pass" : "FAIL (stopped at the first failing step)");
+        fflush(stdout);
+    }
+    tested->destroy(ti);
+    expected->destroy(ei);
+    full_set *sets[2] = {&ts, &es};
+    for (int k = 0; k < 2; k++) {
+        free(sets[k]->params);
+        free(sets[k]->grads);
+        free(sets[k]->state[0]);
+        free(sets[k]->state[1]);
+    }
+    fc_model_free(&m);
+    MPI_Finalize();
+    return verdict;
+}

@@ -1,0 +1,125 @@
+// oracle/runner.c — see runner.h.
+#include "runner.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "mpicheck.h"
+#include "optim.h"
+
+void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {
+    memset(r, 0, sizeof *r);
+    fc_log_init(&r->log);
+    fc_error e;
+    int rank;
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    fc_impl *im = ops->create(cfg, comm, &e);
+    if (!im) {
+        snprintf(r->error, sizeof r->error, "create: %s", e.msg);
+        return;
+    }
+    fc_model m;
+    fc_model_build(&m, &cfg->model);
+    const char *names[2];
+    r->numel = m.numel;
+    r->steps = cfg->steps;
+    r->n_state = fc_optim_state_names(&cfg->optim, names);
+    r->loss = callocCheck((size_t)cfg->steps, sizeof(float));
+    r->norm = callocCheck((size_t)cfg->steps, sizeof(double));
+    r->ok = 1;
+    for (int t = 0; t < cfg->steps && r->ok; t++) {
+        fc_step_info info;
+        if (ops->step(im, &info, &e)) {
+            snprintf(r->error, sizeof r->error, "step %d: %s", t, e.msg);
+            r->ok = 0;
+            break;
+        }
+        r->loss[t] = info.loss;
+        r->norm[t] = info.grad_norm;
+    }
+    if (rank == 0) {
+        r->params = callocCheck(m.numel, sizeof(float));
+        r->grads = callocCheck(m.numel, sizeof(float));
+        for (int i = 0; i < r->n_state; i++) r->state[i] = callocCheck(m.numel, sizeof(float));
+    }
+    if (r->ok && (ops->export_full(im, FC_EXPORT_PARAMS, r->params, 0, &e) ||
+                  ops->export_full(im, FC_EXPORT_GRADS, r->grads, 0, &e))) {
+        snprintf(r->error, sizeof r->error, "export: %s", e.msg);
+        r->ok = 0;
+    }
+    for (int i = 0; r->ok && i < r->n_state; i++)
+        if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, r->state[i], 0, &e)) {
+            snprintf(r->error, sizeof r->error, "export: %s", e.msg);
+            r->ok = 0;
+        }
+    const fc_comm_log *log = ops->comm_log(im);
+    for (size_t i = 0; i < log->n; i++) {
+        fc_log_add(&r->log, log->ev[i]);
+        r->log.ev[i] = log->ev[i];  // keep the implementation's step/micro/order
+    }
+    ops->memory(im, &r->mem);
+    ops->destroy(im);
+    fc_model_free(&m);
+}
+
+void fc_runner_free(fc_run_result *r) {
+    free(r->params);
+    free(r->grads);
+    free(r->state[0]);
+    free(r->state[1]);
+    free(r->loss);
+    free(r->norm);
+    fc_log_free(&r->log);
+    memset(r, 0, sizeof *r);
+}
+
+void fc_sleepy_barrier(MPI_Comm comm) {
+    MPI_Request req;
+    mpiCheck(MPI_Ibarrier(comm, &req));
+    for (;;) {
+        int done = 0;
+        mpiCheck(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done) return;
+        struct timespec ts = {0, 100000};  // 0.1 ms
+        nanosleep(&ts, NULL);
+    }
+}
+
+const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e) {
+    if (!impl[0] || strcmp(impl, "reference") == 0) return fc_reference_impl();
+    if (strcmp(impl, "cuda") == 0) {
+        fc_fail(e, "--impl cuda: the CUDA implementation is not in this build (load a port with --impl PATH.so)");
+        return NULL;
+    }
+    if (!strchr(impl, '/')) {
+        fc_fail(e, "--impl %s: not 'reference' and not a path to a shared library (use ./%s)", impl, impl);
+        return NULL;
+    }
+    void *h = dlopen(impl, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fc_fail(e, "--impl %s: cannot load: %s", impl, dlerror());
+        return NULL;
+    }
+    fc_impl_entry entry;
+    *(void **)&entry = dlsym(h, FC_IMPL_ENTRY);  // POSIX: function pointers via void *
+    if (!entry) {
+        fc_fail(e, "--impl %s: no entry point %s()", impl, FC_IMPL_ENTRY);
+        dlclose(h);
+        return NULL;
+    }
+    const fc_impl_ops *ops = entry();
+    if (!ops || ops->abi_version != FC_IMPL_ABI_VERSION) {
+        fc_fail(e, "--impl %s: contract version %d, this fsdpcheck speaks %d", impl, ops ? ops->abi_version : -1,
+                FC_IMPL_ABI_VERSION);
+        dlclose(h);
+        return NULL;
+    }
+    if (!ops->create || !ops->step || !ops->export_full || !ops->comm_log || !ops->memory || !ops->destroy) {
+        fc_fail(e, "--impl %s: the operations table lacks a required function", impl);
+        dlclose(h);
+        return NULL;
+    }
+    return ops;  // the library stays loaded for the life of the process
+}

@@ -1,0 +1,37 @@
+// oracle/runner.h — runs an implementation through the contract and keeps
+// what the properties compare. Shared by `sweep`, `check` and the MPI tests.
+#ifndef FC_RUNNER_H
+#define FC_RUNNER_H
+
+#include <mpi.h>
+
+#include "impl.h"
+
+// What one run produced. Full tensors are valid on rank 0 of the run's
+// communicator only (NULL elsewhere).
+typedef struct {
+    int ok;                            // 1 when create and every step succeeded
+    char error[600];                   // else why not
+    size_t numel;
+    int steps, n_state;
+    float *params, *grads, *state[2];  // after the last step
+    float *loss;                       // [steps] global mean loss per step
+    double *norm;                      // [steps] total gradient norm per step
+    fc_comm_log log;                   // this rank's comm log
+    fc_mem_stats mem;                  // this rank's memory figures
+} fc_run_result;
+
+// Runs cfg->steps steps of `ops` on comm (collective over comm).
+void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r);
+void fc_runner_free(fc_run_result *r);
+
+// Waits for every rank of comm without spinning: ranks that have nothing to
+// do (outside a sub-communicator, or while rank 0 computes alone) must not
+// steal the cores from those that work, as MPICH's busy-polling would.
+void fc_sleepy_barrier(MPI_Comm comm);
+
+// The implementation named by --impl: "reference" (built in) or a path to a
+// shared library exporting FC_IMPL_ENTRY with the same FC_IMPL_ABI_VERSION.
+const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e);
+
+#endif

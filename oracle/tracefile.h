@@ -1,0 +1,64 @@
+// oracle/tracefile.h — reads and validates a trace written by `run --trace DIR`
+// (DESIGN §6; the writer is trace.h). `compare` trusts nothing in a trace
+// directory before this file has checked it:
+//
+//   trace.json     format "fsdpcheck-trace", version 1, implementation, world
+//                  size, first step, step count, the full run config (parsed
+//                  and validated by fc_run_config_from_json, then against the
+//                  world size) and the unit layout, which must be exactly the
+//                  layout the model registry (core/model.h) builds from that config;
+//   init.safetensors       exactly the model's parameters, F32, registry shapes;
+//   step-NNNNNN.safetensors for every listed step, holding exactly loss, batch.input,
+//                  batch.target, grad.<name>, param.<name> and optim.<state>.<name>
+//                  for the config's optimizer, each with the dtype and shape the
+//                  config implies; and no step file outside the listed steps.
+//
+// A directory that fails any of these (no trace.json because the run died, a
+// missing or extra step file, a missing, extra or mis-shaped tensor) is refused
+// with one line in fc_error that names the file and the problem.
+#ifndef FC_TRACEFILE_H
+#define FC_TRACEFILE_H
+
+#include <stddef.h>
+
+#include "check.h"
+#include "config.h"
+#include "data.h"
+#include "model.h"
+#include "safetensors.h"
+#include "trace.h"
+
+typedef struct {
+    char dir[1024];
+    char impl[256];          // "implementation"
+    int world_size;
+    long first_step, steps;  // the trace holds steps first_step .. first_step+steps-1
+    fc_run_config cfg;
+    fc_model model;          // the registry of cfg.model: names, shapes, units
+    int n_state;             // optimizer states in every step file (0..2)
+    const char *state_names[2];
+} fc_trace;
+
+// Parses and validates trace.json text (len bytes; need not be NUL-terminated)
+// without touching the file system. `where` names the source in messages. On
+// success t holds a built model (release with fc_trace_close); on failure t
+// holds nothing that needs releasing.
+int fc_trace_parse(const char *text, size_t len, const char *where, fc_trace *t, fc_error *e);
+
+// Opens a trace directory: parses trace.json, then validates the header of
+// init.safetensors and of every step file (only headers are read).
+int fc_trace_open(const char *dir, fc_trace *t, fc_error *e);
+void fc_trace_close(fc_trace *t);
+
+// Opens step `step`'s file and validates its tensor set against the registry.
+int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e);
+
+// Readers for an open, validated step file.
+int fc_trace_read_loss(fc_st_file *f, float *loss, fc_error *e);
+// Allocates b (fc_batch_free releases it) and fills it with the global batch.
+int fc_trace_read_batch(const fc_trace *t, fc_st_file *f, fc_batch *b, fc_error *e);
+// Reads one full tensor set into dst[model.numel] in model layout: prefix is
+// "grad", "param" or "optim.<state>" (tensors "<prefix>.<name>").
+int fc_trace_read_set(const fc_trace *t, fc_st_file *f, const char *prefix, float *dst, fc_error *e);
+
+#endif

@@ -1,0 +1,803 @@
+// tests/unit/test_checkpoint_files.c — checkpoints (DESIGN §6), single process:
+// the core reader/writer in-process (core/checkpoint.h), and the fsdpcheck
+// binary run as a user runs it (fork + execv of FC_FSDPCHECK_BIN, the
+// environment variable of the same name overrides it; strategy local, so no
+// mpiexec is needed and no MPI runs inside Criterion).
+//
+//  - the files: model.safetensors with Hugging Face names, F32, the tied
+//    head not repeated, {"format": "pt"}; config.json; optimizer.safetensors
+//    with every state and the step; the manifest with every key, each file's
+//    size and SHA-256 (checked against OpenSSL's test vector and the files);
+//  - a resumed run writes the uninterrupted run's step files byte for byte,
+//    with global step numbers, from FULL and SHARDED checkpoints;
+//  - every file corrupted (a flipped byte), truncated, or missing, and the
+//    manifest missing or broken in many ways: `ckpt verify` and `run --load`
+//    exit 2 with one line on stderr naming the file and the problem, and
+//    the run writes nothing;
+//  - incompatible checkpoints (another model, another optimizer) are refused;
+//  - `ckpt convert` full <-> sharded round trips byte for byte;
+//  - reading a range reads only that range's bytes.
+#include <criterion/criterion.h>
+
+#include <cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "config.h"
+#include "model.h"
+#include "safetensors.h"
+
+#define RUN_TIMEOUT_S 60
+
+// ----------------------------------------------------------------------------
+// process runner: exit code, stdout and stderr captured
+
+typedef struct {
+    int code;  // exit status, -1 if killed by a signal
+    int signal;
+    char *out, *err;
+    size_t out_len, err_len;
+    char cmd[2048];
+} result;
+
+static const char *binary(void) {
+    const char *b = getenv("FC_FSDPCHECK_BIN");
+    return b && *b ? b : FC_FSDPCHECK_BIN;
+}
+
+static void append(char **buf, size_t *len, const char *src, size_t n) {
+    *buf = realloc(*buf, *len + n + 1);
+    cr_assert_not_null(*buf);
+    memcpy(*buf + *len, src, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+static void result_free(result *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+static int run_in(const char *cwd, const char *const *args, result *r) {
+    memset(r, 0, sizeof *r);
+    r->out = calloc(1, 1);
+    r->err = calloc(1, 1);
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = binary();
+    size_t used = (size_t)snprintf(r->cmd, sizeof r->cmd, "fsdpcheck");
+    for (; args[n - 1]; n++) {
+        cr_assert_lt(n, 63);
+        argv[n] = args[n - 1];
+        if (used < sizeof r->cmd) used += (size_t)snprintf(r->cmd + used, sizeof r->cmd - used, " %s", args[n - 1]);
+    }
+    argv[n] = NULL;
+    int po[2], pe[2];
+    cr_assert_eq(pipe(po), 0);
+    cr_assert_eq(pipe(pe), 0);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0 || dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0) _exit(126);
+        close(in), close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
+        if (cwd && chdir(cwd) != 0) _exit(126);
+        setenv("HWLOC_COMPONENTS", "-pci,-x86", 0);  // as ctest runs MPI programs
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(po[1]);
+    close(pe[1]);
+    struct pollfd fds[2] = {{.fd = po[0], .events = POLLIN}, {.fd = pe[0], .events = POLLIN}};
+    int open_fds = 2, timed_out = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (open_fds > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double left = RUN_TIMEOUT_S - (double)(t1.tv_sec - t0.tv_sec);
+        if (left <= 0) {
+            timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        if (poll(fds, 2, 1000) < 0 && errno != EINTR) cr_assert_fail("poll: %s", strerror(errno));
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            char buf[4096];
+            ssize_t k = read(fds[i].fd, buf, sizeof buf);
+            if (k > 0) {
+                if (i == 0) append(&r->out, &r->out_len, buf, (size_t)k);
+                else append(&r->err, &r->err_len, buf, (size_t)k);
+            } else if (k == 0 || errno != EINTR) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0) close(fds[i].fd);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) cr_assert_fail("waitpid: %s", strerror(errno));
+    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    cr_assert_not(timed_out, "%s: killed after %d s", r->cmd, RUN_TIMEOUT_S);
+    cr_assert_neq(r->code, 127, "%s: could not exec %s", r->cmd, binary());
+    return r->code;
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+// ----------------------------------------------------------------------------
+// temporary directory and files
+
+static char g_tmp[256];
+
+static void remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(path);
+        if (d) {
+            struct dirent *ent;
+            while ((ent = readdir(d))) {
+                if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+                char p[2048];
+                snprintf(p, sizeof p, "%s/%s", path, ent->d_name);
+                remove_tree(p);
+            }
+            closedir(d);
+        }
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+static void setup(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/fc_test_ckpt_XXXXXX", base && *base ? base : "/tmp");
+    cr_assert_not_null(mkdtemp(g_tmp), "mkdtemp: %s", strerror(errno));
+}
+
+static void teardown(void) {
+    if (g_tmp[0]) remove_tree(g_tmp);
+    g_tmp[0] = '\0';
+}
+
+TestSuite(ckpt, .init = setup, .fini = teardown, .timeout = 300);
+
+static const char *tmp_path(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *tmp_path(const char *fmt, ...) {
+    static char bufs[16][1024];
+    static int next;
+    char *b = bufs[next++ % 16];
+    int k = snprintf(b, 1024, "%s/", g_tmp);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b + k, (size_t)(1024 - k), fmt, ap);
+    va_end(ap);
+    return b;
+}
+
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s: %s", path, strerror(errno));
+    unsigned char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 65536;
+            buf = realloc(buf, cap + 1);
+            cr_assert_not_null(buf);
+        }
+        size_t k = fread(buf + n, 1, cap - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static void write_all(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot create %s: %s", path, strerror(errno));
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static int same_bytes(const char *a, const char *b) {
+    size_t na, nb;
+    unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
+    int same = na == nb && memcmp(x, y, na) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+// The names in dir, sorted, space-separated.
+static void listing(const char *dir, char *out, size_t cap) {
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d, "cannot open %s", dir);
+    char *names[256];
+    int n = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d)))
+        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) names[n++] = strdup(ent->d_name);
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], cmp_str);
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s", i ? " " : "", names[i]);
+        free(names[i]);
+    }
+}
+
+static void expect_listing(const char *dir, const char *want) {
+    char got[8192];
+    listing(dir, got, sizeof got);
+    cr_expect_str_eq(got, want, "%s holds [%s], want [%s]", dir, got, want);
+}
+
+static void copy_dir(const char *src, const char *dst) {
+    cr_assert_eq(mkdir(dst, 0777), 0, "mkdir %s: %s", dst, strerror(errno));
+    DIR *d = opendir(src);
+    cr_assert_not_null(d);
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+        char a[2048], b[2048];
+        snprintf(a, sizeof a, "%s/%s", src, ent->d_name);
+        snprintf(b, sizeof b, "%s/%s", dst, ent->d_name);
+        size_t n;
+        unsigned char *data = read_all(a, &n);
+        write_all(b, data, n);
+        free(data);
+    }
+    closedir(d);
+}
+
+static cJSON *load_json(const char *path) {
+    size_t n;
+    unsigned char *text = read_all(path, &n);
+    cJSON *j = cJSON_ParseWithLength((const char *)text, n);
+    cr_assert_not_null(j, "%s is not JSON", path);
+    free(text);
+    return j;
+}
+
+// ----------------------------------------------------------------------------
+// expectations
+
+static void expect_ok(const result *r) {
+    cr_assert_eq(r->code, 0, "%s: exit %d (signal %d); stderr:\n%s", r->cmd, r->code, r->signal, r->err);
+}
+
+static int count_lines(const char *s, size_t n) {
+    int k = 0;
+    for (size_t i = 0; i < n; i++) k += s[i] == '\n';
+    return k;
+}
+
+// exit 2, nothing on stdout, one "fsdpcheck: " line on stderr holding each
+// of the given substrings (NULL-terminated)
+static void expect_refused(const result *r, const char *const *want) {
+    cr_expect_eq(r->code, 2, "%s: exit %d (signal %d), want 2; stderr:\n%s", r->cmd, r->code, r->signal, r->err);
+    cr_expect_eq(r->out_len, 0, "%s: printed on stdout:\n%s", r->cmd, r->out);
+    cr_expect(count_lines(r->err, r->err_len) == 1 && r->err_len && r->err[r->err_len - 1] == '\n',
+              "%s: stderr must be one line:\n%s", r->cmd, r->err);
+    cr_expect(strncmp(r->err, "fsdpcheck: ", 11) == 0, "%s: stderr does not start with 'fsdpcheck: ':\n%s", r->cmd,
+              r->err);
+    for (int i = 0; want[i]; i++)
+        cr_expect_not_null(strstr(r->err, want[i]), "%s: stderr does not say '%s':\n%s", r->cmd, want[i], r->err);
+}
+#define REFUSED(r, ...) expect_refused((r), ARGS(__VA_ARGS__))
+
+// A checkpoint of mlp-tiny (or gpt2-tiny) from `local` after `steps` steps.
+static const char *make_ckpt(const char *name, const char *model, const char *kind, const char *steps,
+                             const char *optimizer) {
+    const char *dir = tmp_path("%s", name);
+    result r;
+    run_in(NULL, ARGS("run", "--quiet", "--model", model, "--optimizer", optimizer, "--steps", steps, "--save", dir,
+                      "--state-dict", kind),
+           &r);
+    expect_ok(&r);
+    result_free(&r);
+    return dir;
+}
+
+// `ckpt verify DIR` and `run --load DIR` (with --trace into an empty work
+// directory, which must stay empty) must both refuse with these words.
+static void expect_both_refuse(const char *dir, const char *model, const char *const *want) {
+    result r;
+    run_in(NULL, ARGS("ckpt", "verify", dir), &r);
+    expect_refused(&r, want);
+    result_free(&r);
+    const char *work = tmp_path("work");
+    remove_tree(work);
+    cr_assert_eq(mkdir(work, 0777), 0);
+    run_in(work, ARGS("run", "--quiet", "--model", model, "--steps", "1", "--load", dir, "--trace", "trace", "--save",
+                      "saved"),
+           &r);
+    expect_refused(&r, want);
+    expect_listing(work, "");  // nothing half-written
+    result_free(&r);
+}
+
+// ----------------------------------------------------------------------------
+// 1. the files
+
+Test(ckpt, sha256_is_openssl_sha256) {
+    // FIPS 180-2 test vector
+    char hex[65];
+    fc_sha256_mem("abc", 3, hex);
+    cr_expect_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    fc_sha256_mem("", 0, hex);
+    cr_expect_str_eq(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+Test(ckpt, full_checkpoint_files) {
+    const char *dir = make_ckpt("ck", "gpt2-tiny", "full", "3", "adamw");
+    expect_listing(dir, "config.json fsdpcheck.json model.safetensors optimizer.safetensors");
+    fc_model_config mc;
+    fc_error e;
+    cr_assert_eq(fc_model_config_load("gpt2-tiny", &mc, &e), 0);
+    fc_model m;
+    fc_model_build(&m, &mc);
+    // model.safetensors: Hugging Face names, F32, no lm_head, format pt
+    fc_st_file f;
+    cr_assert_eq(fc_st_open(tmp_path("ck/model.safetensors"), &f, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(fc_st_meta(&f, "format"), "pt");
+    cr_expect_eq(f.n_tensors, m.n_params, "model.safetensors holds %d tensors, the model %d", f.n_tensors, m.n_params);
+    cr_expect_null(fc_st_find(&f, "lm_head.weight"), "the tied head is repeated");
+    for (int i = 0; i < m.n_params; i++) {
+        const fc_st_tensor *t = fc_st_find(&f, m.params[i].name);
+        cr_assert_not_null(t, "%s missing", m.params[i].name);
+        cr_expect_eq(t->dtype, FC_DT_F32);
+        cr_expect_eq(t->ndim, m.params[i].ndim);
+        cr_expect_eq(t->shape[0], (uint64_t)m.params[i].shape[0]);
+    }
+    fc_st_close(&f);
+    // optimizer.safetensors: the step and every state by model name
+    cr_assert_eq(fc_st_open(tmp_path("ck/optimizer.safetensors"), &f, &e), 0, "%s", e.msg);
+    const fc_st_tensor *st = fc_st_find(&f, "step");
+    cr_assert_not_null(st);
+    cr_expect(st->dtype == FC_DT_I64 && st->ndim == 0);
+    int64_t step = 0;
+    cr_assert_eq(fc_st_read(&f, st, 0, 1, &step, &e), 0);
+    cr_expect_eq(step, 3);
+    cr_expect_eq(f.n_tensors, 1 + 2 * m.n_params);
+    cr_expect_not_null(fc_st_find(&f, "exp_avg.transformer.wte.weight"));
+    cr_expect_not_null(fc_st_find(&f, "exp_avg_sq.transformer.h.1.mlp.c_proj.bias"));
+    fc_st_close(&f);
+    // config.json: Hugging Face GPT-2 fields
+    cJSON *cj = load_json(tmp_path("ck/config.json"));
+    cr_expect_str_eq(cJSON_GetObjectItem(cj, "model_type")->valuestring, "gpt2");
+    cr_expect_eq(cJSON_GetObjectItem(cj, "n_embd")->valueint, 16);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(cj, "tie_word_embeddings")));
+    cJSON_Delete(cj);
+    // the manifest: every key, and each file's size and SHA-256
+    cJSON *j = load_json(tmp_path("ck/fsdpcheck.json"));
+    const char *keys[] = {"format", "version", "state_dict", "step", "data_position", "world_size", "strategy",
+                          "model", "optimizer", "config", "files"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        cr_expect_not_null(cJSON_GetObjectItem(j, keys[i]), "manifest has no \"%s\"", keys[i]);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "format")->valuestring, "fsdpcheck-checkpoint");
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "state_dict")->valuestring, "full");
+    cr_expect_eq(cJSON_GetObjectItem(j, "step")->valueint, 3);
+    cr_expect_eq(cJSON_GetObjectItem(j, "data_position")->valueint, 3);
+    cr_expect_eq(cJSON_GetObjectItem(j, "world_size")->valueint, 1);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "strategy")->valuestring, "local");
+    const cJSON *files = cJSON_GetObjectItem(j, "files");
+    cr_assert_eq(cJSON_GetArraySize(files), 3);
+    for (const cJSON *fe = files->child; fe; fe = fe->next) {
+        const char *name = cJSON_GetObjectItem(fe, "name")->valuestring;
+        char hex[65];
+        uint64_t size;
+        cr_assert_eq(fc_sha256_file(tmp_path("ck/%s", name), &size, hex, &e), 0);
+        cr_expect_str_eq(cJSON_GetObjectItem(fe, "sha256")->valuestring, hex, "%s: hash", name);
+        cr_expect_eq((uint64_t)cJSON_GetObjectItem(fe, "bytes")->valuedouble, size, "%s: size", name);
+    }
+    cJSON_Delete(j);
+    fc_model_free(&m);
+    result r;
+    run_in(NULL, ARGS("ckpt", "verify", dir), &r);
+    expect_ok(&r);
+    cr_expect_not_null(strstr(r.out, "valid"));
+    result_free(&r);
+    run_in(NULL, ARGS("ckpt", "inspect", dir), &r);
+    expect_ok(&r);
+    cr_expect_not_null(strstr(r.out, "transformer.h.1.attn.c_attn.weight"), "inspect lists no tensors:\n%s", r.out);
+    cr_expect_not_null(strstr(r.out, "step        3"), "inspect:\n%s", r.out);
+    result_free(&r);
+}
+
+// ----------------------------------------------------------------------------
+// 2. resuming: the uninterrupted run's step files, byte for byte
+
+static void resume_case(const char *kind, const char *optimizer) {
+    const char *full = tmp_path("uninterrupted"), *part = tmp_path("resumed"), *ck = tmp_path("ck");
+    result r;
+    run_in(NULL, ARGS("run", "--quiet", "--model", "gpt2-tiny", "--optimizer", optimizer, "--steps", "5", "--trace",
+                      full),
+           &r);
+    expect_ok(&r);
+    result_free(&r);
+    run_in(NULL, ARGS("run", "--quiet", "--model", "gpt2-tiny", "--optimizer", optimizer, "--steps", "4", "--save", ck,
+                      "--save-at", "3", "--state-dict", kind),
+           &r);
+    expect_ok(&r);
+    result_free(&r);
+    run_in(NULL, ARGS("run", "--quiet", "--model", "gpt2-tiny", "--optimizer", optimizer, "--steps", "2", "--load", ck,
+                      "--trace", part),
+           &r);
+    expect_ok(&r);
+    result_free(&r);
+    expect_listing(part, "init.safetensors step-000003.safetensors step-000004.safetensors trace.json");
+    for (int s = 3; s <= 4; s++) {
+        char a[1100], b[1100];
+        snprintf(a, sizeof a, "%s/step-%06d.safetensors", full, s);
+        snprintf(b, sizeof b, "%s/step-%06d.safetensors", part, s);
+        cr_expect(same_bytes(a, b), "%s %s: resumed step %d differs from the uninterrupted run", kind, optimizer, s);
+    }
+    char tj[1100];
+    snprintf(tj, sizeof tj, "%s/trace.json", part);
+    cJSON *j = load_json(tj);
+    cr_expect_eq(cJSON_GetObjectItem(j, "first_step")->valueint, 3);
+    cJSON_Delete(j);
+}
+
+Test(ckpt, resume_full_adamw_is_bitwise) { resume_case("full", "adamw"); }
+Test(ckpt, resume_sharded_sgd_is_bitwise) { resume_case("sharded", "sgd"); }
+
+Test(ckpt, save_into_existing_checkpoint_replaces_it) {
+    const char *dir = make_ckpt("ck", "mlp-tiny", "sharded", "2", "adamw");
+    expect_listing(dir, "config.json fsdpcheck.json shard-00000.safetensors");
+    make_ckpt("ck", "mlp-tiny", "full", "1", "adamw");
+    expect_listing(dir, "config.json fsdpcheck.json model.safetensors optimizer.safetensors");
+    cJSON *j = load_json(tmp_path("ck/fsdpcheck.json"));
+    cr_expect_eq(cJSON_GetObjectItem(j, "step")->valueint, 1);
+    cJSON_Delete(j);
+    // the first thing a save does is remove the manifest
+    fc_error e;
+    cr_assert_eq(fc_ckpt_prepare_dir(dir, &e), 0, "%s", e.msg);
+    cr_expect_not(exists(tmp_path("ck/fsdpcheck.json")));
+    fc_ckpt *c;
+    cr_expect_neq(fc_ckpt_open(dir, 1, &c, &e), 0);
+    cr_expect_not_null(strstr(e.msg, "no fsdpcheck.json"), "%s", e.msg);
+}
+
+// ----------------------------------------------------------------------------
+// 3. corrupted, truncated and missing files
+
+static const char *FULL_FILES[] = {"config.json", "model.safetensors", "optimizer.safetensors", NULL};
+static const char *SHARDED_FILES[] = {"config.json", "shard-00000.safetensors", NULL};
+
+static void flip_byte(const char *path, size_t at) {
+    size_t n;
+    unsigned char *b = read_all(path, &n);
+    cr_assert_lt(at, n);
+    b[at] ^= 0x20;
+    write_all(path, b, n);
+    free(b);
+}
+
+static size_t file_size(const char *path) {
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    return (size_t)st.st_size;
+}
+
+static void corruption_cases(const char *kind, const char **names) {
+    char good[1024];  // tmp_path's buffers rotate: keep our own copy
+    snprintf(good, sizeof good, "%s", make_ckpt("good", "mlp-tiny", kind, "2", "adamw"));
+    for (int i = 0; names[i]; i++) {
+        // a byte flipped in the header / first bytes, and one in the middle
+        size_t size = file_size(tmp_path("good/%s", names[i]));
+        size_t at[2] = {10, size / 2};
+        for (int k = 0; k < 2; k++) {
+            char bad[1024];
+            snprintf(bad, sizeof bad, "%s", tmp_path("bad"));
+            remove_tree(bad);
+            copy_dir(good, bad);
+            flip_byte(tmp_path("bad/%s", names[i]), at[k]);
+            expect_both_refuse(bad, "mlp-tiny", ARGS(names[i], "SHA-256"));
+        }
+        // truncated to half, and to nothing
+        for (int k = 0; k < 2; k++) {
+            char bad[1024];
+            snprintf(bad, sizeof bad, "%s", tmp_path("bad"));
+            remove_tree(bad);
+            copy_dir(good, bad);
+            cr_assert_eq(truncate(tmp_path("bad/%s", names[i]), k ? 0 : (off_t)(size / 2)), 0);
+            expect_both_refuse(bad, "mlp-tiny", ARGS(names[i], "truncated"));
+        }
+        // missing
+        char bad[1024];
+        snprintf(bad, sizeof bad, "%s", tmp_path("bad"));
+        remove_tree(bad);
+        copy_dir(good, bad);
+        cr_assert_eq(unlink(tmp_path("bad/%s", names[i])), 0);
+        expect_both_refuse(bad, "mlp-tiny", ARGS(names[i], "missing"));
+    }
+    // the manifest: missing, truncated, a byte flipped
+    char bad[1024];
+    snprintf(bad, sizeof bad, "%s", tmp_path("bad"));
+    remove_tree(bad);
+    copy_dir(good, bad);
+    cr_assert_eq(unlink(tmp_path("bad/fsdpcheck.json")), 0);
+    expect_both_refuse(bad, "mlp-tiny", ARGS("fsdpcheck.json", "manifest"));
+    remove_tree(bad);
+    copy_dir(good, bad);
+    cr_assert_eq(truncate(tmp_path("bad/fsdpcheck.json"), (off_t)(file_size(tmp_path("good/fsdpcheck.json")) / 2)), 0);
+    expect_both_refuse(bad, "mlp-tiny", ARGS("fsdpcheck.json", "JSON"));
+    remove_tree(bad);
+    copy_dir(good, bad);
+    size_t n;
+    unsigned char *text = read_all(tmp_path("good/fsdpcheck.json"), &n);
+    char *fmt = strstr((char *)text, "fsdpcheck-checkpoint");
+    cr_assert_not_null(fmt);
+    flip_byte(tmp_path("bad/fsdpcheck.json"), (size_t)(fmt - (char *)text) + 3);
+    free(text);
+    expect_both_refuse(bad, "mlp-tiny", ARGS("fsdpcheck.json", "format"));
+}
+
+Test(ckpt, full_corrupted_truncated_missing_refused) { corruption_cases("full", FULL_FILES); }
+Test(ckpt, sharded_corrupted_truncated_missing_refused) { corruption_cases("sharded", SHARDED_FILES); }
+
+Test(ckpt, no_such_directory_refused) {
+    expect_both_refuse(tmp_path("nothing-here"), "mlp-tiny", ARGS("nothing-here", "no such checkpoint"));
+    // a directory without a manifest: an interrupted save
+    cr_assert_eq(mkdir(tmp_path("empty"), 0777), 0);
+    expect_both_refuse(tmp_path("empty"), "mlp-tiny", ARGS("no fsdpcheck.json manifest"));
+}
+
+// A manifest edited in place (and its hash therefore unchecked: the manifest
+// carries the hashes of the others) must still be refused when it lies.
+static void rewrite_manifest(const char *src_dir, const char *dst_dir, const char *from, const char *to) {
+    remove_tree(dst_dir);
+    copy_dir(src_dir, dst_dir);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/fsdpcheck.json", dst_dir);
+    size_t n;
+    char *text = (char *)read_all(path, &n);
+    char *at = strstr(text, from);
+    cr_assert_not_null(at, "manifest has no '%s'", from);
+    size_t a = (size_t)(at - text), lf = strlen(from), lt = strlen(to);
+    char *out = malloc(n - lf + lt + 1);
+    memcpy(out, text, a);
+    memcpy(out + a, to, lt);
+    memcpy(out + a + lt, at + lf, n - a - lf);
+    write_all(path, out, n - lf + lt);
+    free(out);
+    free(text);
+}
+
+Test(ckpt, lying_manifests_refused) {
+    char good[1024], bad[1024];
+    snprintf(good, sizeof good, "%s", make_ckpt("good", "mlp-tiny", "full", "2", "adamw"));
+    snprintf(bad, sizeof bad, "%s", tmp_path("bad"));
+    struct {
+        const char *from, *to, *file, *want;
+    } cases[] = {
+        {"\"version\":\t1", "\"version\":\t2", "fsdpcheck.json", "version 2"},
+        {"\"step\":\t2", "\"step\":\t7", "fsdpcheck.json", "data_position"},
+        // a consistent manifest that disagrees with the files it lists
+        {"\"step\":\t2,\n\t\"data_position\":\t2", "\"step\":\t7,\n\t\"data_position\":\t7",
+         "optimizer.safetensors", "step 2, the manifest says 7"},
+        {"\"state_dict\":\t\"full\"", "\"state_dict\":\t\"sharded\"", "fsdpcheck.json", "does not belong"},
+        {"\"name\":\t\"config.json\"", "\"name\":\t\"../config.json\"", "fsdpcheck.json", "plain file name"},
+        {"\"name\":\t\"model.safetensors\"", "\"name\":\t\"other.safetensors\"", "fsdpcheck.json",
+         "does not belong"},
+        {"\"format\":\t\"fsdpcheck-checkpoint\",", "\"format\":\t\"fsdpcheck-checkpoint\",\"step\":3,",
+         "fsdpcheck.json", "twice"},
+        {"\"kind\":\t\"adamw\"", "\"kind\":\t\"sgd\"", "fsdpcheck.json", "optimizer"},
+        {"\"world_size\":\t1", "\"world_size\":\t0", "fsdpcheck.json", "world_size"},
+        {"\"sha256\":\t\"", "\"sha256\":\t\"X", "fsdpcheck.json", "sha256"},
+        {"\"bytes\":\t", "\"bytes\":\t-", "fsdpcheck.json", "bytes"},
+        {"{", "[", "fsdpcheck.json", "JSON"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        rewrite_manifest(good, bad, cases[i].from, cases[i].to);
+        expect_both_refuse(bad, "mlp-tiny", ARGS(cases[i].file, cases[i].want));
+    }
+}
+
+Test(ckpt, swapped_files_refused) {
+    // two complete checkpoints; a file of one copied into the other
+    make_ckpt("a", "mlp-tiny", "full", "2", "adamw");
+    make_ckpt("b", "mlp-tiny", "full", "3", "adamw");
+    remove_tree(tmp_path("bad"));
+    copy_dir(tmp_path("a"), tmp_path("bad"));
+    size_t n;
+    unsigned char *data = read_all(tmp_path("b/optimizer.safetensors"), &n);
+    write_all(tmp_path("bad/optimizer.safetensors"), data, n);
+    free(data);
+    expect_both_refuse(tmp_path("bad"), "mlp-tiny", ARGS("optimizer.safetensors"));
+}
+
+Test(ckpt, incompatible_checkpoints_refused) {
+    const char *dir = make_ckpt("ck", "gpt2-tiny", "full", "1", "adamw");
+    result r;
+    run_in(NULL, ARGS("run", "--quiet", "--model", "mlp-tiny", "--steps", "1", "--load", dir), &r);
+    REFUSED(&r, "--load", "gpt2-tiny", "mlp-tiny");
+    result_free(&r);
+    run_in(NULL, ARGS("run", "--quiet", "--model", "gpt2-tiny", "--optimizer", "sgd", "--steps", "1", "--load", dir),
+           &r);
+    REFUSED(&r, "--load", "optimizer adamw", "sgd");
+    result_free(&r);
+}
+
+// ----------------------------------------------------------------------------
+// 4. misuse of the flags and subcommands
+
+Test(ckpt, misuse_flags) {
+    result r;
+    struct {
+        const char *args[12];
+        const char *want;
+    } cases[] = {
+        {{"run", "--save-at", "1"}, "--save-at needs --save"},
+        {{"run", "--state-dict", "full"}, "--state-dict needs --save"},
+        {{"run", "--save", "x", "--save-at", "4", "--steps", "3"}, "after the last step"},
+        {{"run", "--save", "x", "--save-at", "0"}, "integer"},
+        {{"run", "--save", "x", "--state-dict", "half"}, "full or sharded"},
+        {{"run", "--load", "x", "--init", "/dev/null"}, "--init and --load"},
+        {{"ckpt"}, "inspect, verify or convert"},
+        {{"ckpt", "frob", "x"}, "unknown subcommand"},
+        {{"ckpt", "verify"}, "exactly one"},
+        {{"ckpt", "verify", "a", "b"}, "exactly one"},
+        {{"ckpt", "convert", "a"}, "SRC and DST"},
+        {{"ckpt", "convert", "a", "b"}, "--to"},
+        {{"ckpt", "convert", "a", "b", "--to", "half"}, "--to"},
+        {{"ckpt", "convert", "a", "b", "--to", "full", "--world-size", "2"}, "--world-size applies"},
+        {{"ckpt", "convert", "a", "b", "--to", "sharded", "--world-size", "0"}, "--world-size"},
+        {{"ckpt", "convert", "a", "b", "--to", "sharded", "--bogus"}, "unknown flag"},
+    };
+    const char *work = tmp_path("work");
+    cr_assert_eq(mkdir(work, 0777), 0);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_in(work, cases[i].args, &r);
+        REFUSED(&r, cases[i].want);
+        expect_listing(work, "");
+        result_free(&r);
+    }
+    // --save under a regular file: refused before any training
+    write_all(tmp_path("work/F"), "x", 1);
+    run_in(work, ARGS("run", "--quiet", "--save", "F/sub"), &r);
+    REFUSED(&r, "--save", "F");
+    expect_listing(work, "F");
+    result_free(&r);
+    // convert onto itself
+    const char *dir = make_ckpt("ck", "mlp-tiny", "full", "1", "adamw");
+    run_in(NULL, ARGS("ckpt", "convert", dir, dir, "--to", "sharded"), &r);
+    REFUSED(&r, "same directory");
+    result_free(&r);
+    run_in(NULL, ARGS("ckpt", "verify", dir), &r);
+    expect_ok(&r);
+    result_free(&r);
+}
+
+// ----------------------------------------------------------------------------
+// 5. convert, and the reader
+
+Test(ckpt, convert_round_trip_is_byte_identical) {
+    char full[1024], sh[1024], back[1024];  // tmp_path's buffers rotate
+    snprintf(full, sizeof full, "%s", make_ckpt("full", "gpt2-tiny", "full", "2", "adamw"));
+    snprintf(sh, sizeof sh, "%s", tmp_path("sharded3"));
+    snprintf(back, sizeof back, "%s", tmp_path("back"));
+    result r;
+    run_in(NULL, ARGS("ckpt", "convert", full, sh, "--to", "sharded", "--world-size", "3"), &r);
+    expect_ok(&r);
+    result_free(&r);
+    expect_listing(sh, "config.json fsdpcheck.json shard-00000.safetensors shard-00001.safetensors "
+                       "shard-00002.safetensors");
+    run_in(NULL, ARGS("ckpt", "verify", sh), &r);
+    expect_ok(&r);
+    result_free(&r);
+    run_in(NULL, ARGS("ckpt", "convert", sh, back, "--to", "full"), &r);
+    expect_ok(&r);
+    result_free(&r);
+    for (int i = 0; FULL_FILES[i]; i++)
+        cr_expect(same_bytes(tmp_path("full/%s", FULL_FILES[i]), tmp_path("back/%s", FULL_FILES[i])),
+                  "%s differs after full -> sharded -> full", FULL_FILES[i]);
+    // and a run resumed from the converted checkpoint is the same run
+    run_in(NULL, ARGS("run", "--quiet", "--model", "gpt2-tiny", "--steps", "1", "--load", sh, "--trace",
+                      tmp_path("t1")),
+           &r);
+    expect_ok(&r);
+    result_free(&r);
+    run_in(NULL, ARGS("run", "--quiet", "--model", "gpt2-tiny", "--steps", "1", "--load", full, "--trace",
+                      tmp_path("t2")),
+           &r);
+    expect_ok(&r);
+    result_free(&r);
+    cr_expect(same_bytes(tmp_path("t1/step-000002.safetensors"), tmp_path("t2/step-000002.safetensors")));
+}
+
+Test(ckpt, reader_serves_ranges_from_both_layouts) {
+    const char *full = make_ckpt("full", "gpt2-tiny", "full", "2", "adamw");
+    const char *sh = tmp_path("sh");
+    result r;
+    run_in(NULL, ARGS("ckpt", "convert", full, sh, "--to", "sharded", "--world-size", "5"), &r);
+    expect_ok(&r);
+    result_free(&r);
+    fc_ckpt *a, *b;
+    fc_error e;
+    cr_assert_eq(fc_ckpt_open(full, 1, &a, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_ckpt_open(sh, 1, &b, &e), 0, "%s", e.msg);
+    const fc_model *m = fc_ckpt_model(a);
+    cr_expect_eq(fc_ckpt_tensor_index(a, "exp_avg_sq"), 2);
+    cr_expect_eq(fc_ckpt_tensor_index(a, "momentum_buffer"), -1);
+    float x[4096], y[4096];
+    for (int t = 0; t < 3; t++)
+        for (int p = 0; p < m->n_params; p++) {
+            size_t n = m->params[p].numel, first = n / 3, cnt = n - first < 4096 ? n - first : 4096;
+            uint64_t before = fc_ckpt_bytes_read(b);
+            cr_assert_eq(fc_ckpt_read(a, p, t, first, cnt, x, &e), 0, "%s", e.msg);
+            cr_assert_eq(fc_ckpt_read(b, p, t, first, cnt, y, &e), 0, "%s", e.msg);
+            cr_expect_eq(memcmp(x, y, cnt * sizeof(float)), 0, "%s tensor %d differs between layouts",
+                         m->params[p].name, t);
+            cr_expect_eq(fc_ckpt_bytes_read(b) - before, cnt * sizeof(float), "a range read more than the range");
+        }
+    // out of range is refused
+    cr_expect_neq(fc_ckpt_read(a, 0, 0, m->params[0].numel, 1, x, &e), 0);
+    cr_expect_neq(fc_ckpt_read(a, m->n_params, 0, 0, 1, x, &e), 0);
+    cr_expect_neq(fc_ckpt_read(a, 0, 3, 0, 1, x, &e), 0);
+    fc_ckpt_close(a);
+    fc_ckpt_close(b);
+}
+
+Test(ckpt, open_mem_matches_open_dir) {
+    const char *dir = make_ckpt("ck", "mlp-tiny", "sharded", "2", "sgd");
+    const char *names[] = {"fsdpcheck.json", "config.json", "shard-00000.safetensors"};
+    fc_ckpt_mem_file files[3];
+    unsigned char *bufs[3];
+    for (int i = 0; i < 3; i++) {
+        size_t n;
+        bufs[i] = read_all(tmp_path("ck/%s", names[i]), &n);
+        files[i] = (fc_ckpt_mem_file){names[i], bufs[i], n};
+    }
+    fc_ckpt *c;
+    fc_error e;
+    cr_assert_eq(fc_ckpt_open_mem(files, 3, 1, &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(fc_ckpt_manifest_of(c)->step, 2);
+    cr_expect_eq(fc_ckpt_manifest_of(c)->n_state, 1);
+    fc_ckpt_close(c);
+    // one byte of the shard changed: refused with the hash, accepted without
+    bufs[2][files[2].size - 1] ^= 1;
+    cr_expect_neq(fc_ckpt_open_mem(files, 3, 1, &c, &e), 0);
+    cr_expect_not_null(strstr(e.msg, "shard-00000.safetensors"), "%s", e.msg);
+    cr_assert_eq(fc_ckpt_open_mem(files, 2, 0, &c, &e), -1);  // the shard file left out
+    cr_expect_not_null(strstr(e.msg, "missing"), "%s", e.msg);
+    for (int i = 0; i < 3; i++) free(bufs[i]);
+    (void)dir;
+}

@@ -1,0 +1,510 @@
+// tests/unit/test_cli_compare.c — `fsdpcheck compare DIR_A DIR_B`, run as a user
+// runs it, on traces written by `fsdpcheck run` (and `mpiexec -n 2 fsdpcheck
+// run`, spawned with fork/exec: this process never calls MPI).
+//
+//  - the same config twice: exit 0, every kind of every step "pass";
+//  - a different --seed: exit 1, the first divergence is the batch (step,
+//    tensor, element, both values, the rank reading that sample);
+//  - a different --lr: data, loss and gradients of step 0 agree, the first
+//    divergence is param.layers.0.weight [0, 0];
+//  - W = 2 full_shard against local: within the fp32 tolerance, not bitwise;
+//    an element patched in B's step file is reported with the rank that owns it
+//    under B's layout (full_shard, hybrid_shard);
+//  - --rtol/--atol overrides, --report FILE.md;
+//  - bad input: exit 2, exactly one "fsdpcheck: " line on stderr naming the
+//    problem, nothing on stdout: missing directory, no trace.json, a missing,
+//    truncated or stray step file, a missing, extra or mis-shaped tensor, a
+//    corrupt trace.json, different models, no common step, bad flags.
+#include <criterion/criterion.h>
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "safetensors.h"
+
+// ----------------------------------------------------------------------------
+// running fsdpcheck (and mpiexec)
+
+typedef struct {
+    int code;
+    char out[65536], err[8192];
+} result;
+
+static char g_dir[256];
+
+static const char *binary(void) {
+    const char *b = getenv("FC_FSDPCHECK_BIN");
+    return b && *b ? b : FC_FSDPCHECK_BIN;
+}
+
+static void slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+}
+
+// argv[0] is run through PATH (mpiexec) or is a path (the binary).
+static void spawn(const char *const *argv, result *r) {
+    char out_path[300], err_path[300];
+    snprintf(out_path, sizeof out_path, "%s/.stdout", g_dir);
+    snprintf(err_path, sizeof err_path, "%s/.stderr", g_dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY), o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644),
+            e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
+        alarm(120);  // survives exec: a hung child cannot hang the suite
+        execvp(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0) cr_assert_eq(errno, EINTR, "waitpid: %s", strerror(errno));
+    slurp(out_path, r->out, sizeof r->out);
+    slurp(err_path, r->err, sizeof r->err);
+    cr_assert(WIFEXITED(status), "%s killed by signal %d; stderr:\n%s", argv[0],
+              WIFSIGNALED(status) ? WTERMSIG(status) : 0, r->err);
+    r->code = WEXITSTATUS(status);
+    cr_assert_neq(r->code, 127, "could not exec %s", argv[0]);
+}
+
+static result R;  // the last command's result (large: not on the stack)
+
+// fsdpcheck with args (NULL-terminated).
+static int fsdpcheck(const char *const *args) {
+    const char *argv[48];
+    int n = 0;
+    argv[n++] = binary();
+    for (; args[n - 1]; n++) {
+        cr_assert_lt(n, 47);
+        argv[n] = args[n - 1];
+    }
+    argv[n] = NULL;
+    spawn(argv, &R);
+    return R.code;
+}
+
+#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static const char *path(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *path(const char *fmt, ...) {
+    static char bufs[16][512];
+    static int next;
+    char *b = bufs[next++ % 16];
+    int k = snprintf(b, 512, "%s/", g_dir);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b + k, (size_t)(512 - k), fmt, ap);
+    va_end(ap);
+    return b;
+}
+
+// `fsdpcheck run --quiet --trace DIR/name` with extra flags (local, W = 1).
+// A trace directory's path, kept apart from path()'s buffers (which rotate).
+static const char *trace_dir(const char *name) {
+    static char dirs[4][512];
+    static int next;
+    char *d = dirs[next++ % 4];
+    snprintf(d, 512, "%s/%s", g_dir, name);
+    return d;
+}
+
+static const char *trace(const char *name, const char *const *extra) {
+    const char *dir = trace_dir(name);
+    const char *args[40] = {"run", "--quiet", "--trace", dir};
+    int n = 4;
+    for (int i = 0; extra && extra[i]; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    cr_assert_eq(fsdpcheck(args), 0, "run %s failed:\n%s", name, R.err);
+    return dir;
+}
+
+// The same under `mpiexec -n 2` (FC_MPIEXEC overrides the launcher's name).
+static const char *trace_w2(const char *name, const char *const *extra) {
+    const char *dir = trace_dir(name);
+    const char *mpiexec = getenv("FC_MPIEXEC");
+    const char *argv[48] = {mpiexec && *mpiexec ? mpiexec : "mpiexec", "-n", "2", binary(), "run", "--quiet", "--trace", dir};
+    int n = 8;
+    for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
+    argv[n] = NULL;
+    spawn(argv, &R);
+    cr_assert_eq(R.code, 0, "mpiexec -n 2 run %s failed (%d):\n%s", name, R.code, R.err);
+    return dir;
+}
+
+static void setup(void) {
+    // MPI singleton/hydra start under ASan: hwloc's PCI discovery leaks and
+    // LeakSanitizer would fail the child; the MPI tests set the same in ctest
+    setenv("HWLOC_COMPONENTS", "-pci,-x86", 1);
+    const char *base = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/fc_test_cmp_XXXXXX", base && *base ? base : "/tmp");
+    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+}
+
+static void teardown(void) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) cr_log_warn("could not remove %s", g_dir);
+}
+
+TestSuite(compare, .init = setup, .fini = teardown, .timeout = 240);
+
+static void expect_out(const char *frag) {
+    cr_expect_not_null(strstr(R.out, frag), "stdout lacks '%s':\n%s", frag, R.out);
+}
+
+// exit 2, nothing on stdout, one "fsdpcheck: " line on stderr holding frag.
+static void expect_usage(const char *frag) {
+    cr_expect_eq(R.code, 2, "exit %d, want 2; stdout:\n%s\nstderr:\n%s", R.code, R.out, R.err);
+    cr_expect_eq(R.out[0], '\0', "printed on stdout:\n%s", R.out);
+    size_t len = strlen(R.err);
+    cr_expect(len > 0 && R.err[len - 1] == '\n' && strchr(R.err, '\n') == R.err + len - 1,
+              "stderr is not exactly one line:\n%s", R.err);
+    cr_expect_eq(strncmp(R.err, "fsdpcheck: ", 11), 0, "stderr: %s", R.err);
+    cr_expect_not_null(strstr(R.err, frag), "stderr lacks '%s': %s", frag, R.err);
+}
+
+// ----------------------------------------------------------------------------
+// step-file surgery, with core's reader and writer
+
+typedef struct {
+    const char *drop;     // a tensor to leave out
+    const char *add;      // a tensor to add (F32 [1])
+    const char *reshape;  // a 2-D tensor to transpose
+    long step;            // the step written into the metadata
+} edit;
+
+static void rewrite_step(const char *in, const char *out, const edit *ed) {
+    fc_st_file f;
+    fc_error e;
+    cr_assert_eq(fc_st_open(in, &f, &e), 0, "%s", e.msg);
+    fc_st_entry *ent = calloc((size_t)f.n_tensors + 1, sizeof *ent);
+    void **data = calloc((size_t)f.n_tensors + 1, sizeof *data);
+    int n = 0;
+    for (int i = 0; i < f.n_tensors; i++) {
+        const fc_st_tensor *t = &f.tensors[i];
+        if (ed->drop && !strcmp(t->name, ed->drop)) continue;
+        data[n] = malloc(t->end - t->begin + 1);
+        cr_assert_eq(fc_st_read(&f, t, 0, t->numel, data[n], &e), 0, "%s", e.msg);
+        ent[n] = (fc_st_entry){t->name, t->dtype, t->ndim, {0}, data[n]};
+        for (int d = 0; d < t->ndim; d++) ent[n].shape[d] = t->shape[d];
+        if (ed->reshape && !strcmp(t->name, ed->reshape)) {
+            cr_assert_eq(t->ndim, 2);
+            ent[n].shape[0] = t->shape[1];
+            ent[n].shape[1] = t->shape[0];
+        }
+        n++;
+    }
+    static const float one = 1.0f;
+    if (ed->add) ent[n++] = (fc_st_entry){ed->add, FC_DT_F32, 1, {1}, &one};
+    char step[32];
+    snprintf(step, sizeof step, "%ld", ed->step);
+    fc_st_meta_kv meta[] = {{"format", "fsdpcheck-trace"}, {"step", step}};
+    cr_assert_eq(fc_st_write(out, ent, n, meta, 2, &e), 0, "%s", e.msg);
+    for (int i = 0; i < n; i++) free(data[i]);
+    free(data);
+    free(ent);
+    fc_st_close(&f);
+}
+
+// Overwrites element `index` of tensor `name` in a step file with `value`.
+static void patch_element(const char *file, const char *name, uint64_t index, float value) {
+    fc_st_file f;
+    fc_error e;
+    cr_assert_eq(fc_st_open(file, &f, &e), 0, "%s", e.msg);
+    const fc_st_tensor *t = fc_st_find(&f, name);
+    cr_assert_not_null(t, "no tensor %s in %s", name, file);
+    cr_assert_eq(t->dtype, FC_DT_F32);
+    cr_assert_lt(index, t->numel);
+    long off = (long)(f.data_start + t->begin + index * 4);
+    fc_st_close(&f);
+    FILE *fp = fopen(file, "r+b");
+    cr_assert_not_null(fp);
+    cr_assert_eq(fseek(fp, off, SEEK_SET), 0);
+    cr_assert_eq(fwrite(&value, 4, 1, fp), 1);  // little-endian, as the trace
+    cr_assert_eq(fclose(fp), 0);
+}
+
+// Edits trace.json: sets an integer field.
+static void set_trace_field(const char *dir, const char *key, double value) {
+    char p[600], buf[65536];
+    snprintf(p, sizeof p, "%s/trace.json", dir);
+    slurp(p, buf, sizeof buf);
+    cJSON *j = cJSON_Parse(buf);
+    cr_assert_not_null(j);
+    cJSON_ReplaceItemInObject(j, key, cJSON_CreateNumber(value));
+    char *text = cJSON_Print(j);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    cr_assert_eq(fclose(f), 0);
+    free(text);
+    cJSON_Delete(j);
+}
+
+// ----------------------------------------------------------------------------
+// pass and fail
+
+Test(compare, the_same_config_twice_passes) {
+    const char *a = trace("a", NULL), *b = trace("b", NULL);
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 0, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    cr_expect_eq(R.err[0], '\0', "stderr: %s", R.err);
+    expect_out("comparing steps 0..2");
+    expect_out("policy: fp32");
+    expect_out("     2  optim       12            0            0           0  pass\n");
+    expect_out("     0  batch        2");
+    expect_out("PASS: 3 steps agree within the policy");
+    cr_expect_null(strstr(R.out, "FAIL"), "%s", R.out);
+    cr_expect_eq(fsdpcheck(ARGS("compare", "--bitwise", a, b)), 0, "the same run is bitwise the same (P12):\n%s", R.out);
+}
+
+Test(compare, a_different_seed_diverges_at_the_data) {
+    const char *a = trace("a", NULL), *b = trace("b", ARGS("--seed", "99"));
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    cr_expect_eq(R.err[0], '\0', "a mismatch is not an error: %s", R.err);
+    expect_out("first divergence: step 0, tensor batch.input, element 0 [0, 0] of shape [8, 13]\n");
+    expect_out("  A = ");
+    expect_out("  B = ");
+    expect_out("allowed: exact");
+    expect_out("owner under B's layout: rank 0 (reads sample 0 of the global batch");
+    expect_out("note: the runs trained on different data");
+    expect_out("FAIL: 3 of 3 steps differ");
+}
+
+Test(compare, a_different_lr_diverges_at_the_first_update) {
+    const char *a = trace("a", NULL), *b = trace("b", ARGS("--lr", "0.002"));
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("     0  batch        2            0            0           0  pass\n");
+    expect_out("     0  loss         1            0            0           0  pass\n");
+    expect_out("     0  grad         6            0            0           0  pass\n");
+    expect_out("     0  param        6");
+    expect_out("FAIL (6 of 6 tensors)");
+    expect_out("first divergence: step 0, tensor param.layers.0.weight, element 0 [0, 0] of shape [17, 13]\n");
+    expect_out("owner under B's layout: every rank (replicated: local holds full parameters on all 1 rank;");
+    // a wide enough override accepts it
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b, "--atol", "1")), 0, "%s", R.out);
+    expect_out("policy: --rtol/--atol override");
+}
+
+Test(compare, w2_full_shard_is_close_to_local_but_not_bitwise) {
+    const char *a = trace("local", NULL), *b = trace_w2("fs2", ARGS("--strategy", "full_shard"));
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 0, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("B: ");
+    expect_out("full_shard, W=2");
+    expect_out("PASS");
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b, "--bitwise")), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("policy: --bitwise");
+    expect_out("first divergence: step ");
+    expect_out("allowed: exact");
+    expect_out("owner under B's layout: ");
+    // zero tolerance is not bitwise, but fails too: the values differ
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b, "--rtol", "0", "--atol", "0")), 1, "%s", R.out);
+}
+
+Test(compare, the_owner_of_a_patched_element_under_full_shard) {
+    const char *a = trace("local", NULL), *b = trace_w2("fs2", ARGS("--strategy", "full_shard"));
+    // layers.0.bias[16] is element 237 of unit layers.0 (238 elements): shard 1 of 2
+    patch_element(path("fs2/step-000001.safetensors"), "param.layers.0.bias", 16, 1000.0f);
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("first divergence: step 1, tensor param.layers.0.bias, element 16 [16] of shape [17]\n");
+    expect_out("  B = 1000 (0x447a0000)\n");
+    expect_out("owner under B's layout: rank 1 (full_shard shard 1 of 2; unit layers.0, element 237 of 238, shard size 119)");
+    expect_out("     1  param        6");
+    expect_out("FAIL (1 of 6 tensors)");
+    expect_out("FAIL: 1 of 3 steps differ");
+    // the other way round, B is local: every rank holds it
+    cr_expect_eq(fsdpcheck(ARGS("compare", b, a)), 1, "%s", R.out);
+    expect_out("owner under B's layout: every rank (replicated: local");
+}
+
+Test(compare, the_owner_under_hybrid_shard) {
+    const char *a = trace("local", NULL),
+               *b = trace_w2("hs", ARGS("--strategy", "hybrid_shard", "--shard-group", "1"));
+    patch_element(path("hs/step-000000.safetensors"), "grad.layers.2.weight", 3 * 11 + 4, -7.0f);
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("first divergence: step 0, tensor grad.layers.2.weight, element 37 [3, 4] of shape [7, 11]\n");
+    expect_out("owner under B's layout: rank 0 (hybrid_shard shard 0 of 1 of shard group 0, replicated on rank 1; "
+               "unit layers.2, element 37 of 84, shard size 84)");
+}
+
+Test(compare, report_file) {
+    const char *a = trace("a", NULL), *b = trace("b", ARGS("--lr", "0.002"));
+    const char *rep = path("report.md");
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b, "--report", rep)), 1, "%s", R.err);
+    expect_out("report written to ");
+    char md[65536];
+    slurp(rep, md, sizeof md);
+    const char *want[] = {"# fsdpcheck compare\n", "**Result: FAIL**", "| strategy | local | local |",
+                          "## Tolerance policy (fp32)", "| batch | exact |", "| grad | rtol 1.3e-06 atol 1e-05 |",
+                          "## First divergence", "tensor param.layers.0.weight", "## Per step",
+                          "| 0 | grad | 6 | 0 | 0 | 0 | pass |", "| 0 | param | 6 |", "**FAIL**", "## Per tensor",
+                          "| 2 | optim.exp_avg_sq.layers.2.bias | 7 |"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_expect_not_null(strstr(md, want[i]), "report lacks '%s':\n%s", want[i], md);
+    // the report of a pass says so
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, a, "--report", rep)), 0, "%s", R.err);
+    slurp(rep, md, sizeof md);
+    cr_expect_not_null(strstr(md, "**Result: PASS**"), "%s", md);
+    // an unwritable report is a usage error
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, a, "--report", "/nonexistent/dir/r.md")), 2);
+    cr_expect_not_null(strstr(R.err, "--report /nonexistent/dir/r.md"), "%s", R.err);
+}
+
+Test(compare, only_common_steps_are_compared) {
+    const char *a = trace("a", NULL), *b = trace("b", NULL);
+    // B becomes steps 1..3: its files renamed (and their metadata rewritten) one up
+    for (int s = 2; s >= 0; s--) {
+        edit ed = {NULL, NULL, NULL, s + 1};
+        rewrite_step(path("b/step-%06d.safetensors", s), path("b/step-%06d.safetensors", s + 1), &ed);
+    }
+    cr_assert_eq(unlink(path("b/step-000000.safetensors")), 0);
+    set_trace_field(b, "first_step", 1);
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("comparing steps 1..2");
+    cr_expect_null(strstr(R.out, "\n     0  "), "step 0 is not in B:\n%s", R.out);
+    // no step in common (B starts right after A ends): bad input
+    for (int s = 3; s >= 1; s--) {
+        edit ed = {NULL, NULL, NULL, s + 2};
+        rewrite_step(path("b/step-%06d.safetensors", s), path("b/step-%06d.safetensors", s + 2), &ed);
+    }
+    for (int s = 1; s <= 2; s++) cr_assert_eq(unlink(path("b/step-%06d.safetensors", s)), 0);
+    set_trace_field(b, "first_step", 3);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("no step in common");
+}
+
+// ----------------------------------------------------------------------------
+// bad input
+
+Test(compare, missing_directory_and_not_a_trace) {
+    const char *a = trace("a", NULL);
+    fsdpcheck(ARGS("compare", a, path("nonexistent")));
+    expect_usage("cannot open trace directory");
+    fsdpcheck(ARGS("compare", path("a/trace.json"), a));
+    expect_usage("not a directory");
+    mkdir(path("empty"), 0755);
+    fsdpcheck(ARGS("compare", a, path("empty")));
+    expect_usage("no trace.json");
+}
+
+Test(compare, incomplete_traces) {
+    const char *a = trace("a", NULL), *b = trace("b", NULL);
+    cr_assert_eq(unlink(path("b/step-000001.safetensors")), 0);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("step-000001.safetensors: missing");
+    cr_assert_eq(unlink(path("b/trace.json")), 0);  // the run died before it finished
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("no trace.json (an incomplete trace");
+    cr_assert_eq(unlink(path("a/init.safetensors")), 0);
+    fsdpcheck(ARGS("compare", a, a));
+    expect_usage("init.safetensors: missing");
+}
+
+Test(compare, corrupt_files) {
+    const char *a = trace("a", NULL), *b = trace("b", NULL);
+    cr_assert_eq(truncate(path("b/step-000002.safetensors"), 1000), 0);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("step-000002.safetensors");
+    FILE *f = fopen(path("a/trace.json"), "w");
+    fputs("{\"format\": \"fsdpcheck-trace\", ", f);
+    fclose(f);
+    fsdpcheck(ARGS("compare", a, a));
+    expect_usage("not valid JSON");
+}
+
+Test(compare, trace_json_fields_are_validated) {
+    const char *a = trace("a", NULL), *b = trace("b", NULL);
+    set_trace_field(b, "version", 2);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("trace format version 2");
+    set_trace_field(b, "version", 1);
+    set_trace_field(b, "steps", 5);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("step-000003.safetensors: missing");
+    set_trace_field(b, "steps", 2);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("step-000002.safetensors: not one of the steps 0..1");
+    set_trace_field(b, "steps", 3);
+    set_trace_field(b, "world_size", 3);  // a local run is one process
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("runs as one process, not 3");
+    set_trace_field(b, "world_size", 1);
+    set_trace_field(b, "first_step", -1);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("\"first_step\" must be an integer in 0..");
+}
+
+Test(compare, tensors_must_match_the_registry) {
+    const char *a = trace("a", NULL), *b = trace("b", NULL);
+    const char *s1 = path("b/step-000001.safetensors");
+    edit drop = {"grad.layers.1.bias", NULL, NULL, 1};
+    rewrite_step(s1, s1, &drop);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("missing tensor \"grad.layers.1.bias\"");
+
+    b = trace("b", NULL);
+    edit add = {NULL, "grad.layers.9.weight", NULL, 1};
+    rewrite_step(s1, s1, &add);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("unexpected tensor \"grad.layers.9.weight\"");
+
+    b = trace("b", NULL);
+    edit shape = {NULL, NULL, "optim.exp_avg.layers.0.weight", 1};
+    rewrite_step(s1, s1, &shape);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("tensor \"optim.exp_avg.layers.0.weight\" has shape [13, 17], expected [17, 13]");
+
+    b = trace("b", NULL);
+    edit meta = {NULL, NULL, NULL, 7};
+    rewrite_step(s1, s1, &meta);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("metadata says step \"7\"");
+}
+
+Test(compare, a_stray_step_file) {
+    const char *a = trace("a", NULL), *b = trace("b", NULL);
+    edit ed = {NULL, NULL, NULL, 5};
+    rewrite_step(path("b/step-000002.safetensors"), path("b/step-000005.safetensors"), &ed);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("step-000005.safetensors: not one of the steps 0..2");
+}
+
+Test(compare, different_models) {
+    const char *a = trace("a", NULL), *b = trace("b", ARGS("--model", "gpt2-tiny", "--steps", "1"));
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("trained different models");
+}
+
+Test(compare, bad_flags) {
+    const char *a = trace("a", NULL);
+    fsdpcheck(ARGS("compare", a));
+    expect_usage("two trace directories");
+    fsdpcheck(ARGS("compare", a, a, a));
+    expect_usage("unexpected argument");
+    fsdpcheck(ARGS("compare", a, a, "--bitwise", "--rtol", "1e-3"));
+    expect_usage("exclude each other");
+    fsdpcheck(ARGS("compare", a, a, "--rtol", "-1"));
+    expect_usage("--rtol");
+    fsdpcheck(ARGS("compare", a, a, "--atol", "nan"));
+    expect_usage("finite");
+    fsdpcheck(ARGS("compare", a, a, "--atol"));
+    expect_usage("needs a value");
+    fsdpcheck(ARGS("compare", a, a, "--tolerance", "1"));
+    expect_usage("unknown flag --tolerance");
+    fsdpcheck(ARGS("compare", a, a, "--bitwise=1"));
+    expect_usage("takes no value");
+    cr_expect_eq(fsdpcheck(ARGS("compare", "--help")), 0);
+    expect_out("usage: fsdpcheck compare DIR_A DIR_B");
+}
