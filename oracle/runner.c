@@ -9,7 +9,8 @@
 #include "mpicheck.h"
 #include "optim.h"
 
-void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {
+static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
+                fc_run_result *r) {
     memset(r, 0, sizeof *r);
     fc_log_init(&r->log);
     fc_error e;
@@ -18,6 +19,11 @@ void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm co
     fc_impl *im = ops->create(cfg, comm, &e);
     if (!im) {
         snprintf(r->error, sizeof r->error, "create: %s", e.msg);
+        return;
+    }
+    if (load_dir && (!ops->load || ops->load(im, load_dir, &e))) {
+        snprintf(r->error, sizeof r->error, "load: %s", ops->load ? e.msg : "the implementation cannot load");
+        ops->destroy(im);
         return;
     }
     fc_model m;
@@ -62,6 +68,30 @@ void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm co
     ops->memory(im, &r->mem);
     ops->destroy(im);
     fc_model_free(&m);
+}
+
+void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {
+    run(ops, cfg, comm, NULL, r);
+}
+
+void fc_runner_resume(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
+                      fc_run_result *r) {
+    run(ops, cfg, comm, load_dir, r);
+}
+
+int fc_runner_save(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, int steps, const char *dir,
+                   fc_state_dict kind, fc_error *e) {
+    if (!ops->save) return fc_fail(e, "the implementation cannot save checkpoints");
+    fc_impl *im = ops->create(cfg, comm, e);
+    if (!im) return -1;
+    int rc = 0;
+    for (int t = 0; t < steps && rc == 0; t++) {
+        fc_step_info info;
+        rc = ops->step(im, &info, e);
+    }
+    if (rc == 0) rc = ops->save(im, dir, kind, e);
+    ops->destroy(im);
+    return rc;
 }
 
 void fc_runner_free(fc_run_result *r) {

@@ -23,6 +23,14 @@ typedef struct {
 
 // Runs cfg->steps steps of `ops` on comm (collective over comm).
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r);
+// The same, but the fresh instance first loads the checkpoint in load_dir,
+// then runs cfg->steps more steps.
+void fc_runner_resume(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
+                      fc_run_result *r);
+// Runs `steps` steps and saves a checkpoint of kind `kind` into dir.
+// Returns 0, or -1 with e set (on every rank).
+int fc_runner_save(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, int steps, const char *dir,
+                   fc_state_dict kind, fc_error *e);
 void fc_runner_free(fc_run_result *r);
 
 // Waits for every rank of comm without spinning: ranks that have nothing to

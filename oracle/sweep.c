@@ -13,6 +13,8 @@
 //   P4  the case's prefetch settings == no prefetch (bitwise)
 //   P5  P1 at a W' whose shards are uneven or empty
 //   P6  K micro-batches == the local model on the joined batch
+//   P7  train k, save (FULL or SHARDED), load at another W and strategy,
+//       train n == train k+n uninterrupted
 //   P8  clip_grad_norm: norm and clipped training == local
 //   P9  mixed precision == no_shard under the same policy (bitwise)
 //   P10 comm log: counts and bytes of every collective == theory; limiter bound
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -76,8 +79,9 @@ static void set_model(fc_run_config *c, const char *name) {
 // The global batch of a case: divisible by W' and K, m samples per micro-batch.
 static void set_batch(fc_run_config *c, int W, int m) { c->global_batch = W * c->grad_accum * m; }
 
-static void draw_case(uint64_t *s, int world, fc_run_config *c, int *W) {
+static void draw_case(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckpt *k) {
     for (;;) {
+        memset(k, 0, sizeof *k);
         fc_run_config_defaults(c);
         *W = 1 + pick(s, world);
         const char *models[] = {"mlp-tiny", "gpt2-tiny", "gpt2-tiny", "mlp-micro"};
@@ -117,13 +121,23 @@ static void draw_case(uint64_t *s, int world, fc_run_config *c, int *W) {
         c->seq_len = 8;
         c->seed = rng_next(s) % 1000000;
         set_batch(c, *W, 1 + pick(s, 2));
+        if (pick(s, 5) == 0) {  // a checkpoint round trip, loaded at another W and strategy
+            const fc_strategy load[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
+            c->steps = 3;
+            k->on = 1;
+            k->sharded = pick(s, 2);
+            k->at = 1 + pick(s, 2);
+            k->strategy = load[pick(s, 3)];
+            do k->W = 1 + pick(s, world);
+            while (c->global_batch % (k->W * c->grad_accum) != 0);
+        }
         fc_error e;
         if (fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0) return;
     }
 }
 
 // The case as `run` flags: replayable, and what reports and JUnit name it by.
-static void case_spec(const fc_run_config *c, char *out, size_t cap) {
+static void case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out, size_t cap) {
     size_t n = 0;
 #define ADD(...) n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, __VA_ARGS__)
     ADD("--model %s --strategy %s", c->model.name, fc_strategy_name(c->strategy));
@@ -142,6 +156,8 @@ static void case_spec(const fc_run_config *c, char *out, size_t cap) {
     ADD(" --steps %d --global-batch %d", c->steps, c->global_batch);
     if (c->model.kind == FC_MODEL_GPT2) ADD(" --seq-len %d", c->seq_len);
     ADD(" --seed %llu", (unsigned long long)c->seed);
+    // sweep's own flag: save after AT steps, load at W2 with STRATEGY, continue
+    if (k->on) ADD(" --ckpt %s:%d:%d:%s", k->sharded ? "sharded" : "full", k->at, k->W, fc_strategy_name(k->strategy));
 #undef ADD
 }
 
@@ -363,21 +379,104 @@ static void run_local_rank0(const sweep_ctx *x, const fc_run_config *c, MPI_Comm
     fc_sleepy_barrier(sub);
 }
 
+// Removes a checkpoint directory the sweep made (its files are flat).
+static void remove_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *ent;
+        char path[1024];
+        while ((ent = readdir(d)) != NULL) {
+            if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+// P7: train k->at steps at W, save, load into a fresh instance at k->W with
+// k->strategy, train the rest; the result must equal the uninterrupted run t
+// (bitwise on the same reduction tree, else within tolerance). World-collective.
+static void check_round_trip(const sweep_ctx *x, const fc_run_config *cfg, int W, const fc_case_ckpt *k,
+                             const fc_run_result *t, fc_case_result *res) {
+    char dir[64] = "";
+    if (x->rank == 0 && !mkdtemp(strcpy(dir, "/tmp/fsdpcheck-sweep-XXXXXX"))) dir[0] = '\0';
+    mpiCheck(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (!dir[0]) {
+        record(res, 7, 0, "cannot create a temporary checkpoint directory");
+        return;
+    }
+    fc_run_config tc = *cfg;
+    tc.inject = x->inject;
+    fc_state_dict kind = k->sharded ? FC_STATE_DICT_SHARDED : FC_STATE_DICT_FULL;
+    int saved = 1;
+    fc_error e = {{0}};
+    MPI_Comm sub;
+    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+    if (sub != MPI_COMM_NULL) {
+        saved = fc_runner_save(x->tested, &tc, sub, k->at, dir, kind, &e) == 0;
+        mpiCheck(MPI_Comm_free(&sub));
+    }
+    fc_sleepy_barrier(MPI_COMM_WORLD);
+    mpiCheck(MPI_Bcast(&saved, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (!saved) {
+        if (x->rank == 0) record(res, 7, 0, "save after step %d failed: %s", k->at, e.msg);
+    } else {
+        fc_run_config lc = tc;  // the loading run: another W and strategy
+        lc.strategy = k->strategy;
+        lc.shard_group = 0;
+        if (lc.strategy == FC_STRATEGY_NO_SHARD) {
+            lc.backward_prefetch = FC_PREFETCH_NONE;
+            lc.forward_prefetch = lc.limit_all_gathers = 0;
+        }
+        lc.steps = cfg->steps - k->at;
+        fc_run_result r;
+        memset(&r, 0, sizeof r);
+        mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < k->W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+        if (sub != MPI_COMM_NULL) {
+            fc_runner_resume(x->tested, &lc, sub, dir, &r);
+            mpiCheck(MPI_Comm_free(&sub));
+        }
+        fc_sleepy_barrier(MPI_COMM_WORLD);
+        if (x->rank == 0) {
+            // the uninterrupted run's last steps line up with the resumed run's
+            fc_run_result tail = *t;
+            tail.loss = t->loss + k->at;
+            tail.norm = t->norm + k->at;
+            tail.steps = t->steps - k->at;
+            int flat = cfg->strategy == FC_STRATEGY_NO_SHARD || cfg->strategy == FC_STRATEGY_FULL_SHARD ||
+                       cfg->strategy == FC_STRATEGY_SHARD_GRAD_OP;
+            int same_tree = flat && k->W == W;
+            char against[96];
+            snprintf(against, sizeof against, "uninterrupted (%s checkpoint at step %d, loaded at W=%d %s)",
+                     k->sharded ? "sharded" : "full", k->at, k->W, fc_strategy_name(k->strategy));
+            compare(res, 7, cfg, k->W, &r, &tail, x->tested_is_ref && same_tree, against);
+        }
+        fc_runner_free(&r);
+    }
+    if (x->rank == 0) remove_dir(dir);
+}
+
 // Checks one case at W' ranks; every rank of the world calls it and gets the
 // same verdict back (rank 0 decides).
-static void run_case(const sweep_ctx *x, const fc_run_config *cfg, int W, fc_case_result *res) {
+static void run_case(const sweep_ctx *x, const fc_run_config *cfg, int W, const fc_case_ckpt *k,
+                     fc_case_result *res) {
     double t0 = now_s();
     memset(res, 0, sizeof *res);
     res->W = W;
     res->cfg = *cfg;
-    case_spec(cfg, res->spec, sizeof res->spec);
+    res->ckpt = *k;
+    case_spec(cfg, k, res->spec, sizeof res->spec);
+    fc_run_result t;  // the tested run, kept for the round trip below
+    memset(&t, 0, sizeof t);
     MPI_Comm sub;
     mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < W ? 0 : MPI_UNDEFINED, x->rank, &sub));
     if (sub != MPI_COMM_NULL) {
         fc_run_config tc = *cfg;
         tc.inject = x->inject;
         int exact = x->tested_is_ref;
-        fc_run_result t, again;
+        fc_run_result again;
         fc_runner_run(x->tested, &tc, sub, &t);
         int is0 = x->rank == 0;
         if (!t.ok && is0) record(res, 12, 0, "the case did not run: %s", t.error);
@@ -460,10 +559,13 @@ static void run_case(const sweep_ctx *x, const fc_run_config *cfg, int W, fc_cas
             }
             if (is0) check_schedule(res, cfg, W, &t);
         }
-        fc_runner_free(&t);
         mpiCheck(MPI_Comm_free(&sub));
     }
     fc_sleepy_barrier(MPI_COMM_WORLD);
+    int t_ok = t.ok;
+    mpiCheck(MPI_Bcast(&t_ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (k->on && t_ok) check_round_trip(x, cfg, W, k, &t, res);
+    fc_runner_free(&t);
     res->seconds = now_s() - t0;
     // everyone learns rank 0's verdict (shrinking must take the same path everywhere)
     mpiCheck(MPI_Bcast(res, (int)sizeof *res, MPI_BYTE, 0, MPI_COMM_WORLD));
@@ -479,7 +581,7 @@ static int lowest_property(unsigned mask) {
 // shrinking: simpler variants of a failing case, kept while they still fail
 
 // Applies simplification k to (c, W); returns 0 if it does not apply.
-static int simplify(int k, fc_run_config *c, int *W) {
+static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     int m = c->global_batch / (*W * c->grad_accum);  // samples per micro-batch
     switch (k) {
     case 0:  // a smaller world, down to 2 (faults that need peers), then 1
@@ -556,6 +658,15 @@ static int simplify(int k, fc_run_config *c, int *W) {
         if (m <= 1) return 0;
         m = 1;
         break;
+    case 16:  // the checkpoint round trip, or its other world size
+        if (!ck->on) return 0;
+        if (ck->W != *W) {
+            ck->W = *W;
+        } else {
+            ck->on = 0;
+            c->steps = 2;
+        }
+        break;
     default:
         return 0;
     }
@@ -564,22 +675,25 @@ static int simplify(int k, fc_run_config *c, int *W) {
     return fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0;
 }
 
-#define N_SIMPLIFY 16
+#define N_SIMPLIFY 17
 
 static void shrink(const sweep_ctx *x, fc_case_result *worst, int quiet) {
     fc_run_config c = worst->cfg;
+    fc_case_ckpt ck = worst->ckpt;
     int W = worst->W, tries = 0;
     for (int progress = 1; progress && tries < 60;) {
         progress = 0;
         for (int k = 0; k < N_SIMPLIFY && tries < 60; k++) {
             fc_run_config c2 = c;
+            fc_case_ckpt ck2 = ck;
             int W2 = W;
-            if (!simplify(k, &c2, &W2)) continue;
+            if (!simplify(k, &c2, &W2, &ck2)) continue;
+            if (ck2.on && (ck2.at >= c2.steps || c2.global_batch % (ck2.W * c2.grad_accum))) continue;
             fc_case_result r;
-            run_case(x, &c2, W2, &r);
+            run_case(x, &c2, W2, &ck2, &r);
             tries++;
             if (r.failed) {
-                c = c2, W = W2, *worst = r, progress = 1;
+                c = c2, ck = ck2, W = W2, *worst = r, progress = 1;
                 if (!quiet && x->rank == 0) fprintf(stderr, "  shrunk (W=%d): %s\n", W, r.spec);
             }
         }
@@ -721,12 +835,27 @@ int fc_cmd_sweep(int argc, char **argv) {
         snprintf(buf, sizeof buf, "%s", replay);
         char *args[128];
         int n = 0;
-        for (char *tok = strtok(buf, " \t"); tok && n < 128; tok = strtok(NULL, " \t")) args[n++] = tok;
+        fc_case_ckpt ck = {0};
+        for (char *tok = strtok(buf, " \t"); tok && n < 128; tok = strtok(NULL, " \t")) {
+            if (strcmp(tok, "--ckpt") != 0) {
+                args[n++] = tok;
+                continue;
+            }
+            char *v = strtok(NULL, " \t"), kind[16] = "", strat[32] = "";
+            if (!v || sscanf(v, "%15[a-z]:%d:%d:%31[a-z_0-9]", kind, &ck.at, &ck.W, strat) != 4 ||
+                (strcmp(kind, "full") && strcmp(kind, "sharded")) || fc_strategy_parse(strat, &ck.strategy) ||
+                ck.W < 1 || ck.W > x.W || ck.at < 1)
+                die_all(x.rank, "sweep --replay: --ckpt takes full|sharded:AT:W:STRATEGY with W <= the job's size");
+            ck.on = 1;
+            ck.sharded = !strcmp(kind, "sharded");
+        }
         fc_run_args ra;
         if (fc_cli_parse_run(n, args, &ra, &e) != 0) die_all(x.rank, e.msg);
         if (fc_run_config_validate_world(&ra.cfg, x.W, &e)) die_all(x.rank, e.msg);
+        if (ck.on && (ck.at >= ra.cfg.steps || ra.cfg.global_batch % (ck.W * ra.cfg.grad_accum)))
+            die_all(x.rank, "sweep --replay: --ckpt AT must be below --steps and W must divide the batch");
         fc_case_result r;
-        run_case(&x, &ra.cfg, x.W, &r);
+        run_case(&x, &ra.cfg, x.W, &ck, &r);
         if (x.rank == 0) {
             for (int p = 1; p < FC_NPROP; p++)
                 if (r.checked & (1u << p))
@@ -743,10 +872,11 @@ int fc_cmd_sweep(int argc, char **argv) {
     int failed_at = -1;
     for (int i = 0; i < cases; i++) {
         fc_run_config c;
+        fc_case_ckpt ck;
         int W;
-        draw_case(&s, x.W, &c, &W);
+        draw_case(&s, x.W, &c, &W, &ck);
         fc_case_result *r = &rep->cases[i];
-        run_case(&x, &c, W, r);
+        run_case(&x, &c, W, &ck, r);
         r->index = i;
         rep->n = i + 1;
         if (r->failed) rep->n_failed++;

@@ -13,12 +13,23 @@
 
 #define FC_NPROP 15  // properties P1..P14 at index 1..14 (index 0 unused)
 
+// A case's checkpoint round trip (P7): train `at` steps, save, load into a
+// fresh instance at world size W with `strategy`, train the rest.
+typedef struct {
+    int on;
+    int sharded;                  // SHARDED_STATE_DICT, else FULL
+    int at;                       // steps before the save
+    int W;                        // world size of the loading run
+    fc_strategy strategy;         // strategy of the loading run
+} fc_case_ckpt;
+
 // One checked case.
 typedef struct {
     int index;                    // position in the sweep (0-based)
     char spec[768];               // the case as `run` flags (replayable with `sweep --replay`)
     int W;                        // world size the case ran at
     fc_run_config cfg;            // the case's config
+    fc_case_ckpt ckpt;            // its checkpoint round trip, if any
     unsigned checked;             // bit p set: property Pp was checked
     unsigned failed;              // bit p set: property Pp failed
     double max_abs[FC_NPROP];     // largest |a-b| seen per property (tolerance or bitwise checks)
