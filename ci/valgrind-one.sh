@@ -11,7 +11,9 @@ logdir=$(mktemp -d)
 trap 'rm -rf "$logdir"' EXIT
 # MPICH's hwloc probes PCI and x86 topology, which valgrind reports as a leak.
 export HWLOC_COMPONENTS=-pci,-x86
-valgrind --trace-children=yes --leak-check=full --show-leak-kinds=definite,indirect \
+# FC_VALGRIND_SKIP: children not to follow (the CLI tests spawn fsdpcheck
+# dozens of times; memcheck.fsdpcheck checks the binary itself, once per command).
+valgrind --trace-children=yes ${FC_VALGRIND_SKIP:+--trace-children-skip=$FC_VALGRIND_SKIP} --leak-check=full --show-leak-kinds=definite,indirect \
   --errors-for-leak-kinds=definite,indirect --track-origins=no \
   --log-file="$logdir/vg.%p.log" "$bin" "$@"
 rc=$?

@@ -948,14 +948,18 @@ int fc_ckpt_prepare_dir(const char *dir, fc_error *e) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, FC_CKPT_MANIFEST);
     // the manifest goes first: from here on the old checkpoint no longer verifies
-    if (unlink(path) != 0 && errno != ENOENT)
+    int was_ckpt = unlink(path) == 0;
+    if (!was_ckpt && errno != ENOENT)
         return fc_fail(e, "%s: cannot remove the old manifest: %s", path, strerror(errno));
     fsync_dir(dir);
+    // then the old checkpoint's files, so no stale shard outlives it, and
+    // temporaries of interrupted saves; a directory that held no checkpoint
+    // keeps its files (a model.safetensors of someone else's, say)
     DIR *d = opendir(dir);
     if (!d) return fc_fail(e, "%s: cannot list: %s", dir, strerror(errno));
     struct dirent *ent;
     while ((ent = readdir(d)) != NULL) {
-        if (!is_ckpt_file(ent->d_name)) continue;
+        if (!is_ckpt_file(ent->d_name) || (!was_ckpt && !strstr(ent->d_name, ".tmp."))) continue;
         snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
         if (unlink(path) != 0 && errno != ENOENT) {
             int err = errno;

@@ -157,8 +157,9 @@ typedef struct {
 void fc_ckpt_chunk(size_t n, int W, int r, size_t *first, size_t *count);
 
 // Makes dir ready for a new checkpoint: creates it, removes its manifest
-// first (a half-rewritten checkpoint must never verify), then the files and
-// temporaries of an earlier checkpoint there (nothing else).
+// first (a half-rewritten checkpoint must never verify), then, if there was
+// one, the files of that checkpoint, and always temporaries of interrupted
+// saves (checkpoint file names only: nothing else is touched).
 int fc_ckpt_prepare_dir(const char *dir, fc_error *e);
 // config.json (Hugging Face fields for gpt2).
 int fc_ckpt_write_config(const char *dir, const fc_ckpt_info *info, fc_ckpt_file *out, fc_error *e);

@@ -495,6 +495,24 @@ Test(ckpt, save_into_existing_checkpoint_replaces_it) {
     cr_expect_not_null(strstr(e.msg, "no fsdpcheck.json"), "%s", e.msg);
 }
 
+Test(ckpt, save_into_a_directory_that_is_no_checkpoint_keeps_its_files) {
+    // someone else's model.safetensors stays; a temporary of an interrupted save goes
+    const char *dir = tmp_path("d");
+    cr_assert_eq(mkdir(dir, 0777), 0);
+    write_all(tmp_path("d/model.safetensors"), "theirs", 6);
+    write_all(tmp_path("d/shard-00003.safetensors.tmp.99"), "partial", 7);
+    write_all(tmp_path("d/notes.txt"), "keep", 4);
+    fc_error e;
+    cr_assert_eq(fc_ckpt_prepare_dir(dir, &e), 0, "%s", e.msg);
+    expect_listing(dir, "model.safetensors notes.txt");
+    make_ckpt("d", "mlp-tiny", "sharded", "1", "adamw");
+    expect_listing(dir, "config.json fsdpcheck.json model.safetensors notes.txt shard-00000.safetensors");
+    result r;
+    run_in(NULL, ARGS("ckpt", "verify", dir), &r);  // an unlisted file is no part of it
+    expect_ok(&r);
+    result_free(&r);
+}
+
 // ----------------------------------------------------------------------------
 // 3. corrupted, truncated and missing files
 
