@@ -424,18 +424,6 @@ static int read_small(const char *path, size_t limit, char **out, size_t *len, i
     return 0;
 }
 
-static int model_same(const fc_model_config *a, const fc_model_config *b) {
-    if (a->kind != b->kind) return 0;
-    if (a->kind == FC_MODEL_MLP) {
-        if (a->n_layers != b->n_layers) return 0;
-        for (int i = 0; i <= a->n_layers; i++)
-            if (a->dims[i] != b->dims[i]) return 0;
-        return 1;
-    }
-    return a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->n_embd == b->n_embd &&
-           a->n_layer == b->n_layer && a->n_head == b->n_head && a->layer_norm_epsilon == b->layer_norm_epsilon;
-}
-
 typedef struct {
     char s[200];
 } described;
@@ -458,7 +446,7 @@ static int check_config_json(fc_ckpt *c, const char *text, const char *path, fc_
     fc_model_config mc;
     fc_error ce;
     if (fc_model_config_parse(text, path, &mc, &ce)) return fc_fail(e, "%s", ce.msg);
-    if (!model_same(&mc, &c->man.cfg.model))
+    if (!fc_model_config_equal(&mc, &c->man.cfg.model))
         return fc_fail(e, "%s: describes another model than the manifest's config (%s)", path,
                        describe(&c->man.cfg.model).s);
     return 0;
@@ -901,7 +889,7 @@ int fc_ckpt_read_unit(fc_ckpt *c, int u, int t, uint64_t first, uint64_t n, floa
 int fc_ckpt_check_compatible(const fc_ckpt *c, const fc_run_config *cfg, fc_error *e) {
     const char *src = c->src[0] ? c->src : "checkpoint";
     const fc_run_config *saved = &c->man.cfg;
-    if (!model_same(&saved->model, &cfg->model))
+    if (!fc_model_config_equal(&saved->model, &cfg->model))
         return fc_fail(e, "%s: saved from model %s; this run's --model is %s", src, describe(&saved->model).s,
                        describe(&cfg->model).s);
     const char *names[2];

@@ -223,6 +223,18 @@ done:
     return rc;
 }
 
+int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b) {
+    if (a->kind != b->kind) return 0;
+    if (a->kind == FC_MODEL_MLP) {
+        if (a->n_layers != b->n_layers) return 0;
+        for (int i = 0; i <= a->n_layers; i++)
+            if (a->dims[i] != b->dims[i]) return 0;
+        return 1;
+    }
+    return a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->n_embd == b->n_embd &&
+           a->n_layer == b->n_layer && a->n_head == b->n_head && a->layer_norm_epsilon == b->layer_norm_epsilon;
+}
+
 int fc_model_config_validate(const fc_model_config *c, fc_error *e) {
     if (c->kind == FC_MODEL_MLP) {
         if (c->n_layers < 1 || c->n_layers > FC_MLP_MAX_LAYERS)

@@ -34,6 +34,8 @@ typedef struct {
 int fc_model_config_load(const char *name_or_path, fc_model_config *out, fc_error *e);
 // Parses a config.json already in memory (path is only used in messages).
 int fc_model_config_parse(const char *json, const char *path, fc_model_config *out, fc_error *e);
+// Whether two configs describe the same model (kind and every size; not the name).
+int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b);
 // Checks the sizes make a model (positive, heads divide n_embd, ...).
 int fc_model_config_validate(const fc_model_config *c, fc_error *e);
 // The config as Hugging Face config.json fields (gpt2) or fsdpcheck-mlp fields.

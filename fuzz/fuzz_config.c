@@ -20,18 +20,6 @@ static void check(int ok) {
     if (!ok) abort();
 }
 
-static int same_model(const fc_model_config *a, const fc_model_config *b) {
-    if (a->kind != b->kind) return 0;
-    if (a->kind == FC_MODEL_MLP) {
-        if (a->n_layers != b->n_layers) return 0;
-        for (int i = 0; i <= a->n_layers; i++)
-            if (a->dims[i] != b->dims[i]) return 0;
-        return 1;
-    }
-    return a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->n_embd == b->n_embd &&
-           a->n_layer == b->n_layer && a->n_head == b->n_head && a->layer_norm_epsilon == b->layer_norm_epsilon;
-}
-
 static void model_config(const char *text) {
     fc_model_config m, back;
     fc_error e;
@@ -45,7 +33,7 @@ static void model_config(const char *text) {
     char *again = cJSON_PrintUnformatted(j);
     check(again != NULL);
     check(fc_model_config_parse(again, "round-trip", &back, &e) == 0);
-    check(same_model(&m, &back));
+    check(fc_model_config_equal(&m, &back));
     free(again);
     cJSON_Delete(j);
 }

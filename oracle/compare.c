@@ -575,18 +575,6 @@ static double parse_tol(const char *flag, const char *v) {
     return x;
 }
 
-static int same_model(const fc_model_config *a, const fc_model_config *b) {
-    if (a->kind != b->kind) return 0;
-    if (a->kind == FC_MODEL_MLP) {
-        if (a->n_layers != b->n_layers) return 0;
-        for (int i = 0; i <= a->n_layers; i++)
-            if (a->dims[i] != b->dims[i]) return 0;
-        return 1;
-    }
-    return a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->n_embd == b->n_embd &&
-           a->n_layer == b->n_layer && a->n_head == b->n_head && a->layer_norm_epsilon == b->layer_norm_epsilon;
-}
-
 static void describe_model(const fc_model_config *c, char *buf, size_t cap) {
     if (c->kind == FC_MODEL_MLP) {
         size_t k = (size_t)snprintf(buf, cap, "%.64s (mlp, dims", c->name);
@@ -792,7 +780,7 @@ int fc_cmd_compare(int argc, char **argv) {
     fc_error e;
     if (fc_trace_open(dirs[0], &ta, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
     if (fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
-    if (!same_model(&ta.cfg.model, &tb.cfg.model)) {
+    if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model)) {
         char ma[200], mb[200];
         describe_model(&ta.cfg.model, ma, sizeof ma);
         describe_model(&tb.cfg.model, mb, sizeof mb);

@@ -34,6 +34,7 @@
 #include "data.h"
 #include "forward.h"
 #include "init.h"
+#include "local.h"
 #include "mpicheck.h"
 #include "optim.h"
 #include "weights.h"
@@ -509,13 +510,7 @@ static double grad_norm(fc_fsdp *f) {
         size_t n = U->own_valid;
         if (f->cfg.inject == FC_FAULT_PADDING_LEAK && f->sharded) n = U->shard;  // padding counted
         if (f->cfg.inject == FC_FAULT_CLIP_DOUBLE_COUNT && !f->sharded) g = U->grad, n = U->numel;
-        for (size_t i = 0; i < n; i++) {
-            double a = fabs((double)g[i]);
-            if (t == FC_NORM_INF)
-                part = a > part ? a : part;
-            else
-                part += t == FC_NORM_1 ? a : a * a;
-        }
+        part = fc_grad_norm_accumulate(part, g, n, t);
     }
     MPI_Comm comm = f->sharded ? f->shard : f->world;
     int G = f->sharded ? f->F : f->W;

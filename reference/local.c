@@ -46,8 +46,7 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     return 0;
 }
 
-double fc_grad_norm(const float *g, size_t n, fc_norm_type type) {
-    double acc = 0;
+double fc_grad_norm_accumulate(double acc, const float *g, size_t n, fc_norm_type type) {
     for (size_t i = 0; i < n; i++) {
         double a = fabs((double)g[i]);
         if (type == FC_NORM_INF)
@@ -55,6 +54,11 @@ double fc_grad_norm(const float *g, size_t n, fc_norm_type type) {
         else
             acc += type == FC_NORM_1 ? a : a * a;
     }
+    return acc;
+}
+
+double fc_grad_norm(const float *g, size_t n, fc_norm_type type) {
+    double acc = fc_grad_norm_accumulate(0, g, n, type);
     return type == FC_NORM_2 ? sqrt(acc) : acc;
 }
 

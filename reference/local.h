@@ -35,5 +35,8 @@ void fc_local_free(fc_local *L);
 // clip_grad_norm's total norm of a gradient (norm type 1, 2 or inf),
 // accumulated in double in parameter order.
 double fc_grad_norm(const float *g, size_t n, fc_norm_type type);
+// The accumulation behind it, resumable over pieces (the FSDP engine sums
+// its shards with it): sum of |g| (1), of g^2 (2), or the max |g| (inf).
+double fc_grad_norm_accumulate(double acc, const float *g, size_t n, fc_norm_type type);
 
 #endif
