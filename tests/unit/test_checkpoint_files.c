@@ -22,18 +22,12 @@
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "checkpoint.h"
@@ -42,230 +36,14 @@
 #include "safetensors.h"
 
 #define RUN_TIMEOUT_S 60
+#include "cli_harness.h"
 
 // ----------------------------------------------------------------------------
-// process runner: exit code, stdout and stderr captured
+// one temporary directory per test, and files
 
-typedef struct {
-    int code;  // exit status, -1 if killed by a signal
-    int signal;
-    char *out, *err;
-    size_t out_len, err_len;
-    char cmd[2048];
-} result;
+static void setup(void) { tmp_setup("fc_test_ckpt"); }
 
-static const char *binary(void) {
-    const char *b = getenv("FC_FSDPCHECK_BIN");
-    return b && *b ? b : FC_FSDPCHECK_BIN;
-}
-
-static void append(char **buf, size_t *len, const char *src, size_t n) {
-    *buf = realloc(*buf, *len + n + 1);
-    cr_assert_not_null(*buf);
-    memcpy(*buf + *len, src, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-}
-
-static void result_free(result *r) {
-    free(r->out);
-    free(r->err);
-    r->out = r->err = NULL;
-}
-
-static int run_in(const char *cwd, const char *const *args, result *r) {
-    memset(r, 0, sizeof *r);
-    r->out = calloc(1, 1);
-    r->err = calloc(1, 1);
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = binary();
-    size_t used = (size_t)snprintf(r->cmd, sizeof r->cmd, "fsdpcheck");
-    for (; args[n - 1]; n++) {
-        cr_assert_lt(n, 63);
-        argv[n] = args[n - 1];
-        if (used < sizeof r->cmd) used += (size_t)snprintf(r->cmd + used, sizeof r->cmd - used, " %s", args[n - 1]);
-    }
-    argv[n] = NULL;
-    int po[2], pe[2];
-    cr_assert_eq(pipe(po), 0);
-    cr_assert_eq(pipe(pe), 0);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
-        if (in < 0 || dup2(in, 0) < 0 || dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0) _exit(126);
-        close(in), close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
-        if (cwd && chdir(cwd) != 0) _exit(126);
-        setenv("HWLOC_COMPONENTS", "-pci,-x86", 0);  // as ctest runs MPI programs
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    close(po[1]);
-    close(pe[1]);
-    struct pollfd fds[2] = {{.fd = po[0], .events = POLLIN}, {.fd = pe[0], .events = POLLIN}};
-    int open_fds = 2, timed_out = 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    while (open_fds > 0) {
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        double left = RUN_TIMEOUT_S - (double)(t1.tv_sec - t0.tv_sec);
-        if (left <= 0) {
-            timed_out = 1;
-            kill(pid, SIGKILL);
-            break;
-        }
-        if (poll(fds, 2, 1000) < 0 && errno != EINTR) cr_assert_fail("poll: %s", strerror(errno));
-        for (int i = 0; i < 2; i++) {
-            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            char buf[4096];
-            ssize_t k = read(fds[i].fd, buf, sizeof buf);
-            if (k > 0) {
-                if (i == 0) append(&r->out, &r->out_len, buf, (size_t)k);
-                else append(&r->err, &r->err_len, buf, (size_t)k);
-            } else if (k == 0 || errno != EINTR) {
-                close(fds[i].fd);
-                fds[i].fd = -1;
-                open_fds--;
-            }
-        }
-    }
-    for (int i = 0; i < 2; i++)
-        if (fds[i].fd >= 0) close(fds[i].fd);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) cr_assert_fail("waitpid: %s", strerror(errno));
-    r->code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    r->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-    cr_assert_not(timed_out, "%s: killed after %d s", r->cmd, RUN_TIMEOUT_S);
-    cr_assert_neq(r->code, 127, "%s: could not exec %s", r->cmd, binary());
-    return r->code;
-}
-
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-
-// ----------------------------------------------------------------------------
-// temporary directory and files
-
-static char g_tmp[256];
-
-static void remove_tree(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        if (d) {
-            struct dirent *ent;
-            while ((ent = readdir(d))) {
-                if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
-                char p[2048];
-                snprintf(p, sizeof p, "%s/%s", path, ent->d_name);
-                remove_tree(p);
-            }
-            closedir(d);
-        }
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
-static void setup(void) {
-    const char *base = getenv("TMPDIR");
-    snprintf(g_tmp, sizeof g_tmp, "%s/fc_test_ckpt_XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(g_tmp), "mkdtemp: %s", strerror(errno));
-}
-
-static void teardown(void) {
-    if (g_tmp[0]) remove_tree(g_tmp);
-    g_tmp[0] = '\0';
-}
-
-TestSuite(ckpt, .init = setup, .fini = teardown, .timeout = 300);
-
-static const char *tmp_path(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *tmp_path(const char *fmt, ...) {
-    static char bufs[16][1024];
-    static int next;
-    char *b = bufs[next++ % 16];
-    int k = snprintf(b, 1024, "%s/", g_tmp);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b + k, (size_t)(1024 - k), fmt, ap);
-    va_end(ap);
-    return b;
-}
-
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s: %s", path, strerror(errno));
-    unsigned char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 65536;
-            buf = realloc(buf, cap + 1);
-            cr_assert_not_null(buf);
-        }
-        size_t k = fread(buf + n, 1, cap - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
-static void write_all(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "cannot create %s: %s", path, strerror(errno));
-    cr_assert_eq(fwrite(data, 1, n, f), n);
-    cr_assert_eq(fclose(f), 0);
-}
-
-static int exists(const char *path) {
-    struct stat st;
-    return lstat(path, &st) == 0;
-}
-
-static int same_bytes(const char *a, const char *b) {
-    size_t na, nb;
-    unsigned char *x = read_all(a, &na), *y = read_all(b, &nb);
-    int same = na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-// The names in dir, sorted, space-separated.
-static void listing(const char *dir, char *out, size_t cap) {
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d, "cannot open %s", dir);
-    char *names[256];
-    int n = 0;
-    struct dirent *ent;
-    while ((ent = readdir(d)))
-        if (strcmp(ent->d_name, ".") && strcmp(ent->d_name, "..")) names[n++] = strdup(ent->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof names[0], cmp_str);
-    size_t used = 0;
-    out[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s", i ? " " : "", names[i]);
-        free(names[i]);
-    }
-}
-
-static void expect_listing(const char *dir, const char *want) {
-    char got[8192];
-    listing(dir, got, sizeof got);
-    cr_expect_str_eq(got, want, "%s holds [%s], want [%s]", dir, got, want);
-}
+TestSuite(ckpt, .init = setup, .fini = tmp_teardown, .timeout = 300);
 
 static void copy_dir(const char *src, const char *dst) {
     cr_assert_eq(mkdir(dst, 0777), 0, "mkdir %s: %s", dst, strerror(errno));
@@ -279,19 +57,10 @@ static void copy_dir(const char *src, const char *dst) {
         snprintf(b, sizeof b, "%s/%s", dst, ent->d_name);
         size_t n;
         unsigned char *data = read_all(a, &n);
-        write_all(b, data, n);
+        write_file(b, data, n);
         free(data);
     }
     closedir(d);
-}
-
-static cJSON *load_json(const char *path) {
-    size_t n;
-    unsigned char *text = read_all(path, &n);
-    cJSON *j = cJSON_ParseWithLength((const char *)text, n);
-    cr_assert_not_null(j, "%s is not JSON", path);
-    free(text);
-    return j;
 }
 
 // ----------------------------------------------------------------------------
@@ -299,12 +68,6 @@ static cJSON *load_json(const char *path) {
 
 static void expect_ok(const result *r) {
     cr_assert_eq(r->code, 0, "%s: exit %d (signal %d); stderr:\n%s", r->cmd, r->code, r->signal, r->err);
-}
-
-static int count_lines(const char *s, size_t n) {
-    int k = 0;
-    for (size_t i = 0; i < n; i++) k += s[i] == '\n';
-    return k;
 }
 
 // exit 2, nothing on stdout, one "fsdpcheck: " line on stderr holding each
@@ -499,9 +262,9 @@ Test(ckpt, save_into_a_directory_that_is_no_checkpoint_keeps_its_files) {
     // someone else's model.safetensors stays; a temporary of an interrupted save goes
     const char *dir = tmp_path("d");
     cr_assert_eq(mkdir(dir, 0777), 0);
-    write_all(tmp_path("d/model.safetensors"), "theirs", 6);
-    write_all(tmp_path("d/shard-00003.safetensors.tmp.99"), "partial", 7);
-    write_all(tmp_path("d/notes.txt"), "keep", 4);
+    write_file(tmp_path("d/model.safetensors"), "theirs", 6);
+    write_file(tmp_path("d/shard-00003.safetensors.tmp.99"), "partial", 7);
+    write_file(tmp_path("d/notes.txt"), "keep", 4);
     fc_error e;
     cr_assert_eq(fc_ckpt_prepare_dir(dir, &e), 0, "%s", e.msg);
     expect_listing(dir, "model.safetensors notes.txt");
@@ -524,7 +287,7 @@ static void flip_byte(const char *path, size_t at) {
     unsigned char *b = read_all(path, &n);
     cr_assert_lt(at, n);
     b[at] ^= 0x20;
-    write_all(path, b, n);
+    write_file(path, b, n);
     free(b);
 }
 
@@ -614,7 +377,7 @@ static void rewrite_manifest(const char *src_dir, const char *dst_dir, const cha
     memcpy(out, text, a);
     memcpy(out + a, to, lt);
     memcpy(out + a + lt, at + lf, n - a - lf);
-    write_all(path, out, n - lf + lt);
+    write_file(path, out, n - lf + lt);
     free(out);
     free(text);
 }
@@ -657,7 +420,7 @@ Test(ckpt, swapped_files_refused) {
     copy_dir(tmp_path("a"), tmp_path("bad"));
     size_t n;
     unsigned char *data = read_all(tmp_path("b/optimizer.safetensors"), &n);
-    write_all(tmp_path("bad/optimizer.safetensors"), data, n);
+    write_file(tmp_path("bad/optimizer.safetensors"), data, n);
     free(data);
     expect_both_refuse(tmp_path("bad"), "mlp-tiny", ARGS("optimizer.safetensors"));
 }
@@ -709,7 +472,7 @@ Test(ckpt, misuse_flags) {
         result_free(&r);
     }
     // --save under a regular file: refused before any training
-    write_all(tmp_path("work/F"), "x", 1);
+    write_file(tmp_path("work/F"), "x", 1);
     run_in(work, ARGS("run", "--quiet", "--save", "F/sub"), &r);
     REFUSED(&r, "--save", "F");
     expect_listing(work, "F");

@@ -18,34 +18,22 @@
 #include <criterion/criterion.h>
 
 #include <cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "safetensors.h"
 
+#define RUN_TIMEOUT_S 120  // a hung child cannot hang the suite
+#include "cli_harness.h"
+
 // ----------------------------------------------------------------------------
 // running fsdpcheck (and mpiexec)
 
-typedef struct {
-    int code;
-    char out[65536], err[8192];
-} result;
-
-static char g_dir[256];
-
-static const char *binary(void) {
-    const char *b = getenv("FC_FSDPCHECK_BIN");
-    return b && *b ? b : FC_FSDPCHECK_BIN;
-}
-
+// Plain text of a file, at most cap - 1 bytes, "" if it cannot be read.
 static void slurp(const char *path, char *buf, size_t cap) {
     FILE *f = fopen(path, "r");
     size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
@@ -53,34 +41,16 @@ static void slurp(const char *path, char *buf, size_t cap) {
     if (f) fclose(f);
 }
 
-// argv[0] is run through PATH (mpiexec) or is a path (the binary).
-static void spawn(const char *const *argv, result *r) {
-    char out_path[300], err_path[300];
-    snprintf(out_path, sizeof out_path, "%s/.stdout", g_dir);
-    snprintf(err_path, sizeof err_path, "%s/.stderr", g_dir);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY), o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0644),
-            e = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (in < 0 || o < 0 || e < 0 || dup2(in, 0) < 0 || dup2(o, 1) < 0 || dup2(e, 2) < 0) _exit(126);
-        alarm(120);  // survives exec: a hung child cannot hang the suite
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int status;
-    while (waitpid(pid, &status, 0) < 0) cr_assert_eq(errno, EINTR, "waitpid: %s", strerror(errno));
-    slurp(out_path, r->out, sizeof r->out);
-    slurp(err_path, r->err, sizeof r->err);
-    cr_assert(WIFEXITED(status), "%s killed by signal %d; stderr:\n%s", argv[0],
-              WIFSIGNALED(status) ? WTERMSIG(status) : 0, r->err);
-    r->code = WEXITSTATUS(status);
-    cr_assert_neq(r->code, 127, "could not exec %s", argv[0]);
-}
+static result R;  // the last command's result
 
-static result R;  // the last command's result (large: not on the stack)
+// Runs argv (argv[0] is run through PATH (mpiexec) or is a path (the
+// binary)) into R; a child killed by a signal fails the test.
+static int spawn(const char *const *argv) {
+    result_free(&R);
+    run_argv(NULL, argv, &R);
+    cr_assert_eq(R.signal, 0, "%s killed by signal %d; stderr:\n%s", R.cmd, R.signal, R.err);
+    return R.code;
+}
 
 // fsdpcheck with args (NULL-terminated).
 static int fsdpcheck(const char *const *args) {
@@ -92,32 +62,16 @@ static int fsdpcheck(const char *const *args) {
         argv[n] = args[n - 1];
     }
     argv[n] = NULL;
-    spawn(argv, &R);
-    return R.code;
-}
-
-#define ARGS(...) ((const char *const[]){__VA_ARGS__, NULL})
-
-static const char *path(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static const char *path(const char *fmt, ...) {
-    static char bufs[16][512];
-    static int next;
-    char *b = bufs[next++ % 16];
-    int k = snprintf(b, 512, "%s/", g_dir);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(b + k, (size_t)(512 - k), fmt, ap);
-    va_end(ap);
-    return b;
+    return spawn(argv);
 }
 
 // `fsdpcheck run --quiet --trace DIR/name` with extra flags (local, W = 1).
-// A trace directory's path, kept apart from path()'s buffers (which rotate).
+// A trace directory's path, kept apart from tmp_path()'s buffers (which rotate).
 static const char *trace_dir(const char *name) {
     static char dirs[4][512];
     static int next;
     char *d = dirs[next++ % 4];
-    snprintf(d, 512, "%s/%s", g_dir, name);
+    snprintf(d, 512, "%s/%s", g_tmp, name);
     return d;
 }
 
@@ -139,7 +93,7 @@ static const char *trace_w2(const char *name, const char *const *extra) {
     int n = 8;
     for (int i = 0; extra && extra[i]; i++) argv[n++] = extra[i];
     argv[n] = NULL;
-    spawn(argv, &R);
+    spawn(argv);
     cr_assert_eq(R.code, 0, "mpiexec -n 2 run %s failed (%d):\n%s", name, R.code, R.err);
     return dir;
 }
@@ -148,18 +102,10 @@ static void setup(void) {
     // MPI singleton/hydra start under ASan: hwloc's PCI discovery leaks and
     // LeakSanitizer would fail the child; the MPI tests set the same in ctest
     setenv("HWLOC_COMPONENTS", "-pci,-x86", 1);
-    const char *base = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/fc_test_cmp_XXXXXX", base && *base ? base : "/tmp");
-    cr_assert_not_null(mkdtemp(g_dir), "mkdtemp: %s", strerror(errno));
+    tmp_setup("fc_test_cmp");
 }
 
-static void teardown(void) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd) != 0) cr_log_warn("could not remove %s", g_dir);
-}
-
-TestSuite(compare, .init = setup, .fini = teardown, .timeout = 240);
+TestSuite(compare, .init = setup, .fini = tmp_teardown, .timeout = 240);
 
 static void expect_out(const char *frag) {
     cr_expect_not_null(strstr(R.out, frag), "stdout lacks '%s':\n%s", frag, R.out);
@@ -316,7 +262,7 @@ Test(compare, w2_full_shard_is_close_to_local_but_not_bitwise) {
 Test(compare, the_owner_of_a_patched_element_under_full_shard) {
     const char *a = trace("local", NULL), *b = trace_w2("fs2", ARGS("--strategy", "full_shard"));
     // layers.0.bias[16] is element 237 of unit layers.0 (238 elements): shard 1 of 2
-    patch_element(path("fs2/step-000001.safetensors"), "param.layers.0.bias", 16, 1000.0f);
+    patch_element(tmp_path("fs2/step-000001.safetensors"), "param.layers.0.bias", 16, 1000.0f);
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
     expect_out("first divergence: step 1, tensor param.layers.0.bias, element 16 [16] of shape [17]\n");
     expect_out("  B = 1000 (0x447a0000)\n");
@@ -332,7 +278,7 @@ Test(compare, the_owner_of_a_patched_element_under_full_shard) {
 Test(compare, the_owner_under_hybrid_shard) {
     const char *a = trace("local", NULL),
                *b = trace_w2("hs", ARGS("--strategy", "hybrid_shard", "--shard-group", "1"));
-    patch_element(path("hs/step-000000.safetensors"), "grad.layers.2.weight", 3 * 11 + 4, -7.0f);
+    patch_element(tmp_path("hs/step-000000.safetensors"), "grad.layers.2.weight", 3 * 11 + 4, -7.0f);
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
     expect_out("first divergence: step 0, tensor grad.layers.2.weight, element 37 [3, 4] of shape [7, 11]\n");
     expect_out("owner under B's layout: rank 0 (hybrid_shard shard 0 of 1 of shard group 0, replicated on rank 1; "
@@ -341,7 +287,7 @@ Test(compare, the_owner_under_hybrid_shard) {
 
 Test(compare, report_file) {
     const char *a = trace("a", NULL), *b = trace("b", ARGS("--lr", "0.002"));
-    const char *rep = path("report.md");
+    const char *rep = tmp_path("report.md");
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b, "--report", rep)), 1, "%s", R.err);
     expect_out("report written to ");
     char md[65536];
@@ -367,9 +313,9 @@ Test(compare, only_common_steps_are_compared) {
     // B becomes steps 1..3: its files renamed (and their metadata rewritten) one up
     for (int s = 2; s >= 0; s--) {
         edit ed = {NULL, NULL, NULL, s + 1};
-        rewrite_step(path("b/step-%06d.safetensors", s), path("b/step-%06d.safetensors", s + 1), &ed);
+        rewrite_step(tmp_path("b/step-%06d.safetensors", s), tmp_path("b/step-%06d.safetensors", s + 1), &ed);
     }
-    cr_assert_eq(unlink(path("b/step-000000.safetensors")), 0);
+    cr_assert_eq(unlink(tmp_path("b/step-000000.safetensors")), 0);
     set_trace_field(b, "first_step", 1);
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
     expect_out("comparing steps 1..2");
@@ -377,9 +323,9 @@ Test(compare, only_common_steps_are_compared) {
     // no step in common (B starts right after A ends): bad input
     for (int s = 3; s >= 1; s--) {
         edit ed = {NULL, NULL, NULL, s + 2};
-        rewrite_step(path("b/step-%06d.safetensors", s), path("b/step-%06d.safetensors", s + 2), &ed);
+        rewrite_step(tmp_path("b/step-%06d.safetensors", s), tmp_path("b/step-%06d.safetensors", s + 2), &ed);
     }
-    for (int s = 1; s <= 2; s++) cr_assert_eq(unlink(path("b/step-%06d.safetensors", s)), 0);
+    for (int s = 1; s <= 2; s++) cr_assert_eq(unlink(tmp_path("b/step-%06d.safetensors", s)), 0);
     set_trace_field(b, "first_step", 3);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("no step in common");
@@ -390,34 +336,34 @@ Test(compare, only_common_steps_are_compared) {
 
 Test(compare, missing_directory_and_not_a_trace) {
     const char *a = trace("a", NULL);
-    fsdpcheck(ARGS("compare", a, path("nonexistent")));
+    fsdpcheck(ARGS("compare", a, tmp_path("nonexistent")));
     expect_usage("cannot open trace directory");
-    fsdpcheck(ARGS("compare", path("a/trace.json"), a));
+    fsdpcheck(ARGS("compare", tmp_path("a/trace.json"), a));
     expect_usage("not a directory");
-    mkdir(path("empty"), 0755);
-    fsdpcheck(ARGS("compare", a, path("empty")));
+    mkdir(tmp_path("empty"), 0755);
+    fsdpcheck(ARGS("compare", a, tmp_path("empty")));
     expect_usage("no trace.json");
 }
 
 Test(compare, incomplete_traces) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
-    cr_assert_eq(unlink(path("b/step-000001.safetensors")), 0);
+    cr_assert_eq(unlink(tmp_path("b/step-000001.safetensors")), 0);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("step-000001.safetensors: missing");
-    cr_assert_eq(unlink(path("b/trace.json")), 0);  // the run died before it finished
+    cr_assert_eq(unlink(tmp_path("b/trace.json")), 0);  // the run died before it finished
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("no trace.json (an incomplete trace");
-    cr_assert_eq(unlink(path("a/init.safetensors")), 0);
+    cr_assert_eq(unlink(tmp_path("a/init.safetensors")), 0);
     fsdpcheck(ARGS("compare", a, a));
     expect_usage("init.safetensors: missing");
 }
 
 Test(compare, corrupt_files) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
-    cr_assert_eq(truncate(path("b/step-000002.safetensors"), 1000), 0);
+    cr_assert_eq(truncate(tmp_path("b/step-000002.safetensors"), 1000), 0);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("step-000002.safetensors");
-    FILE *f = fopen(path("a/trace.json"), "w");
+    FILE *f = fopen(tmp_path("a/trace.json"), "w");
     fputs("{\"format\": \"fsdpcheck-trace\", ", f);
     fclose(f);
     fsdpcheck(ARGS("compare", a, a));
@@ -448,7 +394,7 @@ Test(compare, trace_json_fields_are_validated) {
 
 Test(compare, tensors_must_match_the_registry) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
-    const char *s1 = path("b/step-000001.safetensors");
+    const char *s1 = tmp_path("b/step-000001.safetensors");
     edit drop = {"grad.layers.1.bias", NULL, NULL, 1};
     rewrite_step(s1, s1, &drop);
     fsdpcheck(ARGS("compare", a, b));
@@ -476,7 +422,7 @@ Test(compare, tensors_must_match_the_registry) {
 Test(compare, a_stray_step_file) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
     edit ed = {NULL, NULL, NULL, 5};
-    rewrite_step(path("b/step-000002.safetensors"), path("b/step-000005.safetensors"), &ed);
+    rewrite_step(tmp_path("b/step-000002.safetensors"), tmp_path("b/step-000005.safetensors"), &ed);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("step-000005.safetensors: not one of the steps 0..2");
 }
