@@ -76,10 +76,6 @@ static void run_config(const uint8_t *data, size_t size) {
         cJSON_Delete(j);
         return;
     }
-    if (known_eps_bug(&c.model)) {
-        cJSON_Delete(j);
-        return;
-    }
     check(fc_run_config_validate(&c, &e) == 0);
     cJSON *out = fc_run_config_to_json(&c);
     check(fc_run_config_from_json(out, &back, &e) == 0);
