@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "compare.h"
 #include "forward.h"
 #include "mpicheck.h"
 #include "optim.h"
@@ -164,17 +165,6 @@ static void case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out, 
 // ---------------------------------------------------------------------------
 // comparisons
 
-// Distance in units in the last place between two floats (ordered-int trick).
-static double ulp_distance(float a, float b) {
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0 : INFINITY;
-    int32_t ia, ib;
-    memcpy(&ia, &a, 4);
-    memcpy(&ib, &b, 4);
-    if (ia < 0) ia = INT32_MIN - ia;
-    if (ib < 0) ib = INT32_MIN - ib;
-    return fabs((double)ia - (double)ib);
-}
-
 static void record(fc_case_result *r, int p, int ok, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 static void record(fc_case_result *r, int p, int ok, const char *fmt, ...) {
     r->checked |= 1u << p;
@@ -186,27 +176,6 @@ static void record(fc_case_result *r, int p, int ok, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(r->detail + n, sizeof r->detail - (size_t)n, fmt, ap);
     va_end(ap);
-}
-
-// The rank that owns element `i` of the full flat buffer under c's layout.
-static void owner(const fc_model *m, const fc_run_config *c, int W, size_t i, char *out, size_t cap) {
-    if (c->strategy == FC_STRATEGY_NO_SHARD || c->strategy == FC_STRATEGY_LOCAL) {
-        snprintf(out, cap, "replicated on every rank");
-        return;
-    }
-    int F = c->shard_group ? c->shard_group : W;
-    for (int u = 0; u < m->n_units; u++) {
-        const fc_unit *U = &m->units[u];
-        if (i < U->offset || i >= U->offset + U->numel) continue;
-        size_t S = (U->numel + (size_t)F - 1) / (size_t)F;
-        int r = (int)((i - U->offset) / S);
-        if (F < W)
-            snprintf(out, cap, "shard rank %d of each group of %d (ranks %d, %d, ...)", r, F, r, r + F);
-        else
-            snprintf(out, cap, "rank %d", r);
-        return;
-    }
-    snprintf(out, cap, "?");
 }
 
 // Compares run a (the tested side) with run b under property p: per-step
@@ -264,18 +233,20 @@ static int compare(fc_case_result *r, int p, const fc_run_config *c, int W, cons
             double d = fabs((double)x - y), rel = d / (fabs((double)y) > 0 ? fabs((double)y) : 1.0);
             if (d > r->max_abs[p]) r->max_abs[p] = d;
             if (rel > r->max_rel[p] && fabs((double)y) > 0) r->max_rel[p] = rel;
-            double ulp = ulp_distance(x, y);
+            uint64_t u64 = fc_ulp_distance(x, y);
+            double ulp = u64 == UINT64_MAX ? INFINITY : (double)u64;
             if (ulp > r->max_ulp[p]) r->max_ulp[p] = ulp;
             int same = bitwise ? memcmp(&x, &y, 4) == 0 : d <= atol_k + rtol * fabs((double)y);
             if (same || !ok) continue;
             ok = 0;
-            const char *name = "?";
-            size_t idx = i;
-            for (int q = 0; q < m.n_params; q++)
-                if (i >= m.params[q].offset && i < m.params[q].offset + m.params[q].numel)
-                    name = m.params[q].name, idx = i - m.params[q].offset;
-            char own[128];
-            owner(&m, c, W, i, own, sizeof own);
+            int q = 0;  // the parameter holding element i (offsets follow units, not registration)
+            for (int p2 = 0; p2 < m.n_params; p2++)
+                if (i >= m.params[p2].offset && i < m.params[p2].offset + m.params[p2].numel) q = p2;
+            const char *name = m.params[q].name;
+            size_t idx = i - m.params[q].offset;
+            char own[320];
+            fc_owner o = fc_cmp_param_owner(&m, c, W, q, idx);
+            fc_owner_format(&o, &m, c, own, sizeof own);
             record(r, p, 0, "vs %s (%s): step %d %s.%s[%zu]: %.9g vs %.9g, owned by %s", against,
                    bitwise ? "bitwise" : "tolerance", a->steps - 1, kind[k], name, idx, (double)x, (double)y, own);
         }
