@@ -1,6 +1,7 @@
 // core/config.c — presets, config.json parsing (cJSON), run-config defaults,
 // validation and JSON round trip. See config.h.
 #include "config.h"
+#include "layout.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -353,8 +354,8 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         return fc_fail(e, "--clip-grad-norm must be >= 0");
     if (c->shard_group < 0) return fc_fail(e, "--shard-group must be positive");
     // Options that would change nothing under the chosen strategy are refused.
-    int sharded = c->strategy != FC_STRATEGY_LOCAL && c->strategy != FC_STRATEGY_NO_SHARD;
-    int hybrid = c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
+    int sharded = fc_strategy_sharded(c->strategy);
+    int hybrid = fc_strategy_hybrid(c->strategy);
     const char *sname = fc_strategy_name(c->strategy);
     if (!sharded && c->backward_prefetch != FC_PREFETCH_NONE)
         return fc_fail(e, "--backward-prefetch needs a sharded strategy (%s gathers nothing)", sname);

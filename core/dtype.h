@@ -38,17 +38,15 @@ typedef enum { FC_PREC_FP32, FC_PREC_BF16, FC_PREC_FP16 } fc_prec;
 const char *fc_prec_name(fc_prec p);                 // "fp32", "bf16", "fp16"
 int fc_prec_parse(const char *name, fc_prec *out);   // 0 on success, -1 if unknown
 
-// Bit conversions. f32 -> 16-bit rounds to nearest, ties to even; NaN stays a
-// (quiet) NaN with its sign, values too large become +-Inf (IEEE overflow
-// under round-to-nearest), values too small become signed zero or a subnormal.
-uint16_t fc_f32_to_bf16(float x);
-float fc_bf16_to_f32(uint16_t h);  // exact
-uint16_t fc_f32_to_f16(float x);
-float fc_f16_to_f32(uint16_t h);   // exact
+// Bit conversions and rounding (fc_f32_to_bf16, fc_bf16_to_f32, fc_f32_to_f16,
+// fc_f16_to_f32, fc_round): inline in core/round.h, for CUDA device code too.
+// f32 -> 16-bit rounds to nearest, ties to even; NaN stays a (quiet) NaN with
+// its sign, values too large become +-Inf (IEEE overflow under
+// round-to-nearest), values too small become signed zero or a subnormal.
 
-// Rounds x to precision p and returns it as fp32 (identity for FC_PREC_FP32).
-float fc_round(fc_prec p, float x);
 // Rounds n values in place.
 void fc_round_buffer(fc_prec p, float *x, size_t n);
+
+#include "round.h"
 
 #endif

@@ -73,7 +73,10 @@ typedef struct {
 
 typedef const fc_impl_ops *(*fc_impl_entry)(void);
 
-// The built-in reference implementation.
+// The built-in reference implementation, and the fault catalogue: the same
+// reference compiled a second time with the known bugs of DESIGN §9, one of
+// which a run's config may name (--inject).
 const fc_impl_ops *fc_reference_impl(void);
+const fc_impl_ops *fc_reference_faults_impl(void);
 
 #endif

@@ -25,11 +25,7 @@
 
 #include "config.h"
 
-#ifdef __CUDACC__
-#define FC_HD __host__ __device__
-#else
-#define FC_HD
-#endif
+#include "hd.h"
 
 typedef struct {
     float decay;        // 1 - lr*wd

@@ -67,6 +67,7 @@ int fc_cmd_check(int argc, char **argv) {
     if (rc) die_all(rank, e.msg);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) die_all(rank, e.msg);
     const fc_impl_ops *tested = fc_impl_resolve(impl, &e);
+    if (tested) tested = fc_impl_for(tested, &a.cfg, &e);
     if (!tested) die_all(rank, e.msg);
     const fc_impl_ops *expected = fc_impl_resolve(against, &e);
     if (!expected) die_all(rank, e.msg);

@@ -16,7 +16,8 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     fc_error e;
     int rank;
     mpiCheck(MPI_Comm_rank(comm, &rank));
-    fc_impl *im = ops->create(cfg, comm, &e);
+    ops = fc_impl_for(ops, cfg, &e);
+    fc_impl *im = ops ? ops->create(cfg, comm, &e) : NULL;
     if (!im) {
         snprintf(r->error, sizeof r->error, "create: %s", e.msg);
         return;
@@ -81,6 +82,8 @@ void fc_runner_resume(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm
 
 int fc_runner_save(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, int steps, const char *dir,
                    fc_state_dict kind, fc_error *e) {
+    ops = fc_impl_for(ops, cfg, e);
+    if (!ops) return -1;
     if (!ops->save) return fc_fail(e, "the implementation cannot save checkpoints");
     fc_impl *im = ops->create(cfg, comm, e);
     if (!im) return -1;
@@ -115,6 +118,16 @@ void fc_sleepy_barrier(MPI_Comm comm) {
         struct timespec ts = {0, 100000};  // 0.1 ms
         nanosleep(&ts, NULL);
     }
+}
+
+const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg, fc_error *e) {
+    if (cfg->inject == FC_FAULT_NONE) return ops;
+    if (ops != fc_reference_impl()) {
+        fc_fail(e, "--inject %s: the fault catalogue is a build of the reference; it cannot be injected into %s",
+                fc_fault_name(cfg->inject), ops->name);
+        return NULL;
+    }
+    return fc_reference_faults_impl();
 }
 
 const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e) {

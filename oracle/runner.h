@@ -41,5 +41,9 @@ void fc_sleepy_barrier(MPI_Comm comm);
 // The implementation named by --impl: "reference" (built in) or a path to a
 // shared library exporting FC_IMPL_ENTRY with the same FC_IMPL_ABI_VERSION.
 const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e);
+// The implementation that runs cfg: ops itself, or, when cfg injects a fault
+// (--inject), the reference's fault catalogue build. NULL with e set when a
+// fault is asked of another implementation (faults exist in the reference only).
+const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg, fc_error *e);
 
 #endif

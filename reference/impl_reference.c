@@ -1,10 +1,11 @@
 // reference/impl_reference.c — the reference behind the implementation
 // contract (core/impl.h): `local` runs the one-process trainer, every other
 // strategy the MPI FSDP engine.
+#include "seams.h"  // first: the fault build renames this file's exported symbols
+
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt_reference.h"
 #include "fsdp.h"
 #include "local.h"
 #include "mpicheck.h"
@@ -14,13 +15,11 @@ struct fc_impl {
     fc_local local;      // strategy local
     int is_local;
     fc_comm_log empty;   // local communicates nothing
-    fc_run_config cfg;   // what it was created with (checkpoints record it)
 };
 
 static fc_impl *ref_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_impl *im = callocCheck(1, sizeof *im);
     fc_log_init(&im->empty);
-    im->cfg = *cfg;
     if (cfg->strategy == FC_STRATEGY_LOCAL) {
         int W;
         mpiCheck(MPI_Comm_size(comm, &W));
@@ -66,13 +65,13 @@ static int ref_export(fc_impl *im, fc_export what, float *dst, int root, fc_erro
 }
 
 static int ref_save(fc_impl *im, const char *dir, fc_state_dict kind, fc_error *e) {
-    if (im->is_local) return fc_local_ckpt_save(&im->local, dir, kind, e);
-    return fc_fsdp_ckpt_save(im->fsdp, &im->cfg, dir, kind, e);
+    if (im->is_local) return fc_local_save(&im->local, dir, kind, e);
+    return fc_fsdp_save(im->fsdp, dir, kind, e);
 }
 
 static int ref_load(fc_impl *im, const char *dir, fc_error *e) {
-    if (im->is_local) return fc_local_ckpt_load(&im->local, dir, e);
-    return fc_fsdp_ckpt_load(im->fsdp, &im->cfg, dir, e);
+    if (im->is_local) return fc_local_load(&im->local, dir, e);
+    return fc_fsdp_load(im->fsdp, dir, e);
 }
 
 static long ref_steps_done(const fc_impl *im) {

@@ -1,11 +1,12 @@
 // reference/local.c — see local.h.
 #include "local.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt_collective.h"
+#include "clip.h"
 #include "init.h"
 #include "optim.h"
 #include "weights.h"
@@ -46,22 +47,6 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     return 0;
 }
 
-double fc_grad_norm_accumulate(double acc, const float *g, size_t n, fc_norm_type type) {
-    for (size_t i = 0; i < n; i++) {
-        double a = fabs((double)g[i]);
-        if (type == FC_NORM_INF)
-            acc = a > acc ? a : acc;
-        else
-            acc += type == FC_NORM_1 ? a : a * a;
-    }
-    return acc;
-}
-
-double fc_grad_norm(const float *g, size_t n, fc_norm_type type) {
-    double acc = fc_grad_norm_accumulate(0, g, n, type);
-    return type == FC_NORM_2 ? sqrt(acc) : acc;
-}
-
 void fc_local_step(fc_local *L) {
     const fc_run_config *c = &L->cfg;
     size_t n = L->model.numel;
@@ -82,11 +67,9 @@ void fc_local_step(fc_local *L) {
     // clip_grad_norm: coefficient max_norm / (total + 1e-6), clamped to 1.
     memcpy(L->clipped, L->grads, n * sizeof(float));
     L->grad_norm = fc_grad_norm(L->grads, n, c->norm_type);
-    if (c->clip_grad_norm > 0) {
-        float coef = (float)((double)c->clip_grad_norm / (L->grad_norm + 1e-6));
-        if (coef < 1.0f)
-            for (size_t i = 0; i < n; i++) L->clipped[i] *= coef;
-    }
+    float coef = fc_clip_coef(c->clip_grad_norm, L->grad_norm);
+    if (fc_clip_applies(c->clip_grad_norm, coef))
+        for (size_t i = 0; i < n; i++) L->clipped[i] *= coef;
     L->step++;
     fc_optim_update(&c->optim, L->step, L->params, L->clipped, L->state[0], L->state[1], n);
 }
@@ -100,4 +83,36 @@ void fc_local_free(fc_local *L) {
     fc_batch_free(&L->batch);
     fc_model_free(&L->model);
     memset(L, 0, sizeof *L);
+}
+
+// Checkpoints of the one-process trainer: the core protocol on MPI_COMM_SELF,
+// one rank holding every unit whole (a SHARDED save is one file).
+static void ckpt_view(fc_local *L, fc_ckpt_unit_view *units, fc_ckpt_rank_view *v) {
+    const fc_model *m = &L->model;
+    for (int u = 0; u < m->n_units; u++) {
+        size_t off = m->units[u].offset, n = m->units[u].numel;
+        units[u] = (fc_ckpt_unit_view){n, 0, n, n, 1, L->params + off,
+                                       {L->state[0] ? L->state[0] + off : NULL, L->state[1] ? L->state[1] + off : NULL}};
+    }
+    *v = (fc_ckpt_rank_view){MPI_COMM_SELF, &L->cfg, m, FC_STRATEGY_LOCAL, L->step, 1, units};
+}
+
+int fc_local_save(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e) {
+    fc_ckpt_unit_view *units = callocCheck((size_t)L->model.n_units, sizeof *units);
+    fc_ckpt_rank_view v;
+    ckpt_view(L, units, &v);
+    int rc = fc_ckpt_save_collective(&v, dir, kind, e);
+    free(units);
+    return rc;
+}
+
+int fc_local_load(fc_local *L, const char *dir, fc_error *e) {
+    fc_ckpt_unit_view *units = callocCheck((size_t)L->model.n_units, sizeof *units);
+    fc_ckpt_rank_view v;
+    ckpt_view(L, units, &v);
+    long step = 0;
+    int rc = fc_ckpt_load_collective(&v, dir, NULL, NULL, &step, e);
+    free(units);
+    if (rc == 0) L->step = step;
+    return rc;
 }

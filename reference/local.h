@@ -4,6 +4,7 @@
 #ifndef FC_LOCAL_H
 #define FC_LOCAL_H
 
+#include "checkpoint.h"
 #include "config.h"
 #include "data.h"
 #include "forward.h"
@@ -32,11 +33,9 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e);
 void fc_local_step(fc_local *L);
 void fc_local_free(fc_local *L);
 
-// clip_grad_norm's total norm of a gradient (norm type 1, 2 or inf),
-// accumulated in double in parameter order.
-double fc_grad_norm(const float *g, size_t n, fc_norm_type type);
-// The accumulation behind it, resumable over pieces (the FSDP engine sums
-// its shards with it): sum of |g| (1), of g^2 (2), or the max |g| (inf).
-double fc_grad_norm_accumulate(double acc, const float *g, size_t n, fc_norm_type type);
+// Checkpoints (DESIGN §6), as the engine's (core/ckpt_collective.h): the
+// manifest records world size 1 and strategy local.
+int fc_local_save(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e);
+int fc_local_load(fc_local *L, const char *dir, fc_error *e);
 
 #endif

@@ -68,9 +68,9 @@ static void train(const fc_run_config *cfg, MPI_Comm comm, int steps, const char
                   fc_state_dict kind, run_out *o) {
     memset(o, 0, sizeof *o);
     o->steps_at_load = -1;
-    const fc_impl_ops *ops = fc_reference_impl();
     fc_error e;
-    fc_impl *im = ops->create(cfg, comm, &e);
+    const fc_impl_ops *ops = fc_impl_for(fc_reference_impl(), cfg, &e);
+    fc_impl *im = ops ? ops->create(cfg, comm, &e) : NULL;
     if (!im) {
         MT_CHECK(0, "create (%s) failed: %s", fc_strategy_name(cfg->strategy), e.msg);
         return;

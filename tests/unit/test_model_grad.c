@@ -26,6 +26,7 @@
 #include "config.h"
 #include "data.h"
 #include "init.h"
+#include "clip.h"
 #include "local.h"
 #include "model.h"
 #include "optim.h"

@@ -1,0 +1,203 @@
+// core/ckpt_collective.c — see ckpt_collective.h.
+#include "ckpt_collective.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "mpicheck.h"
+#include "optim.h"
+
+// Every rank learns whether all ranks succeeded; if not, every rank's e gets
+// the message of the lowest failing rank, so all of them report one reason.
+static int agree(MPI_Comm comm, int ok, fc_error *e) {
+    int rank, W, first;
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    mpiCheck(MPI_Comm_size(comm, &W));
+    int mine = ok ? W : rank;
+    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+    if (first == W) return 0;
+    mpiCheck(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, first, comm));
+    return -1;
+}
+
+// The first element of this rank's chunk within the view's storage.
+static size_t chunk_at(const fc_ckpt_unit_view *u) { return u->full_copy ? u->own_off : 0; }
+
+static int as_int(size_t n) {
+    if (n > (size_t)0x7FFFFFFF) fc_die(FC_EXIT_INTERNAL, "%s:%d: a unit of %zu elements is too large for MPI", __FILE__, __LINE__, n);
+    return (int)n;
+}
+
+// Tensor t (0 = param, 1.. = states) of unit u, gathered from the writers'
+// chunks into dst (the unit's place in the full flat buffer) on rank 0.
+static void gather_unit(const fc_ckpt_rank_view *v, int u, int t, float *dst, int *counts, int *displs) {
+    const fc_ckpt_unit_view *U = &v->units[u];
+    const float *src = t == 0 ? U->param : U->state[t - 1];
+    int mine[2] = {v->writer ? as_int(U->own_valid) : 0, as_int(U->own_off)};
+    int rank, W;
+    mpiCheck(MPI_Comm_rank(v->comm, &rank));
+    mpiCheck(MPI_Comm_size(v->comm, &W));
+    int *both = rank == 0 ? mallocCheck(2 * (size_t)W * sizeof(int)) : NULL;
+    mpiCheck(MPI_Gather(mine, 2, MPI_INT, both, 2, MPI_INT, 0, v->comm));
+    if (rank == 0)
+        for (int r = 0; r < W; r++) counts[r] = both[2 * r], displs[r] = both[2 * r + 1];
+    free(both);
+    mpiCheck(MPI_Gatherv(src + chunk_at(U), mine[0], MPI_FLOAT, dst, counts, displs, MPI_FLOAT, 0, v->comm));
+}
+
+static int save_full(const fc_ckpt_rank_view *v, const char *dir, fc_error *e) {
+    int rank, W;
+    mpiCheck(MPI_Comm_rank(v->comm, &rank));
+    mpiCheck(MPI_Comm_size(v->comm, &W));
+    const fc_model *m = v->m;
+    const char *names[2];
+    int n_state = fc_optim_state_names(&v->cfg->optim, names);
+    // rank 0 holds the full model while saving: [numel] params and each state
+    float *full[3] = {NULL, NULL, NULL};
+    int *counts = NULL, *displs = NULL;
+    if (rank == 0) {
+        for (int t = 0; t <= n_state; t++) full[t] = mallocCheck(m->numel * sizeof(float));
+        counts = mallocCheck((size_t)W * sizeof(int));
+        displs = mallocCheck((size_t)W * sizeof(int));
+    }
+    for (int t = 0; t <= n_state; t++)
+        for (int u = 0; u < m->n_units; u++)
+            gather_unit(v, u, t, full[t] ? full[t] + m->units[u].offset : NULL, counts, displs);
+    int ok = 1;
+    if (rank == 0) {
+        fc_ckpt_info info = {v->cfg, m, v->step, W, v->strategy};
+        const float *const state[2] = {full[1], full[2]};
+        ok = fc_ckpt_save_full(dir, &info, full[0], state, e) == 0;
+    }
+    for (int t = 0; t < 3; t++) free(full[t]);
+    free(counts);
+    free(displs);
+    return agree(v->comm, ok, e);
+}
+
+// What a writer rank sends rank 0 about its shard file.
+typedef struct {
+    int writer, ok;
+    fc_ckpt_file file;
+    char msg[sizeof(((fc_error *)0)->msg)];
+} shard_report;
+
+static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e) {
+    int rank, W;
+    mpiCheck(MPI_Comm_rank(v->comm, &rank));
+    mpiCheck(MPI_Comm_size(v->comm, &W));
+    const fc_model *m = v->m;
+    fc_ckpt_info info = {v->cfg, m, v->step, W, v->strategy};
+    fc_ckpt_file config_file;
+    // no shard is written before the old manifest is gone
+    int ok = rank != 0 || (fc_ckpt_prepare_dir(dir, e) == 0 && fc_ckpt_write_config(dir, &info, &config_file, e) == 0);
+    if (agree(v->comm, ok, e)) return -1;
+
+    shard_report mine;
+    memset(&mine, 0, sizeof mine);
+    mine.writer = v->writer;
+    mine.ok = 1;
+    if (v->writer) {
+        fc_ckpt_chunk_data *chunks = callocCheck((size_t)m->n_units, sizeof *chunks);
+        for (int u = 0; u < m->n_units; u++) {
+            const fc_ckpt_unit_view *U = &v->units[u];
+            size_t at = chunk_at(U);
+            chunks[u] = (fc_ckpt_chunk_data){u, U->own_off, U->own_valid, U->param + at,
+                                             {U->state[0] ? U->state[0] + at : NULL, U->state[1] ? U->state[1] + at : NULL}};
+        }
+        fc_error we;
+        mine.ok = fc_ckpt_write_shard(dir, rank, &info, chunks, m->n_units, &mine.file, &we) == 0;
+        if (!mine.ok) memcpy(mine.msg, we.msg, sizeof mine.msg);
+        free(chunks);
+    }
+    // every writer has renamed its file into place before it reports
+    shard_report *all = rank == 0 ? mallocCheck((size_t)W * sizeof *all) : NULL;
+    mpiCheck(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, v->comm));
+    ok = 1;
+    if (rank == 0) {
+        fc_ckpt_file *files = mallocCheck(((size_t)W + 1) * sizeof *files);
+        int n = 0;
+        files[n++] = config_file;
+        for (int r = 0; r < W && ok; r++) {
+            if (!all[r].ok) {
+                ok = 0;
+                fc_fail(e, "%s", all[r].msg);
+            } else if (all[r].writer) {
+                files[n++] = all[r].file;
+            }
+        }
+        // the manifest last: only now is this a checkpoint
+        if (ok) ok = fc_ckpt_write_manifest(dir, &info, FC_STATE_DICT_SHARDED, files, n, e) == 0;
+        free(files);
+    }
+    free(all);
+    return agree(v->comm, ok, e);
+}
+
+int fc_ckpt_save_collective(const fc_ckpt_rank_view *v, const char *dir, fc_state_dict kind, fc_error *e) {
+    return kind == FC_STATE_DICT_FULL ? save_full(v, dir, e) : save_sharded(v, dir, e);
+}
+
+// Reads elements [first, first+n) of unit u's tensor t into dst, parameter by
+// parameter (so a source function can redirect one), from either layout.
+static int read_unit(fc_ckpt *ck, const fc_model *m, int u, int t, size_t first, size_t n, float *dst,
+                     fc_ckpt_source_fn source, void *ctx, fc_error *e) {
+    const fc_unit *U = &m->units[u];
+    size_t end = first + n;
+    for (int k = 0; k < U->n_params; k++) {
+        int p = m->unit_params[U->first_param + k];
+        size_t a = m->params[p].unit_offset, b = a + m->params[p].numel;
+        size_t lo = a > first ? a : first, hi = b < end ? b : end;
+        if (lo >= hi) continue;
+        int sp = p, st = t;  // the checkpoint tensor that fills (p, t)
+        if (source) source(ctx, p, t, &sp, &st);
+        if (fc_ckpt_read(ck, sp, st, lo - a, hi - lo, dst + (lo - first), e)) return -1;
+    }
+    return 0;
+}
+
+int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt_source_fn source, void *ctx,
+                            long *step, fc_error *e) {
+    int rank;
+    mpiCheck(MPI_Comm_rank(v->comm, &rank));
+    fc_ckpt *ck = NULL;
+    char sha[65] = "";
+    // rank 0 verifies every file's SHA-256 and the whole structure
+    int ok = 1;
+    if (rank == 0) {
+        ok = fc_ckpt_open(dir, 1, &ck, e) == 0 && fc_ckpt_check_compatible(ck, v->cfg, e) == 0;
+        if (ok) memcpy(sha, fc_ckpt_manifest_sha256(ck), sizeof sha);
+    }
+    if (agree(v->comm, ok, e)) {
+        fc_ckpt_close(ck);
+        return -1;
+    }
+    // the others open the same checkpoint (headers only) and make sure it is
+    // the same one: a manifest is rewritten by every save
+    mpiCheck(MPI_Bcast(sha, (int)sizeof sha, MPI_CHAR, 0, v->comm));
+    if (rank != 0) {
+        ok = fc_ckpt_open(dir, 0, &ck, e) == 0 && fc_ckpt_check_compatible(ck, v->cfg, e) == 0;
+        if (ok && strcmp(sha, fc_ckpt_manifest_sha256(ck)) != 0)
+            ok = 0, fc_fail(e, "%s: the checkpoint changed while being loaded (a save into it?)", dir);
+    }
+    if (agree(v->comm, ok, e)) {
+        fc_ckpt_close(ck);
+        return -1;
+    }
+    // each rank reads exactly the elements it stores, straight into place
+    const fc_model *m = v->m;
+    int n_tensors = 1 + fc_ckpt_manifest_of(ck)->n_state;
+    for (int u = 0; ok && u < m->n_units; u++) {
+        const fc_ckpt_unit_view *U = &v->units[u];
+        size_t first = U->full_copy ? 0 : U->own_off, n = U->full_copy ? U->numel : U->own_valid;
+        float *dst[3] = {U->param, U->state[0], U->state[1]};
+        for (int t = 0; ok && t < n_tensors; t++) {
+            if (n) ok = read_unit(ck, m, u, t, first, n, dst[t], source, ctx, e) == 0;
+            // padding is never stored and stays zero (DESIGN §5)
+            if (U->store > n) memset(dst[t] + n, 0, (U->store - n) * sizeof(float));
+        }
+    }
+    *step = fc_ckpt_manifest_of(ck)->step;
+    fc_ckpt_close(ck);
+    return agree(v->comm, ok, e);
+}

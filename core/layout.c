@@ -1,0 +1,101 @@
+// core/layout.c — see layout.h.
+#include "layout.h"
+
+int fc_strategy_sharded(fc_strategy s) { return s != FC_STRATEGY_LOCAL && s != FC_STRATEGY_NO_SHARD; }
+
+int fc_strategy_hybrid(fc_strategy s) {
+    return s == FC_STRATEGY_HYBRID_SHARD || s == FC_STRATEGY_HYBRID_SHARD_ZERO2;
+}
+
+int fc_strategy_reshards(fc_strategy s) { return s == FC_STRATEGY_FULL_SHARD || s == FC_STRATEGY_HYBRID_SHARD; }
+
+fc_groups fc_groups_of(const fc_run_config *cfg, int W, int rank) {
+    fc_groups g;
+    g.W = W;
+    g.rank = rank;
+    g.sharded = fc_strategy_sharded(cfg->strategy);
+    g.hybrid = fc_strategy_hybrid(cfg->strategy);
+    g.F = !g.sharded ? 1 : g.hybrid && cfg->shard_group ? cfg->shard_group : W;
+    g.R = W / g.F;
+    g.shard_rank = rank % g.F;
+    g.replica = rank / g.F;
+    g.G = g.sharded ? g.F : W;
+    g.idx = g.sharded ? g.shard_rank : rank;
+    return g;
+}
+
+void fc_flat_chunk(size_t n, int G, int j, size_t *first, size_t *count) {
+    size_t S = (n + (size_t)G - 1) / (size_t)G, a = (size_t)j * S;
+    *first = a;
+    *count = a >= n ? 0 : (n - a < S ? n - a : S);
+}
+
+fc_unit_layout fc_unit_layout_of(size_t numel, const fc_groups *g) {
+    fc_unit_layout l;
+    l.numel = numel;
+    l.shard = (numel + (size_t)g->G - 1) / (size_t)g->G;
+    l.padded = l.shard * (size_t)g->G;
+    fc_flat_chunk(numel, g->G, g->idx, &l.own_off, &l.own_valid);
+    l.store = g->sharded ? l.shard : numel;
+    return l;
+}
+
+fc_unit_stages fc_unit_stages_of(const fc_model *m, int u) {
+    fc_unit_stages st = {-1, -1, -1, -1};
+    for (int s = 0; s < m->n_stages; s++) {
+        if (m->stages[s].unit != u) continue;
+        if (st.first_fwd < 0) st.first_fwd = s;
+        st.last_fwd = s;
+    }
+    st.first_bwd = st.last_fwd;
+    st.last_bwd = st.first_fwd;
+    return st;
+}
+
+int fc_reshard_after_forward(fc_strategy s, const fc_model *m, int u) {
+    return fc_strategy_reshards(s) && u != m->root_unit;
+}
+
+int fc_next_forward_unit(const fc_model *m, const fc_unit_stages *stages, int s) {
+    for (int t = s + 1; t < m->n_stages; t++) {
+        int v = m->stages[t].unit;
+        if (stages[v].first_fwd == t) return v;
+    }
+    return -1;
+}
+
+int fc_next_backward_unit(const fc_model *m, const fc_unit_stages *stages, int s) {
+    for (int t = s - 1; t >= 0; t--) {
+        int v = m->stages[t].unit;
+        if (stages[v].first_bwd == t) return v;
+    }
+    return -1;
+}
+
+int fc_limiter_allows_prefetch(const fc_run_config *cfg, int alive) { return !cfg->limit_all_gathers || alive < 2; }
+
+double fc_predivide_factor(int W) {
+    int f = 1;
+    while (W % f == 0 && W / f > f) f *= 2;
+    return f;
+}
+
+void fc_divide_factors(fc_divide d, int W, double *pre, double *post) {
+    switch (d) {
+    case FC_DIVIDE_AVG:  // each rank divides by W, then the sum
+        *pre = W, *post = 1.0;
+        return;
+    case FC_DIVIDE_SUM_THEN_DIVIDE:
+        *pre = 1.0, *post = W;
+        return;
+    case FC_DIVIDE_PREPOST:
+        break;
+    }
+    *pre = fc_predivide_factor(W);
+    *post = (double)W / *pre;
+}
+
+void fc_rank_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count) {
+    *count = cfg->global_batch / W;
+    *first = rank * *count;
+}

@@ -1,0 +1,101 @@
+// core/layout.h — FSDP's layout and schedule rules, written once (DESIGN §4, §5).
+//
+// Everything an implementation must agree on to be FSDP, and that the oracle
+// needs to predict what it will see, is here: which ranks shard a unit and
+// which replicate it, where a rank's shard starts and how much of it is
+// padding, which stages use a unit, when a unit is resharded, which unit is
+// prefetched next, whether the all-gather limiter lets a prefetch go, and the
+// gradient divide factors. The reference engine, a hardware port, checkpoints,
+// `compare` (who owns an element) and the sweep's theory all call these.
+//
+// Groups (DESIGN §5). W ranks; the shard group has F ranks: W for full_shard
+// and shard_grad_op, the --shard-group for hybrid (W when it is 0), and 1 for
+// no_shard. Shard groups are consecutive ranks (group g = ranks g*F..g*F+F-1);
+// the R = W/F replicas of a shard are the ranks at the same position in every
+// group. Gradients are reduced over G ranks: the shard group when sharded, the
+// whole world for no_shard (whose all-reduce is a reduce-scatter over W plus an
+// all-gather), so every strategy has one "reduction layout" of G chunks.
+//
+// Flat layout of unit u with N elements over G: S = ceil(N / G) elements per
+// chunk, padded size P = S*G, chunk j = [j*S, (j+1)*S); the last chunks may be
+// partly or wholly padding (N < P), never stored, reduced or normed.
+#ifndef FC_LAYOUT_H
+#define FC_LAYOUT_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "model.h"
+
+int fc_strategy_sharded(fc_strategy s);         // gathers parameters: not local, not no_shard
+int fc_strategy_hybrid(fc_strategy s);          // hybrid_shard, hybrid_shard_zero2
+int fc_strategy_reshards(fc_strategy s);        // frees after forward: full_shard, hybrid_shard
+
+// Where one rank sits in a run's groups.
+typedef struct {
+    int W, rank;
+    int sharded, hybrid;
+    int F;             // shard-group size: W, the hybrid shard group, or 1 (no_shard, local)
+    int R;             // replicas of a shard: W / F (no_shard: W)
+    int shard_rank;    // position in the shard group: rank % F
+    int replica;       // which shard group: rank / F
+    int G;             // ranks of the reduction layout: F when sharded, else W
+    int idx;           // this rank's chunk in the reduction layout: shard_rank, or rank (no_shard)
+} fc_groups;
+
+// The groups of cfg's strategy at world size W, seen from `rank`.
+fc_groups fc_groups_of(const fc_run_config *cfg, int W, int rank);
+
+// One unit's flat layout as one rank holds it.
+typedef struct {
+    size_t numel;      // N: real elements
+    size_t shard;      // S = ceil(N / G): elements per chunk
+    size_t padded;     // P = S * G
+    size_t own_off;    // first element of this rank's chunk: idx * S
+    size_t own_valid;  // elements of that chunk that are not padding (may be 0)
+    size_t store;      // elements this rank keeps: S when sharded, N for no_shard
+} fc_unit_layout;
+
+fc_unit_layout fc_unit_layout_of(size_t numel, const fc_groups *g);
+// Chunk j of G of an n-element buffer, padding excluded: [j*S, j*S + count).
+void fc_flat_chunk(size_t n, int G, int j, size_t *first, size_t *count);
+
+// The stages that use unit u: forward runs first_fwd..last_fwd among others,
+// backward runs stages from high to low, so its first use there is first_bwd
+// (= last_fwd) and its last last_bwd (= first_fwd). -1 when u has no stage.
+typedef struct {
+    int first_fwd, last_fwd, first_bwd, last_bwd;
+} fc_unit_stages;
+
+fc_unit_stages fc_unit_stages_of(const fc_model *m, int u);
+
+// FULL_SHARD and HYBRID_SHARD free a unit's gathered parameters after its last
+// forward stage, except the root, which backward uses again at once (FSDP1
+// keeps the root unsharded between forward and backward).
+int fc_reshard_after_forward(fc_strategy s, const fc_model *m, int u);
+
+// Prefetch order: the next unit whose first use in forward (backward) comes
+// after stage s, or -1. `stages` holds fc_unit_stages_of for every unit.
+int fc_next_forward_unit(const fc_model *m, const fc_unit_stages *stages, int s);
+int fc_next_backward_unit(const fc_model *m, const fc_unit_stages *stages, int s);
+
+// The limiter (limit_all_gathers): at most two units' gathered parameters may
+// exist (in flight or not yet freed), so a prefetch is issued only while fewer
+// than two are alive; a unit whose prefetch was held back is gathered when it
+// is reached.
+int fc_limiter_allows_prefetch(const fc_run_config *cfg, int alive);
+
+// PyTorch FSDP1's gradient pre-divide factor (_get_gradient_predivide_factor):
+// starting at 1, double f while W % f == 0 and W / f > f.
+double fc_predivide_factor(int W);
+// The divide factors of a divide mode at W data-parallel ranks: each rank
+// divides its gradient by pre before the sum and the sum by post after it,
+// pre * post = W. prepost: FSDP1's (W=3: 2 and 1.5); avg: W and 1;
+// sum-then-divide: 1 and W.
+void fc_divide_factors(fc_divide d, int W, double *pre, double *post);
+
+// The sample range of data-parallel rank `rank`: [first, first + count) of
+// the global batch (DESIGN §3).
+void fc_rank_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count);
+
+#endif

@@ -1,0 +1,224 @@
+// reference/faults/faults.c — the fault catalogue (DESIGN §9): the reference
+// engine compiled a second time (reference/faults/seams.h), each seam carrying
+// one known bug class, active only when the run's config names it (--inject).
+// Every bug is drawn from real FSDP/ZeRO/NCCL issues; each sits beside the
+// property expected to catch it (core/faults.h holds the same table for the
+// oracle). The plain build, the one the oracle trusts, has none of this.
+#include "seams.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "fsdp_engine.h"
+#include "mpicheck.h"
+
+static int is(const struct fc_fsdp *f, fc_fault k) { return f->cfg.inject == k; }
+
+// ---------------------------------------------------------------------------
+// no_divide (P1): gradients summed, not averaged.
+// divide_twice (P1): the pre-divide applied again after the sum.
+
+void fc_fault_divide(struct fc_fsdp *f) {
+    if (is(f, FC_FAULT_NO_DIVIDE)) f->pre = f->post = 1.0f;
+    if (is(f, FC_FAULT_DIVIDE_TWICE)) f->post *= f->pre;
+}
+
+// ---------------------------------------------------------------------------
+// data_overlap (P1): a rank reads its neighbour's samples.
+
+int fc_fault_data_rank(const struct fc_fsdp *f, int rank) {
+    return is(f, FC_FAULT_DATA_OVERLAP) && rank > 0 ? rank - 1 : rank;
+}
+
+// ---------------------------------------------------------------------------
+// shard_offset (P1): the last unit's chunk j is taken from rank j+1's position.
+// stale_gather (P4): a prefetched unit is computed on the previous gather's
+// contents (the compute did not wait for its all-gather).
+
+typedef struct {
+    float **stale;  // [n_units] the previous gather of each unit, [P]
+} fault_state;
+
+void fc_fault_created(struct fc_fsdp *f) {
+    if (!is(f, FC_FAULT_STALE_GATHER)) return;
+    fault_state *s = callocCheck(1, sizeof *s);
+    s->stale = callocCheck((size_t)f->m.n_units, sizeof *s->stale);
+    f->seam_state = s;
+}
+
+void fc_fault_destroy(struct fc_fsdp *f) {
+    fault_state *s = f->seam_state;
+    if (!s) return;
+    for (int u = 0; u < f->m.n_units; u++) free(s->stale[u]);
+    free(s->stale);
+    free(s);
+    f->seam_state = NULL;
+}
+
+void fc_fault_gathered(struct fc_fsdp *f, int u) {
+    unit_state *U = &f->u[u];
+    if (is(f, FC_FAULT_SHARD_OFFSET) && u == f->m.n_units - 1 && f->g.F > 1) {
+        float *copy = mallocCheck(U->padded * sizeof(float));
+        memcpy(copy, U->gathered, U->padded * sizeof(float));
+        for (int j = 0; j < f->g.F; j++)
+            memcpy(U->gathered + (size_t)j * U->shard, copy + (size_t)((j + 1) % f->g.F) * U->shard,
+                   U->shard * sizeof(float));
+        free(copy);
+    }
+    fault_state *s = f->seam_state;
+    if (is(f, FC_FAULT_STALE_GATHER) && U->ag_prefetched) {
+        if (!s->stale[u]) {
+            s->stale[u] = mallocCheck(U->padded * sizeof(float));
+            memcpy(s->stale[u], U->gathered, U->padded * sizeof(float));
+        } else {
+            float *fresh = U->gathered;
+            U->gathered = s->stale[u];
+            s->stale[u] = fresh;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// no_sync_overwrite (P6): accumulation overwrites instead of adding: the
+// unsharded gradient of earlier micro-batches is dropped.
+
+void fc_fault_backward_begin(struct fc_fsdp *f, int u) {
+    unit_state *U = &f->u[u];
+    if (is(f, FC_FAULT_NO_SYNC_OVERWRITE) && U->full_grad) memset(U->full_grad, 0, U->padded * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------
+// tied_untied (P1): the tied embedding gets only one of its two gradient
+// paths: the embedding's contribution to wte is lost.
+
+void fc_fault_stage_backward(struct fc_fsdp *f, int s, const fc_batch *mb, float scale) {
+    const fc_model *m = &f->m;
+    unit_state *U = &f->u[m->stages[s].unit];
+    size_t wte_n = m->cfg.kind == FC_MODEL_GPT2 ? m->params[0].numel : 0;
+    float *wte_saved = NULL;
+    if (is(f, FC_FAULT_TIED_UNTIED) && m->stages[s].kind == FC_STAGE_EMBED) {
+        wte_saved = mallocCheck(wte_n * sizeof(float));
+        memcpy(wte_saved, U->full_grad, wte_n * sizeof(float));
+    }
+    fc_stage_backward(m, s, f->up, mb, &f->acts, f->ug, scale);
+    if (wte_saved) {
+        memcpy(U->full_grad, wte_saved, wte_n * sizeof(float));
+        free(wte_saved);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// skip_root_reduce (P1): the root unit's gradient is divided as if reduced
+// but never communicated, so each rank keeps its local gradient.
+
+int fc_fault_skip_reduce(struct fc_fsdp *f, int u) {
+    if (!is(f, FC_FAULT_SKIP_ROOT_REDUCE) || u != f->m.root_unit) return 0;
+    unit_state *U = &f->u[u];
+    size_t lo = f->g.sharded ? U->own_off : 0, n = f->g.sharded ? U->own_valid : U->numel;
+    for (size_t i = 0; i < n; i++) U->grad[i] += U->full_grad[lo + i] / f->pre / f->post;
+    size_t pb = f->cfg.param_dtype == FC_PREC_FP32 ? 4 : 2;
+    fc_mem_sub(&f->mem, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * pb);
+    free(U->full_grad);
+    U->full_grad = NULL;
+    return 1;
+}
+
+// ---------------------------------------------------------------------------
+// padding_leak (P1): padding elements enter gradients and norms: the padding
+// of the unsharded gradient is not zero, and a reduced chunk's padding is
+// accumulated and normed.
+
+void fc_fault_padding(const struct fc_fsdp *f, float *full_grad, size_t numel, size_t padded) {
+    if (is(f, FC_FAULT_PADDING_LEAK))
+        for (size_t i = numel; i < padded; i++) full_grad[i] = 0.01f;
+}
+
+size_t fc_fault_valid(const struct fc_fsdp *f, size_t own_valid, size_t S) {
+    return is(f, FC_FAULT_PADDING_LEAK) ? S : own_valid;
+}
+
+// ---------------------------------------------------------------------------
+// avg_tail (P1): an average leaves the last elements of a chunk unscaled.
+
+void fc_fault_divided(const struct fc_fsdp *f, float *grad, const float *sum, size_t n, fc_prec rd) {
+    if (!is(f, FC_FAULT_AVG_TAIL)) return;
+    for (size_t i = n > 3 ? n - 3 : 0; i < n; i++) grad[i] += sum[i] - fc_round(rd, sum[i] / f->post);
+}
+
+// ---------------------------------------------------------------------------
+// hsdp_no_replicate (P3): hybrid sharding skips the all-reduce across replicas.
+
+int fc_fault_replicate(const struct fc_fsdp *f) { return !is(f, FC_FAULT_HSDP_NO_REPLICATE); }
+
+// ---------------------------------------------------------------------------
+// clip_local_norm (P8): clipping uses the local shard's norm.
+// clip_double_count (P8): unsharded gradients counted W times in the norm
+// (every replica's copy added again). padding_leak normed: see above.
+
+void fc_fault_norm_piece(const struct fc_fsdp *f, int u, const float **g, size_t *n) {
+    const unit_state *U = &f->u[u];
+    if (is(f, FC_FAULT_PADDING_LEAK) && f->g.sharded) *n = U->shard;
+    if (is(f, FC_FAULT_CLIP_DOUBLE_COUNT) && !f->g.sharded) *g = U->grad, *n = U->numel;
+}
+
+void fc_fault_norm_group(const struct fc_fsdp *f, MPI_Comm *comm, int *G) {
+    if (is(f, FC_FAULT_CLIP_DOUBLE_COUNT)) *comm = f->world, *G = f->g.W;
+}
+
+void fc_fault_norm_parts(const struct fc_fsdp *f, double *parts, int *G, double part) {
+    if (is(f, FC_FAULT_CLIP_LOCAL_NORM)) *G = 1, parts[0] = part;
+}
+
+// ---------------------------------------------------------------------------
+// bf16_truncate (P9): bf16 rounding by truncation instead of nearest-even.
+
+uint16_t fc_fault_to_bf16(const struct fc_fsdp *f, float x) {
+    if (!is(f, FC_FAULT_BF16_TRUNCATE)) return fc_f32_to_bf16(x);
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);  // drop the low bits: round toward zero
+}
+
+// ---------------------------------------------------------------------------
+// reduce_dtype_ignored (P9): gradients reduced in param_dtype when
+// reduce_dtype asks for fp32.
+
+fc_prec fc_fault_reduce_dtype(const struct fc_fsdp *f, fc_prec rd) {
+    return is(f, FC_FAULT_REDUCE_DTYPE_IGNORED) ? f->cfg.param_dtype : rd;
+}
+
+// ---------------------------------------------------------------------------
+// ckpt_swap (P7): two same-shaped tensors trade places in the state dict on
+// load: the first two parameters of equal shape (gpt2's ln_1/ln_2 weights),
+// every tensor of them; a model without such a pair (mlp) swaps parameter 0's
+// value with its first optimizer state.
+
+static void swap_source(void *ctx, int p, int t, int *sp, int *st) {
+    const struct fc_fsdp *f = ctx;
+    const fc_model *m = &f->m;
+    for (int a = 0; a < m->n_params; a++)
+        for (int b = a + 1; b < m->n_params; b++) {
+            const fc_param *x = &m->params[a], *y = &m->params[b];
+            if (x->ndim == y->ndim && x->shape[0] == y->shape[0] && x->shape[1] == y->shape[1]) {
+                if (p == a || p == b) *sp = p == a ? b : a;
+                return;
+            }
+        }
+    if (f->n_state > 0 && p == 0 && t <= 1) *st = 1 - t;
+}
+
+fc_ckpt_source_fn fc_fault_ckpt_source(const struct fc_fsdp *f) {
+    return is(f, FC_FAULT_CKPT_SWAP) ? swap_source : NULL;
+}
+
+// ckpt_drop_optim (P7): the optimizer state is not restored on load: it
+// stays as created, zeros.
+// adam_step_reset (P7): the optimizer step count restarts at 0 after a load
+// (AdamW's bias correction starts over).
+
+long fc_fault_loaded(struct fc_fsdp *f, long step) {
+    if (is(f, FC_FAULT_CKPT_DROP_OPTIM))
+        for (int u = 0; u < f->m.n_units; u++)
+            for (int i = 0; i < f->n_state; i++) memset(f->u[u].state[i], 0, f->u[u].store * sizeof(float));
+    return is(f, FC_FAULT_ADAM_STEP_RESET) ? 0 : step;
+}

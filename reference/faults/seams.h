@@ -1,0 +1,73 @@
+// reference/faults/seams.h — the seams of the reference engine in the fault
+// catalogue build (DESIGN §9): reference/fsdp.c and reference/impl_reference.c
+// compiled a second time, with a known bug behind each seam, active when the
+// run's config names it (--inject). The implementations, each beside the
+// property expected to catch it, are in reference/faults/faults.c.
+//
+// This build is a second implementation of the contract, fc_reference_faults_impl():
+// its exported names are renamed here so that both builds link into one binary.
+#ifndef FC_SEAMS_H
+#define FC_SEAMS_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt_collective.h"
+#include "data.h"
+#include "dtype.h"
+
+#define fc_fsdp_create fc_faulty_fsdp_create
+#define fc_fsdp_step fc_faulty_fsdp_step
+#define fc_fsdp_export fc_faulty_fsdp_export
+#define fc_fsdp_log fc_faulty_fsdp_log
+#define fc_fsdp_memory fc_faulty_fsdp_memory
+#define fc_fsdp_destroy fc_faulty_fsdp_destroy
+#define fc_fsdp_save fc_faulty_fsdp_save
+#define fc_fsdp_load fc_faulty_fsdp_load
+#define fc_fsdp_steps fc_faulty_fsdp_steps
+#define fc_reference_impl fc_reference_faults_impl
+
+struct fc_fsdp;
+
+uint16_t fc_fault_to_bf16(const struct fc_fsdp *f, float x);
+void fc_fault_divide(struct fc_fsdp *f);
+void fc_fault_created(struct fc_fsdp *f);
+void fc_fault_destroy(struct fc_fsdp *f);
+int fc_fault_data_rank(const struct fc_fsdp *f, int rank);
+void fc_fault_gathered(struct fc_fsdp *f, int u);
+void fc_fault_backward_begin(struct fc_fsdp *f, int u);
+void fc_fault_stage_backward(struct fc_fsdp *f, int s, const fc_batch *mb, float scale);
+int fc_fault_skip_reduce(struct fc_fsdp *f, int u);
+void fc_fault_padding(const struct fc_fsdp *f, float *full_grad, size_t numel, size_t padded);
+fc_prec fc_fault_reduce_dtype(const struct fc_fsdp *f, fc_prec rd);
+int fc_fault_replicate(const struct fc_fsdp *f);
+size_t fc_fault_valid(const struct fc_fsdp *f, size_t own_valid, size_t S);
+void fc_fault_divided(const struct fc_fsdp *f, float *grad, const float *sum, size_t n, fc_prec rd);
+void fc_fault_norm_piece(const struct fc_fsdp *f, int u, const float **g, size_t *n);
+void fc_fault_norm_group(const struct fc_fsdp *f, MPI_Comm *comm, int *G);
+void fc_fault_norm_parts(const struct fc_fsdp *f, double *parts, int *G, double part);
+fc_ckpt_source_fn fc_fault_ckpt_source(const struct fc_fsdp *f);
+long fc_fault_loaded(struct fc_fsdp *f, long step);
+
+#define seam_to_bf16(f, x) fc_fault_to_bf16((f), (x))
+#define seam_divide(f) fc_fault_divide(f)
+#define seam_created(f) fc_fault_created(f)
+#define seam_destroy(f) fc_fault_destroy(f)
+#define seam_data_rank(f, rank) fc_fault_data_rank((f), (rank))
+#define seam_gathered(f, u) fc_fault_gathered((f), (u))
+#define seam_backward_begin(f, u) fc_fault_backward_begin((f), (u))
+#define seam_stage_backward(f, s, mb, scale) fc_fault_stage_backward((f), (s), (mb), (scale))
+#define seam_skip_reduce(f, u) fc_fault_skip_reduce((f), (u))
+#define seam_padding(f, full_grad, numel, padded) fc_fault_padding((f), (full_grad), (numel), (padded))
+#define seam_reduce_dtype(f, rd) fc_fault_reduce_dtype((f), (rd))
+#define seam_replicate(f) fc_fault_replicate(f)
+#define seam_valid(f, own_valid, S) fc_fault_valid((f), (own_valid), (S))
+#define seam_divided(f, grad, sum, n, rd) fc_fault_divided((f), (grad), (sum), (n), (rd))
+#define seam_norm_piece(f, u, g, n) fc_fault_norm_piece((f), (u), (g), (n))
+#define seam_norm_group(f, comm, G) fc_fault_norm_group((f), (comm), (G))
+#define seam_norm_parts(f, parts, G, part) fc_fault_norm_parts((f), (parts), (G), (part))
+#define seam_ckpt_source(f) fc_fault_ckpt_source(f)
+#define seam_loaded(f, step) fc_fault_loaded((f), (step))
+
+#endif

@@ -1,0 +1,52 @@
+// reference/plain/seams.h — the seams of the reference engine in the plain
+// build, the one the oracle trusts: every seam is the identity.
+//
+// reference/fsdp.c is compiled twice. This build includes this file and is
+// plain FSDP; the fault catalogue (DESIGN §9) includes reference/faults/seams.h
+// instead, which puts one known bug behind each seam. Each macro names the
+// point of the engine it stands at; its arguments are evaluated for their
+// value only.
+#ifndef FC_SEAMS_H
+#define FC_SEAMS_H
+
+// bf16 rounding: round to nearest, ties to even
+#define seam_to_bf16(f, x) ((void)(f), fc_f32_to_bf16(x))
+// the divide factors f->pre, f->post were set
+#define seam_divide(f) ((void)(f))
+// the engine was created / is being destroyed
+#define seam_created(f) ((void)(f))
+#define seam_destroy(f) ((void)(f))
+// the data-parallel rank whose samples this rank reads
+#define seam_data_rank(f, rank) ((void)(f), (rank))
+// unit u's all-gather completed into f->u[u].gathered
+#define seam_gathered(f, u) ((void)(f), (void)(u))
+// unit u's backward is about to start (its unsharded gradient may exist from
+// earlier micro-batches under no_sync)
+#define seam_backward_begin(f, u) ((void)(f), (void)(u))
+// the backward compute of stage s
+#define seam_stage_backward(f, s, mb, scale) \
+    fc_stage_backward(&(f)->m, (s), (f)->up, (mb), &(f)->acts, (f)->ug, (scale))
+// whether unit u's gradient skips its reduction (it never does)
+#define seam_skip_reduce(f, u) ((void)(f), (void)(u), 0)
+// the unsharded gradient's padding [numel, padded) before the reduction (zero)
+#define seam_padding(f, full_grad, numel, padded) ((void)(f), (void)(full_grad), (void)(numel), (void)(padded))
+// the precision gradients are reduced in
+#define seam_reduce_dtype(f, rd) ((void)(f), (rd))
+// whether hybrid replicas all-reduce the reduced shard (they do)
+#define seam_replicate(f) ((void)(f), 1)
+// the elements of a reduced chunk that enter the gradient: the non-padding ones
+#define seam_valid(f, own_valid, S) ((void)(f), (void)(S), (own_valid))
+// grad[0..n) += sum[i] / post was done
+#define seam_divided(f, grad, sum, n, rd) ((void)(f), (void)(grad), (void)(sum), (void)(n), (void)(rd))
+// the piece of unit u's gradient this rank adds to the norm
+#define seam_norm_piece(f, u, g, n) ((void)(f), (void)(u), (void)(g), (void)(n))
+// the communicator and group size the partial norms are gathered over
+#define seam_norm_group(f, comm, G) ((void)(f), (void)(comm), (void)(G))
+// the gathered partial norms, before they are combined
+#define seam_norm_parts(f, parts, G, part) ((void)(f), (void)(parts), (void)(G), (void)(part))
+// which checkpoint tensor fills each parameter's tensor on load: itself
+#define seam_ckpt_source(f) ((void)(f), (fc_ckpt_source_fn)0)
+// the step count a load continues from
+#define seam_loaded(f, step) ((void)(f), (step))
+
+#endif
