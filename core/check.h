@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "hd.h"
+
+FC_BEGIN_DECLS
+
 // Exit codes of every fsdpcheck program (DESIGN §7).
 #define FC_EXIT_PASS 0
 #define FC_EXIT_FAIL 1      // a property or comparison failed
@@ -27,7 +31,7 @@ typedef struct {
 int fc_fail(fc_error *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // Prints "fsdpcheck: <msg>" to stderr and exits with code.
-_Noreturn void fc_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+FC_NORETURN void fc_die(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 void *fc_malloc_check(size_t size, const char *file, int line);
 void *fc_calloc_check(size_t n, size_t size, const char *file, int line);
@@ -42,5 +46,7 @@ char *fc_strdup_check(const char *s, const char *file, int line);
 // success, -1 on overflow. Used wherever a size comes from a file.
 int fc_mul_size(size_t a, size_t b, size_t *out);
 int fc_add_size(size_t a, size_t b, size_t *out);
+
+FC_END_DECLS
 
 #endif

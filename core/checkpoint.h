@@ -46,6 +46,9 @@
 #include "config.h"
 #include "model.h"
 #include "safetensors.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 #define FC_CKPT_FORMAT "fsdpcheck-checkpoint"
 #define FC_CKPT_SHARD_FORMAT "fsdpcheck-checkpoint-shard"
@@ -185,5 +188,7 @@ int fc_ckpt_write_manifest(const char *dir, const fc_ckpt_info *info, fc_state_d
 // A whole FULL checkpoint from one process: prepare, config, files, manifest.
 int fc_ckpt_save_full(const char *dir, const fc_ckpt_info *info, const float *params,
                       const float *const state[2], fc_error *e);
+
+FC_END_DECLS
 
 #endif

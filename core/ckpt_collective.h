@@ -26,6 +26,9 @@
 #include <mpi.h>
 
 #include "checkpoint.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 // What one rank holds of one unit (host memory).
 typedef struct {
@@ -64,5 +67,7 @@ int fc_ckpt_save_collective(const fc_ckpt_rank_view *v, const char *dir, fc_stat
 // views undefined, and the caller must not continue training.
 int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt_source_fn source, void *ctx,
                             long *step, fc_error *e);
+
+FC_END_DECLS
 
 #endif

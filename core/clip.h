@@ -12,6 +12,9 @@
 #include <stddef.h>
 
 #include "config.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 // Adds n gradient elements to a partial norm, in double: the sum of |g|
 // (type 1), of g^2 (type 2), or the max |g| (inf). Resumable over pieces.
@@ -25,5 +28,7 @@ double fc_grad_norm(const float *g, size_t n, fc_norm_type type);
 // it; the gradient is scaled only when it is below 1 (torch clamps it to 1).
 float fc_clip_coef(float max_norm, double total);
 int fc_clip_applies(float max_norm, float coef);
+
+FC_END_DECLS
 
 #endif

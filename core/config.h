@@ -10,6 +10,9 @@
 
 #include "check.h"
 #include "dtype.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 struct cJSON;
 
@@ -142,5 +145,7 @@ const char *fc_norm_name(fc_norm_type n);
 int fc_norm_parse(const char *s, fc_norm_type *out);
 const char *fc_fault_name(fc_fault f);
 int fc_fault_parse(const char *s, fc_fault *out);
+
+FC_END_DECLS
 
 #endif

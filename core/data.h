@@ -9,6 +9,9 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 typedef struct {
     fc_model_kind kind;
@@ -28,5 +31,7 @@ void fc_data_fill(fc_batch *b, const fc_model_config *cfg, uint64_t seed, int64_
                   int64_t first);
 // A view of samples [first, first+n) of b (no copy; for micro-batches).
 fc_batch fc_batch_slice(const fc_batch *b, int first, int n);
+
+FC_END_DECLS
 
 #endif

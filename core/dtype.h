@@ -10,6 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hd.h"
+
+FC_BEGIN_DECLS
+
 // Tensor element types as named in safetensors headers.
 typedef enum {
     FC_DT_F64,
@@ -46,6 +50,8 @@ int fc_prec_parse(const char *name, fc_prec *out);   // 0 on success, -1 if unkn
 
 // Rounds n values in place.
 void fc_round_buffer(fc_prec p, float *x, size_t n);
+
+FC_END_DECLS
 
 #include "round.h"
 

@@ -18,8 +18,13 @@ int fc_write_file_atomic(const char *path, const void *data, size_t len, fc_erro
 //                  directory; on any failure it removes the temporary, sets e;
 //   fc_abort_tmp   closes and removes it, when the caller's own writes failed.
 #include <stdio.h>
+#include "hd.h"
+
+FC_BEGIN_DECLS
 FILE *fc_open_tmp(const char *path, char *tmp, size_t tmp_len, fc_error *e);
 int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e);
 void fc_abort_tmp(FILE *fp, const char *tmp);
+
+FC_END_DECLS
 
 #endif

@@ -41,6 +41,9 @@
 
 #include "check.h"
 #include "config.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 typedef enum { FC_FSDP_SD_UNSET, FC_FSDP_SD_FULL, FC_FSDP_SD_SHARDED } fc_fsdp_state_dict;
 
@@ -76,5 +79,7 @@ int fc_fsdp_config_parse(const char *text, size_t len, const char *path, fc_fsdp
 void fc_fsdp_config_apply(const fc_fsdp_config *f, fc_run_config *c);
 // Checks transformer_layer_cls_to_wrap against the model's unit structure.
 int fc_fsdp_config_check_model(const fc_fsdp_config *f, const fc_model_config *m, fc_error *e);
+
+FC_END_DECLS
 
 #endif

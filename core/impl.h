@@ -23,6 +23,9 @@
 #include "config.h"
 #include "model.h"
 #include "schedule.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 #define FC_IMPL_ABI_VERSION 1
 #define FC_IMPL_ENTRY "fsdpcheck_impl_v1"
@@ -78,5 +81,7 @@ typedef const fc_impl_ops *(*fc_impl_entry)(void);
 // which a run's config may name (--inject).
 const fc_impl_ops *fc_reference_impl(void);
 const fc_impl_ops *fc_reference_faults_impl(void);
+
+FC_END_DECLS
 
 #endif

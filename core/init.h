@@ -10,11 +10,16 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 float fc_init_value(const fc_param *p, uint64_t seed, size_t index);
 // out[0..n) = elements [first, first+n) of p.
 void fc_init_range(const fc_param *p, uint64_t seed, size_t first, size_t n, float *out);
 // The whole model into its full flat buffer (m->numel floats).
 void fc_init_full(const fc_model *m, uint64_t seed, float *full);
+
+FC_END_DECLS
 
 #endif

@@ -26,6 +26,9 @@
 
 #include "config.h"
 #include "model.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 int fc_strategy_sharded(fc_strategy s);         // gathers parameters: not local, not no_shard
 int fc_strategy_hybrid(fc_strategy s);          // hybrid_shard, hybrid_shard_zero2
@@ -97,5 +100,7 @@ void fc_divide_factors(fc_divide d, int W, double *pre, double *post);
 // The sample range of data-parallel rank `rank`: [first, first + count) of
 // the global batch (DESIGN §3).
 void fc_rank_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count);
+
+FC_END_DECLS
 
 #endif

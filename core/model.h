@@ -19,6 +19,9 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 typedef enum { FC_INIT_ZEROS, FC_INIT_ONES, FC_INIT_NORMAL, FC_INIT_UNIFORM } fc_init_kind;
 
@@ -78,5 +81,7 @@ int fc_model_find(const fc_model *m, const char *name);
 // "attn.c_attn.weight"). Aborts on a bad name: that is a programming error.
 int fc_model_param_index(const fc_model *m, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+FC_END_DECLS
 
 #endif

@@ -27,6 +27,8 @@
 
 #include "hd.h"
 
+FC_BEGIN_DECLS
+
 typedef struct {
     float decay;        // 1 - lr*wd
     float w1;           // 1 - beta1, the lerp weight
@@ -78,5 +80,7 @@ void fc_optim_update(const fc_optim_config *c, long step, float *p, const float 
 // State tensors the optimizer keeps per parameter, as named in torch's
 // state_dict ("exp_avg", "exp_avg_sq" / "momentum_buffer"); returns the count.
 int fc_optim_state_names(const fc_optim_config *c, const char *names[2]);
+
+FC_END_DECLS
 
 #endif

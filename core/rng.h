@@ -9,6 +9,9 @@
 #define FC_RNG_H
 
 #include <stdint.h>
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 typedef struct {
     uint32_t v[4];
@@ -28,5 +31,7 @@ float fc_u01(uint32_t bits);
 // Standard normal from the first two words of a block (Box-Muller in double,
 // rounded once to float).
 float fc_normal_from(fc_u32x4 r);
+
+FC_END_DECLS
 
 #endif

@@ -16,6 +16,8 @@
 #include "hd.h"
 #include "dtype.h"
 
+FC_BEGIN_DECLS
+
 static inline FC_HD uint32_t fc_f32_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
@@ -133,5 +135,7 @@ static inline FC_HD float fc_round(fc_prec p, float x) {
     default: return x;  // fp32 is the storage type: nothing to round
     }
 }
+
+FC_END_DECLS
 
 #endif

@@ -20,6 +20,9 @@
 
 #include "check.h"
 #include "dtype.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 #define FC_ST_MAX_DIMS 8
 // Same limit as the Python package: a header larger than this is refused.
@@ -83,5 +86,7 @@ typedef struct {
 // any failure, and then leaves neither path nor the temporary behind.
 int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
                 int n_meta, fc_error *e);
+
+FC_END_DECLS
 
 #endif

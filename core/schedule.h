@@ -10,6 +10,9 @@
 #include <stdio.h>
 
 #include "dtype.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 typedef enum {
     FC_OP_ALL_GATHER,       // issue of a non-blocking all-gather of a unit's parameters
@@ -89,5 +92,7 @@ const char *fc_mem_loc_name(fc_mem_loc l);
 // Accounting only (the caller allocates): bytes counted under (loc, cat).
 void fc_mem_add(fc_mem_stats *m, fc_mem_loc loc, fc_mem_cat cat, size_t bytes);
 void fc_mem_sub(fc_mem_stats *m, fc_mem_loc loc, fc_mem_cat cat, size_t bytes);
+
+FC_END_DECLS
 
 #endif

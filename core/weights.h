@@ -4,6 +4,9 @@
 
 #include "check.h"
 #include "model.h"
+#include "hd.h"
+
+FC_BEGIN_DECLS
 
 // Reads every parameter of m from path into the full flat buffer `full`.
 // Accepts fsdpcheck/Hugging Face names ("transformer.h.0..."), the Hub's
@@ -12,5 +15,7 @@
 // attn.bias / attn.masked_bias mask buffers). Anything else is refused: an
 // unknown tensor, a missing or duplicated parameter, a shape mismatch.
 int fc_weights_load(const fc_model *m, const char *path, float *full, fc_error *e);
+
+FC_END_DECLS
 
 #endif
