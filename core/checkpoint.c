@@ -8,7 +8,6 @@
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <openssl/evp.h>
@@ -923,14 +922,6 @@ static int is_ckpt_file(const char *name) {
     return shard_index(base) >= 0;
 }
 
-static void fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        (void)fsync(fd);  // best effort, as in fileio.c
-        close(fd);
-    }
-}
-
 int fc_ckpt_prepare_dir(const char *dir, fc_error *e) {
     if (fc_mkdir_p(dir, e)) return -1;
     char path[1200];
@@ -939,7 +930,7 @@ int fc_ckpt_prepare_dir(const char *dir, fc_error *e) {
     int was_ckpt = unlink(path) == 0;
     if (!was_ckpt && errno != ENOENT)
         return fc_fail(e, "%s: cannot remove the old manifest: %s", path, strerror(errno));
-    fsync_dir(dir);
+    fc_fsync_dir(dir);
     // then the old checkpoint's files, so no stale shard outlives it, and
     // temporaries of interrupted saves; a directory that held no checkpoint
     // keeps its files (a model.safetensors of someone else's, say)

@@ -38,19 +38,23 @@ FILE *fc_open_tmp(const char *path, char *tmp, size_t tmp_len, fc_error *e) {
     return fp;
 }
 
-// After the rename, make the new directory entry durable too. Best effort:
-// some file systems refuse fsync on a directory, and by then the file itself
-// is complete and in place, so failing the whole write there would be wrong.
-static void fsync_parent_dir(const char *path) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+// Best effort: some file systems refuse fsync on a directory, and by then
+// the files in it are complete and in place, so failing there would be wrong.
+void fc_fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd >= 0) {
         (void)fsync(fd);
         close(fd);
     }
+}
+
+// After the rename, make the new directory entry durable too.
+static void fsync_parent_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+    fc_fsync_dir(dir);
 }
 
 int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e) {

@@ -21,5 +21,8 @@ int fc_write_file_atomic(const char *path, const void *data, size_t len, fc_erro
 FILE *fc_open_tmp(const char *path, char *tmp, size_t tmp_len, fc_error *e);
 int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e);
 void fc_abort_tmp(FILE *fp, const char *tmp);
+// Makes the entries of directory dir (a rename, an unlink) durable: fsync on
+// the directory, best effort (some file systems refuse it).
+void fc_fsync_dir(const char *dir);
 
 #endif
