@@ -391,36 +391,21 @@ static const fc_ckpt_mem_file *mem_find(const fc_ckpt *c, const char *name) {
     return NULL;
 }
 
-// Reads a small whole file (manifest, config.json) into a NUL-terminated buffer.
-static int read_small(const char *path, size_t limit, char **out, size_t *len, int *missing, fc_error *e) {
-    *out = NULL;
-    *missing = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        *missing = errno == ENOENT;
+// The manifest: a regular file, as a save writes it, refused by its size
+// before it is read.
+static int read_manifest(const fc_ckpt *c, const char *path, char **text, size_t *len, fc_error *e) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return fc_fail(e, "%s: no %s manifest: not a checkpoint, or one whose save did not finish", c->src,
+                           FC_CKPT_MANIFEST);
         return fc_fail(e, "%s: cannot open: %s", path, strerror(errno));
     }
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
-        return fc_fail(e, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > limit) {
-        fclose(fp);
-        return fc_fail(e, "%s: %lld bytes, over the %zu-byte limit", path, (long long)st.st_size, limit);
-    }
-    char *buf = mallocCheck((size_t)st.st_size + 1);
-    size_t n = fread(buf, 1, (size_t)st.st_size, fp);
-    int bad = ferror(fp) || fgetc(fp) != EOF;
-    fclose(fp);
-    if (bad || n != (size_t)st.st_size) {
-        free(buf);
-        return fc_fail(e, "%s: changed size while being read", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return 0;
+    if (!S_ISREG(st.st_mode)) return fc_fail(e, "%s: not a regular file", path);
+    if ((uint64_t)st.st_size > MAX_MANIFEST)
+        return fc_fail(e, "%s: %lld bytes, over the %zu-byte limit", path, (long long)st.st_size,
+                       (size_t)MAX_MANIFEST);
+    return fc_read_file_limited(path, MAX_MANIFEST, text, len, e) ? -1 : 0;
 }
 
 typedef struct {
@@ -497,9 +482,8 @@ static int verify_file(fc_ckpt *c, int i, int check_hashes, fc_error *e) {
     if (is_config) {
         char *text;
         size_t len;
-        int missing;
         if (F->bytes > MAX_CONFIG) return fc_fail(e, "%s: too large for a config.json", path);
-        if (read_small(path, MAX_CONFIG, &text, &len, &missing, e)) return -1;
+        if (fc_read_file_limited(path, MAX_CONFIG, &text, &len, e)) return -1;
         int rc = 0;
         if (len != F->bytes) rc = fc_fail(e, "%s: changed size while being verified", path);
         if (!rc && check_hashes) {
@@ -736,13 +720,7 @@ static int open_common(fc_ckpt *c, int check_hashes, fc_error *e) {
         struct stat st;
         if (stat(c->src, &st) != 0 || !S_ISDIR(st.st_mode))
             return fc_fail(e, "%s: no such checkpoint directory", c->src);
-        int missing;
-        if (read_small(path, MAX_MANIFEST, &text, &len, &missing, e)) {
-            if (missing)
-                return fc_fail(e, "%s: no %s manifest: not a checkpoint, or one whose save did not finish", c->src,
-                               FC_CKPT_MANIFEST);
-            return -1;
-        }
+        if (read_manifest(c, path, &text, &len, e)) return -1;
     } else {
         const fc_ckpt_mem_file *mf = mem_find(c, FC_CKPT_MANIFEST);
         if (!mf) return fc_fail(e, "(memory): no %s manifest", FC_CKPT_MANIFEST);

@@ -3,10 +3,57 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+int fc_read_file_limited(const char *path, size_t limit, char **out, size_t *len, fc_error *e) {
+    *out = NULL;
+    *len = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        int err = errno;
+        fc_fail(e, "%s: cannot open: %s", path, strerror(err));
+        errno = err;
+        return FC_READ_CANNOT_OPEN;
+    }
+    struct stat st;
+    int regular = fstat(fileno(fp), &st) == 0 && S_ISREG(st.st_mode);
+    if (regular && (uint64_t)st.st_size > limit) {
+        fclose(fp);
+        fc_fail(e, "%s: larger than %zu bytes", path, limit);
+        return FC_READ_TOO_LARGE;
+    }
+    // A regular file fits its size plus one byte (so that growth shows); a
+    // pipe starts small and doubles up to one byte past the limit.
+    size_t cap = regular ? (size_t)st.st_size + 1 : (limit < 16384 ? limit + 1 : 16384), n = 0;
+    char *buf = mallocCheck(cap + 1);  // + 1: the NUL
+    for (;;) {
+        size_t want = cap - n, k = fread(buf + n, 1, want, fp);
+        n += k;
+        if (k < want || n > limit) break;  // a short read is the end (or an error)
+        cap = cap > limit / 2 ? limit + 1 : 2 * cap;
+        buf = reallocCheck(buf, cap + 1);
+    }
+    int bad = ferror(fp);
+    fclose(fp);
+    int rc = 0;
+    if (bad) rc = FC_READ_FAILED, fc_fail(e, "%s: read error", path);
+    else if (n > limit) rc = FC_READ_TOO_LARGE, fc_fail(e, "%s: larger than %zu bytes", path, limit);
+    else if (regular && n != (size_t)st.st_size)
+        rc = FC_READ_FAILED, fc_fail(e, "%s: changed size while being read", path);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
 
 int fc_mkdir_p(const char *path, fc_error *e) {
     char buf[4096];
