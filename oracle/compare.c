@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "fileio.h"
 #include "tracefile.h"
 
@@ -639,14 +640,8 @@ static void reader_close(step_reader *r) {
     fc_batch_free(&r->batch);
 }
 
-// Markdown cell text: '|' would end the cell.
-static void md_text(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '|') fputs("\\|", f);
-        else if ((unsigned char)*s < 0x20) fputc(' ', f);
-        else fputc(*s, f);
-    }
-}
+// Markdown text in a table cell, escaped as the sweep's report escapes it.
+static void md_text(FILE *f, const char *s) { fc_escape(s, SIZE_MAX, FC_ESC_MD_TEXT, fc_esc_to_file, f); }
 
 static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_cmp_policy *pol,
                          const fc_cmp_result *res, int n_res, const fc_cmp_divergence *first) {
