@@ -332,25 +332,36 @@ static void set_divergence(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind ki
     if (w->note) snprintf(d->note, sizeof d->note, "%s", w->note);
 }
 
+// One element's errors into t's maxima; a bad element counts, and the first
+// bad one is remembered for the divergence.
+static void tally(fc_cmp_tensor *t, size_t i, double abs_err, double rel_err, uint64_t ulp, int bad,
+                  size_t *first_bad) {
+    if (abs_err > t->max_abs) t->max_abs = abs_err;
+    if (rel_err > t->max_rel) t->max_rel = rel_err;
+    if (ulp > t->max_ulp) t->max_ulp = ulp;
+    if (bad) {
+        t->n_bad++;
+        if (*first_bad == SIZE_MAX) *first_bad = i;
+    }
+}
+
+// Finishes t; says whether its first bad element is the comparison's first
+// divergence (none was found before).
+static int close_tensor(fc_cmp_result *r, fc_cmp_tensor *t, size_t first_bad) {
+    t->pass = t->n_bad == 0;
+    finish_tensor(r, t);
+    return first_bad != SIZE_MAX && !r->first.found;
+}
+
 static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
                        const where_info *w, const float *a, const float *b, size_t n) {
     const fc_tol *tol = &c->policy->tol[kind];
     fc_cmp_tensor *t = new_tensor(r, kind, name, n);
     size_t first_bad = SIZE_MAX;
-    for (size_t i = 0; i < n; i++) {
-        double ae = fc_cmp_abs_err(a[i], b[i]), re = fc_cmp_rel_err(a[i], b[i]);
-        uint64_t u = fc_ulp_distance(a[i], b[i]);
-        if (ae > t->max_abs) t->max_abs = ae;
-        if (re > t->max_rel) t->max_rel = re;
-        if (u > t->max_ulp) t->max_ulp = u;
-        if (!fc_cmp_close(a[i], b[i], tol)) {
-            t->n_bad++;
-            if (first_bad == SIZE_MAX) first_bad = i;
-        }
-    }
-    t->pass = t->n_bad == 0;
-    finish_tensor(r, t);
-    if (first_bad != SIZE_MAX && !r->first.found) {
+    for (size_t i = 0; i < n; i++)
+        tally(t, i, fc_cmp_abs_err(a[i], b[i]), fc_cmp_rel_err(a[i], b[i]), fc_ulp_distance(a[i], b[i]),
+              !fc_cmp_close(a[i], b[i], tol), &first_bad);
+    if (close_tensor(r, t, first_bad)) {
         size_t i = first_bad;
         set_divergence(c, r, kind, name, w, i, 1, a[i], b[i], float_bits(a[i]), float_bits(b[i]),
                        fc_cmp_abs_err(a[i], b[i]), fc_cmp_rel_err(a[i], b[i]), fc_ulp_distance(a[i], b[i]));
@@ -365,15 +376,9 @@ static void cmp_ints(const fc_cmp_ctx *c, fc_cmp_result *r, const char *name, co
     for (size_t i = 0; i < n; i++) {
         if (a[i] == b[i]) continue;
         double d = fabs((double)a[i] - (double)b[i]), rel = a[i] ? d / fabs((double)a[i]) : INFINITY;
-        if (d > t->max_abs) t->max_abs = d;
-        if (rel > t->max_rel) t->max_rel = rel;
-        if ((uint64_t)d > t->max_ulp) t->max_ulp = (uint64_t)d;
-        t->n_bad++;
-        if (first_bad == SIZE_MAX) first_bad = i;
+        tally(t, i, d, rel, (uint64_t)d, 1, &first_bad);
     }
-    t->pass = t->n_bad == 0;
-    finish_tensor(r, t);
-    if (first_bad != SIZE_MAX && !r->first.found) {
+    if (close_tensor(r, t, first_bad)) {
         size_t i = first_bad;
         double d = fabs((double)a[i] - (double)b[i]);
         set_divergence(c, r, FC_CMP_BATCH, name, w, i, 0, a[i], b[i], (uint32_t)a[i], (uint32_t)b[i], d,
