@@ -74,22 +74,27 @@ static int describe_file(const char *dir, const char *name, fc_ckpt_file *out, f
     return fc_sha256_file(path, &out->bytes, out->sha256, e);
 }
 
-int fc_ckpt_write_config(const char *dir, const fc_ckpt_info *info, fc_ckpt_file *out, fc_error *e) {
-    cJSON *j = fc_model_config_to_json(&info->cfg->model);
+// Prints j (and deletes it) into dir/name crash-safely; out (may be NULL)
+// gets the name, size and SHA-256 of the bytes written.
+static int write_json(const char *dir, const char *name, cJSON *j, fc_ckpt_file *out, fc_error *e) {
     char *text = cJSON_Print(j);
     jsonCheck(text);
     cJSON_Delete(j);
     char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, FC_CKPT_CONFIG);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     size_t len = strlen(text);
     int rc = fc_write_file_atomic(path, text, len, e);
-    if (!rc) {
-        snprintf(out->name, sizeof out->name, "%s", FC_CKPT_CONFIG);
+    if (!rc && out) {
+        snprintf(out->name, sizeof out->name, "%s", name);
         out->bytes = len;
         fc_sha256_mem(text, len, out->sha256);
     }
     free(text);
     return rc;
+}
+
+int fc_ckpt_write_config(const char *dir, const fc_ckpt_info *info, fc_ckpt_file *out, fc_error *e) {
+    return write_json(dir, FC_CKPT_CONFIG, fc_model_config_to_json(&info->cfg->model), out, e);
 }
 
 static fc_st_entry param_entry(const fc_param *p, const char *name, const float *base) {
@@ -232,14 +237,7 @@ int fc_ckpt_write_manifest(const char *dir, const fc_ckpt_info *info, fc_state_d
         cJSON_AddStringToObject(f, "sha256", files[i].sha256);
         cJSON_AddItemToArray(arr, f);
     }
-    char *text = cJSON_Print(j);
-    jsonCheck(text);
-    cJSON_Delete(j);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, FC_CKPT_MANIFEST);
-    int rc = fc_write_file_atomic(path, text, strlen(text), e);
-    free(text);
-    return rc;
+    return write_json(dir, FC_CKPT_MANIFEST, j, NULL, e);
 }
 
 int fc_ckpt_save_full(const char *dir, const fc_ckpt_info *info, const float *params,

@@ -31,18 +31,12 @@ static int alnum(unsigned c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
-// A byte that must show and cannot be written as is: \xNN.
-static void put_byte_hex(fc_esc_put put, void *to, unsigned c) {
-    char hex[8];
-    int n = snprintf(hex, sizeof hex, "\\x%02x", c);
-    put(to, hex, (size_t)n);
-}
-
-// An XML character reference: &#N;.
-static void put_char_ref(fc_esc_put put, void *to, unsigned c) {
-    char ref[16];
-    int n = snprintf(ref, sizeof ref, "&#%u;", c);
-    put(to, ref, (size_t)n);
+// A byte that cannot be written as is: an XML character reference &#N;, or
+// visibly \xNN.
+static void put_code(fc_esc_put put, void *to, int xml_ref, unsigned c) {
+    char buf[16];
+    int n = xml_ref ? snprintf(buf, sizeof buf, "&#%u;", c) : snprintf(buf, sizeof buf, "\\x%02x", c);
+    put(to, buf, (size_t)n);
 }
 
 void fc_escape(const char *s, size_t max, fc_esc mode, fc_esc_put put, void *to) {
@@ -53,7 +47,7 @@ void fc_escape(const char *s, size_t max, fc_esc mode, fc_esc_put put, void *to)
         if (c >= 0x80) {
             size_t k = utf8_len(u + i, len - i);
             if (k) put(to, s + i, k);
-            else put_byte_hex(put, to, c);
+            else put_code(put, to, 0, c);
             i += k ? k : 1;
             continue;
         }
@@ -61,9 +55,9 @@ void fc_escape(const char *s, size_t max, fc_esc mode, fc_esc_put put, void *to)
         i++;
         if (c < 0x20 || c == 0x7f) {
             int ws = c == '\t' || c == '\n' || c == '\r';
-            if (ws && mode == FC_ESC_XML) put_char_ref(put, to, c);
+            if (ws && mode == FC_ESC_XML) put_code(put, to, 1, c);
             else if (ws) put(to, " ", 1);  // Markdown rows and commands stay on one line
-            else put_byte_hex(put, to, c);
+            else put_code(put, to, 0, c);
             continue;
         }
         char ch = (char)c;
