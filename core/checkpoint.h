@@ -46,6 +46,7 @@
 #include "config.h"
 #include "model.h"
 #include "safetensors.h"
+#include "sha256.h"
 #include "hd.h"
 
 FC_BEGIN_DECLS
@@ -65,9 +66,7 @@ typedef enum {
 const char *fc_state_dict_name(fc_state_dict k);   // "full", "sharded"
 int fc_state_dict_parse(const char *s, fc_state_dict *out);
 
-// SHA-256 (OpenSSL libcrypto) as 64 lowercase hex digits.
-void fc_sha256_mem(const void *data, size_t n, char hex[65]);
-int fc_sha256_file(const char *path, uint64_t *size, char hex[65], fc_error *e);
+// SHA-256 (fc_sha256_mem, fc_sha256_file): sha256.h, included above.
 
 // One file of a checkpoint, as the manifest lists it.
 typedef struct {

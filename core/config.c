@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fileio.h"
+
+#define CONFIG_JSON_MAX (16u << 20)  // a config.json is a few hundred bytes: anything near this is not one
+
 // ---------------------------------------------------------------------------
 // enum names
 
@@ -99,34 +103,15 @@ int fc_model_config_load(const char *name, fc_model_config *out, fc_error *e) {
         return 0;
     }
     // Anything else must be a config.json file.
-    FILE *f = fopen(name, "rb");
-    if (!f)
+    char *buf;
+    size_t len;
+    int rc = fc_read_file_limited(name, CONFIG_JSON_MAX, &buf, &len, e);
+    if (rc == FC_READ_CANNOT_OPEN)
         return fc_fail(e, "--model %s: not a preset (mlp-micro, mlp-tiny, gpt2-micro, gpt2-tiny, gpt2-124m) and cannot open it: %s",
                        name, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = (cap ? cap * 2 : 8192);
-            if (cap > (1u << 24)) {
-                free(buf);
-                fclose(f);
-                return fc_fail(e, "%s: config file larger than 16 MiB", name);
-            }
-            buf = reallocCheck(buf, cap);
-        }
-        size_t n = fread(buf + len, 1, cap - len - 1, f);
-        len += n;
-        if (n == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return fc_fail(e, "%s: read error", name);
-    }
-    buf[len] = '\0';
-    int rc = fc_model_config_parse(buf, name, out, e);
+    if (rc == FC_READ_TOO_LARGE) return fc_fail(e, "%s: config file larger than 16 MiB", name);
+    if (rc) return -1;
+    rc = fc_model_config_parse(buf, name, out, e);
     free(buf);
     return rc;
 }

@@ -2,12 +2,13 @@
 #include "fsdp_config.h"
 
 #include <cJSON.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "fileio.h"
 
 #define FSDP_CONFIG_MAX (1u << 20)
 
@@ -469,16 +470,11 @@ done:
 
 int fc_fsdp_config_load(const char *path, fc_fsdp_config *out, fc_error *e) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return fc_fail(e, "--fsdp-config %s: cannot open: %s", path, strerror(errno));
-    char *buf = mallocCheck(FSDP_CONFIG_MAX + 1);
-    size_t n = fread(buf, 1, FSDP_CONFIG_MAX + 1, f);
-    int bad = ferror(f);
-    fclose(f);
-    int rc;
-    if (bad) rc = fc_fail(e, "--fsdp-config %s: read error", path);
-    else if (n > FSDP_CONFIG_MAX) rc = fc_fail(e, "--fsdp-config %s: larger than %u bytes", path, FSDP_CONFIG_MAX);
-    else rc = fc_fsdp_config_parse(buf, n, path, out, e);
+    char *buf;
+    size_t n;
+    fc_error re;  // "PATH: ...", said of the flag
+    if (fc_read_file_limited(path, FSDP_CONFIG_MAX, &buf, &n, &re)) return fc_fail(e, "--fsdp-config %s", re.msg);
+    int rc = fc_fsdp_config_parse(buf, n, path, out, e);
     free(buf);
     return rc;
 }

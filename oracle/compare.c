@@ -1,13 +1,10 @@
-// oracle/compare.c — the comparison engine and `fsdpcheck compare`. See compare.h.
+// oracle/compare.c — the comparison engine (see compare.h); the `fsdpcheck
+// compare` command that reads two traces through it is compare_cmd.c.
 #include "compare.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "fileio.h"
-#include "tracefile.h"
 
 // ---------------------------------------------------------------------------
 // the tolerance policy
@@ -335,25 +332,36 @@ static void set_divergence(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind ki
     if (w->note) snprintf(d->note, sizeof d->note, "%s", w->note);
 }
 
+// One element's errors into t's maxima; a bad element counts, and the first
+// bad one is remembered for the divergence.
+static void tally(fc_cmp_tensor *t, size_t i, double abs_err, double rel_err, uint64_t ulp, int bad,
+                  size_t *first_bad) {
+    if (abs_err > t->max_abs) t->max_abs = abs_err;
+    if (rel_err > t->max_rel) t->max_rel = rel_err;
+    if (ulp > t->max_ulp) t->max_ulp = ulp;
+    if (bad) {
+        t->n_bad++;
+        if (*first_bad == SIZE_MAX) *first_bad = i;
+    }
+}
+
+// Finishes t; says whether its first bad element is the comparison's first
+// divergence (none was found before).
+static int close_tensor(fc_cmp_result *r, fc_cmp_tensor *t, size_t first_bad) {
+    t->pass = t->n_bad == 0;
+    finish_tensor(r, t);
+    return first_bad != SIZE_MAX && !r->first.found;
+}
+
 static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
                        const where_info *w, const float *a, const float *b, size_t n) {
     const fc_tol *tol = &c->policy->tol[kind];
     fc_cmp_tensor *t = new_tensor(r, kind, name, n);
     size_t first_bad = SIZE_MAX;
-    for (size_t i = 0; i < n; i++) {
-        double ae = fc_cmp_abs_err(a[i], b[i]), re = fc_cmp_rel_err(a[i], b[i]);
-        uint64_t u = fc_ulp_distance(a[i], b[i]);
-        if (ae > t->max_abs) t->max_abs = ae;
-        if (re > t->max_rel) t->max_rel = re;
-        if (u > t->max_ulp) t->max_ulp = u;
-        if (!fc_cmp_close(a[i], b[i], tol)) {
-            t->n_bad++;
-            if (first_bad == SIZE_MAX) first_bad = i;
-        }
-    }
-    t->pass = t->n_bad == 0;
-    finish_tensor(r, t);
-    if (first_bad != SIZE_MAX && !r->first.found) {
+    for (size_t i = 0; i < n; i++)
+        tally(t, i, fc_cmp_abs_err(a[i], b[i]), fc_cmp_rel_err(a[i], b[i]), fc_ulp_distance(a[i], b[i]),
+              !fc_cmp_close(a[i], b[i], tol), &first_bad);
+    if (close_tensor(r, t, first_bad)) {
         size_t i = first_bad;
         set_divergence(c, r, kind, name, w, i, 1, a[i], b[i], float_bits(a[i]), float_bits(b[i]),
                        fc_cmp_abs_err(a[i], b[i]), fc_cmp_rel_err(a[i], b[i]), fc_ulp_distance(a[i], b[i]));
@@ -368,15 +376,9 @@ static void cmp_ints(const fc_cmp_ctx *c, fc_cmp_result *r, const char *name, co
     for (size_t i = 0; i < n; i++) {
         if (a[i] == b[i]) continue;
         double d = fabs((double)a[i] - (double)b[i]), rel = a[i] ? d / fabs((double)a[i]) : INFINITY;
-        if (d > t->max_abs) t->max_abs = d;
-        if (rel > t->max_rel) t->max_rel = rel;
-        if ((uint64_t)d > t->max_ulp) t->max_ulp = (uint64_t)d;
-        t->n_bad++;
-        if (first_bad == SIZE_MAX) first_bad = i;
+        tally(t, i, d, rel, (uint64_t)d, 1, &first_bad);
     }
-    t->pass = t->n_bad == 0;
-    finish_tensor(r, t);
-    if (first_bad != SIZE_MAX && !r->first.found) {
+    if (close_tensor(r, t, first_bad)) {
         size_t i = first_bad;
         double d = fabs((double)a[i] - (double)b[i]);
         set_divergence(c, r, FC_CMP_BATCH, name, w, i, 0, a[i], b[i], (uint32_t)a[i], (uint32_t)b[i], d,
@@ -418,7 +420,7 @@ static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, con
     }
 }
 
-static int find_state(const fc_trace_step *s, const char *name) {
+int fc_cmp_find_state(const fc_trace_step *s, const char *name) {
     for (int i = 0; i < s->n_state; i++)
         if (!strcmp(s->state_names[i], name)) return i;
     return -1;
@@ -438,7 +440,7 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
         for (int i = 0; i < a->n_state; i++) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "optim.%s", a->state_names[i]);
-            int j = find_state(b, a->state_names[i]);
+            int j = fc_cmp_find_state(b, a->state_names[i]);
             if (j >= 0) {
                 cmp_set(c, r, FC_CMP_OPTIM, prefix, a->state[i], b->state[j]);
             } else {
@@ -448,7 +450,7 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
             }
         }
         for (int j = 0; j < b->n_state; j++) {
-            if (find_state(a, b->state_names[j]) >= 0) continue;
+            if (fc_cmp_find_state(a, b->state_names[j]) >= 0) continue;
             char prefix[64], note[200];
             snprintf(prefix, sizeof prefix, "optim.%s", b->state_names[j]);
             snprintf(note, sizeof note, "optimizer state \"%s\" is in B, not in A", b->state_names[j]);
@@ -465,20 +467,20 @@ void fc_compare_step(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace
 // ---------------------------------------------------------------------------
 // printing
 
-static const char *fmt_err(double x, char *buf, size_t cap) {
+const char *fc_cmp_fmt_err(double x, char *buf, size_t cap) {
     if (isinf(x)) snprintf(buf, cap, "inf");
     else if (x == 0) snprintf(buf, cap, "0");
     else snprintf(buf, cap, "%.3g", x);
     return buf;
 }
 
-static const char *fmt_ulp(uint64_t u, char *buf, size_t cap) {
+const char *fc_cmp_fmt_ulp(uint64_t u, char *buf, size_t cap) {
     if (u == UINT64_MAX) snprintf(buf, cap, "inf");
     else snprintf(buf, cap, "%llu", (unsigned long long)u);
     return buf;
 }
 
-static void fmt_tol(const fc_tol *t, char *buf, size_t cap) {
+void fc_cmp_fmt_tol(const fc_tol *t, char *buf, size_t cap) {
     if (t->exact) snprintf(buf, cap, "exact");
     else snprintf(buf, cap, "rtol %g atol %g", t->rtol, t->atol);
 }
@@ -492,7 +494,7 @@ void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p) {
             p->overridden ? "--rtol/--atol override" : fc_prec_name(p->prec));
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
         char t[64];
-        fmt_tol(&p->tol[k], t, sizeof t);
+        fc_cmp_fmt_tol(&p->tol[k], t, sizeof t);
         fprintf(f, "%s %s %s", k ? ";" : "", KIND_NAMES[k], t);
     }
     fputc('\n', f);
@@ -509,7 +511,8 @@ void fc_cmp_print_rows(FILE *f, const fc_cmp_result *r) {
         if (s->n_tensors == 0) continue;
         char a[32], b[32], u[32];
         fprintf(f, "%6ld  %-5s  %7d  %11s  %11s  %10s  ", r->step, KIND_NAMES[k], s->n_tensors,
-                fmt_err(s->max_abs, a, sizeof a), fmt_err(s->max_rel, b, sizeof b), fmt_ulp(s->max_ulp, u, sizeof u));
+                fc_cmp_fmt_err(s->max_abs, a, sizeof a), fc_cmp_fmt_err(s->max_rel, b, sizeof b),
+                fc_cmp_fmt_ulp(s->max_ulp, u, sizeof u));
         if (s->n_failed) fprintf(f, "FAIL (%d of %d tensors)\n", s->n_failed, s->n_tensors);
         else fprintf(f, "pass\n");
     }
@@ -541,336 +544,11 @@ void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d) {
     format_index(d, idx, sizeof idx);
     format_value(d, d->a, d->a_bits, va, sizeof va);
     format_value(d, d->b, d->b_bits, vb, sizeof vb);
-    fmt_tol(&d->tol, tol, sizeof tol);
+    fc_cmp_fmt_tol(&d->tol, tol, sizeof tol);
     fprintf(f, "first divergence: step %ld, tensor %s, %s\n", d->step, d->tensor, idx);
     fprintf(f, "  A = %s\n  B = %s\n", va, vb);
-    fprintf(f, "  error: abs %s, rel %s, %s ULP; allowed: %s\n", fmt_err(d->abs_err, ae, sizeof ae),
-            fmt_err(d->rel_err, re, sizeof re), fmt_ulp(d->ulp, u, sizeof u), tol);
+    fprintf(f, "  error: abs %s, rel %s, %s ULP; allowed: %s\n", fc_cmp_fmt_err(d->abs_err, ae, sizeof ae),
+            fc_cmp_fmt_err(d->rel_err, re, sizeof re), fc_cmp_fmt_ulp(d->ulp, u, sizeof u), tol);
     fprintf(f, "  owner under B's layout: %s\n", d->owner_text);
     if (d->note[0]) fprintf(f, "  note: %s\n", d->note);
-}
-
-// ---------------------------------------------------------------------------
-// `fsdpcheck compare`
-
-static void compare_usage(FILE *f) {
-    fputs("usage: fsdpcheck compare DIR_A DIR_B [--rtol R] [--atol A | --bitwise] [--report FILE.md]\n"
-          "  Compares two traces (run --trace DIR) step by step: batch (always exact), loss,\n"
-          "  gradients, parameters and optimizer state. DIR_A is the expected side; the owner of\n"
-          "  a divergent element is given under DIR_B's layout.\n"
-          "  --rtol R, --atol A   replace the per-kind defaults of every float kind\n"
-          "  --bitwise            require identical bits everywhere\n"
-          "  --report FILE.md     also write a Markdown report\n"
-          "exit codes: 0 pass, 1 mismatch, 2 bad input\n",
-          f);
-}
-
-static double parse_tol(const char *flag, const char *v) {
-    char *end;
-    if (!*v || strpbrk(v, "xXiInN")) fc_die(FC_EXIT_USAGE, "%s: '%s' is not a finite decimal number", flag, v);
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || *end || !isfinite(x) || x < 0)
-        fc_die(FC_EXIT_USAGE, "%s: '%s' is not a finite non-negative number", flag, v);
-    return x;
-}
-
-static void describe_model(const fc_model_config *c, char *buf, size_t cap) {
-    if (c->kind == FC_MODEL_MLP) {
-        size_t k = (size_t)snprintf(buf, cap, "%.64s (mlp, dims", c->name);
-        for (int i = 0; i <= c->n_layers && k < cap; i++)
-            k += (size_t)snprintf(buf + k, cap - k, "%s%d", i ? "-" : " ", c->dims[i]);
-        if (k < cap) snprintf(buf + k, cap - k, ")");
-    } else {
-        snprintf(buf, cap, "%.64s (gpt2, V=%d P=%d C=%d L=%d H=%d eps=%g)", c->name, c->vocab_size, c->n_positions,
-                 c->n_embd, c->n_layer, c->n_head, (double)c->layer_norm_epsilon);
-    }
-}
-
-static void describe_run(const fc_trace *t, char *buf, size_t cap) {
-    const fc_run_config *c = &t->cfg;
-    snprintf(buf, cap, "%s, %s, W=%d, param/reduce %s/%s, steps %ld..%ld", t->impl, fc_strategy_name(c->strategy),
-             t->world_size, fc_prec_name(c->param_dtype), fc_prec_name(c->reduce_dtype), t->first_step,
-             t->first_step + t->steps - 1);
-}
-
-// One step of a trace, read a part at a time into the caller's buffers.
-typedef struct {
-    fc_trace *t;
-    fc_st_file f;
-    fc_trace_step s;
-    fc_batch batch;
-    float *bufs[4];  // grads, params, state 0, state 1: [numel] each
-} step_reader;
-
-static _Noreturn void read_fail(const fc_trace *t, long step, const fc_error *e) {
-    fc_die(FC_EXIT_USAGE, "%s, step %ld: %s", t->dir, step, e->msg);
-}
-
-static void reader_open(step_reader *r, fc_trace *t, long step, float *bufs[4]) {
-    memset(r, 0, sizeof *r);
-    r->t = t;
-    fc_error e;
-    if (fc_trace_step_open(t, step, &r->f, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
-    r->s.step = step;
-    if (fc_trace_read_loss(&r->f, &r->s.loss, &e) || fc_trace_read_batch(t, &r->f, &r->batch, &e))
-        read_fail(t, step, &e);
-    r->s.batch = &r->batch;
-    r->s.n_state = t->n_state;
-    for (int i = 0; i < t->n_state; i++) r->s.state_names[i] = t->state_names[i];
-    for (int i = 0; i < 4; i++) r->bufs[i] = bufs[i];
-}
-
-// Loads part `part` (0 grads, 1 params, 2 + i state i) into the reader's buffers.
-static void reader_load(step_reader *r, int part) {
-    fc_error e;
-    char prefix[64];
-    if (part == 0) snprintf(prefix, sizeof prefix, "grad");
-    else if (part == 1) snprintf(prefix, sizeof prefix, "param");
-    else snprintf(prefix, sizeof prefix, "optim.%s", r->t->state_names[part - 2]);
-    if (fc_trace_read_set(r->t, &r->f, prefix, r->bufs[part], &e)) read_fail(r->t, r->s.step, &e);
-    if (part == 0) r->s.grads = r->bufs[0];
-    else if (part == 1) r->s.params = r->bufs[1];
-    else r->s.state[part - 2] = r->bufs[part];
-}
-
-static void reader_close(step_reader *r) {
-    fc_st_close(&r->f);
-    fc_batch_free(&r->batch);
-}
-
-// Markdown cell text: '|' would end the cell.
-static void md_text(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '|') fputs("\\|", f);
-        else if ((unsigned char)*s < 0x20) fputc(' ', f);
-        else fputc(*s, f);
-    }
-}
-
-static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_cmp_policy *pol,
-                         const fc_cmp_result *res, int n_res, const fc_cmp_divergence *first) {
-    char tmp[1200];
-    fc_error e;
-    FILE *f = fc_open_tmp(path, tmp, sizeof tmp, &e);
-    if (!f) fc_die(FC_EXIT_USAGE, "--report %s: %s", path, e.msg);
-    fc_trace *tr[2] = {ta, tb};
-    fprintf(f, "# fsdpcheck compare\n\n**Result: %s**\n\n", first->found ? "FAIL" : "PASS");
-    fprintf(f, "| | A (expected) | B (under test) |\n|---|---|---|\n");
-    const char *rows[] = {"trace", "implementation", "strategy", "world size", "shard group", "param / reduce dtype",
-                          "steps"};
-    for (int row = 0; row < 7; row++) {
-        fprintf(f, "| %s |", rows[row]);
-        for (int s = 0; s < 2; s++) {
-            const fc_trace *t = tr[s];
-            fputc(' ', f);
-            switch (row) {
-            case 0: md_text(f, t->dir); break;
-            case 1: md_text(f, t->impl); break;
-            case 2: fputs(fc_strategy_name(t->cfg.strategy), f); break;
-            case 3: fprintf(f, "%d", t->world_size); break;
-            case 4:
-                if (t->cfg.strategy == FC_STRATEGY_LOCAL || t->cfg.strategy == FC_STRATEGY_NO_SHARD) fputs("-", f);
-                else fprintf(f, "%d", t->cfg.shard_group ? t->cfg.shard_group : t->world_size);
-                break;
-            case 5: fprintf(f, "%s / %s", fc_prec_name(t->cfg.param_dtype), fc_prec_name(t->cfg.reduce_dtype)); break;
-            default: fprintf(f, "%ld..%ld", t->first_step, t->first_step + t->steps - 1); break;
-            }
-            fputs(" |", f);
-        }
-        fputc('\n', f);
-    }
-    fprintf(f, "\n## Tolerance policy (%s)\n\n| kind | rule |\n|---|---|\n",
-            pol->bitwise ? "--bitwise" : pol->overridden ? "--rtol/--atol override" : fc_prec_name(pol->prec));
-    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
-        char t[64];
-        fmt_tol(&pol->tol[k], t, sizeof t);
-        fprintf(f, "| %s | %s |\n", KIND_NAMES[k], t);
-    }
-    fprintf(f, "\nAn element passes when |A - B| <= atol + rtol * |A|; NaN matches only NaN.\n");
-    if (first->found) {
-        fprintf(f, "\n## First divergence\n\n```\n");
-        fc_cmp_print_divergence(f, first);
-        fprintf(f, "```\n");
-    }
-    fprintf(f, "\n## Per step\n\n| step | kind | tensors | max abs err | max rel err | max ULP | result |\n"
-               "|---:|---|---:|---:|---:|---:|---|\n");
-    for (int i = 0; i < n_res; i++)
-        for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
-            const fc_cmp_kind_stats *s = &res[i].kinds[k];
-            if (!s->n_tensors) continue;
-            char a[32], b[32], u[32];
-            fprintf(f, "| %ld | %s | %d | %s | %s | %s | %s |\n", res[i].step, KIND_NAMES[k], s->n_tensors,
-                    fmt_err(s->max_abs, a, sizeof a), fmt_err(s->max_rel, b, sizeof b),
-                    fmt_ulp(s->max_ulp, u, sizeof u), s->n_failed ? "**FAIL**" : "pass");
-        }
-    fprintf(f, "\n## Per tensor\n\n| step | tensor | elements | max abs err | max rel err | max ULP | outside "
-               "tolerance | result |\n|---:|---|---:|---:|---:|---:|---:|---|\n");
-    for (int i = 0; i < n_res; i++)
-        for (int j = 0; j < res[i].n_tensors; j++) {
-            const fc_cmp_tensor *t = &res[i].tensors[j];
-            char a[32], b[32], u[32];
-            fprintf(f, "| %ld | ", res[i].step);
-            md_text(f, t->name);
-            fprintf(f, " | %zu | %s | %s | %s | %zu | %s", t->numel, fmt_err(t->max_abs, a, sizeof a),
-                    fmt_err(t->max_rel, b, sizeof b), fmt_ulp(t->max_ulp, u, sizeof u), t->n_bad,
-                    t->pass ? "pass" : "**FAIL**");
-            if (t->note[0]) {
-                fputs(": ", f);
-                md_text(f, t->note);
-            }
-            fputs(" |\n", f);
-        }
-    if (ferror(f)) {
-        fc_abort_tmp(f, tmp);
-        fc_die(FC_EXIT_USAGE, "--report %s: write failed", path);
-    }
-    if (fc_commit_tmp(f, tmp, path, &e)) fc_die(FC_EXIT_USAGE, "--report %s: %s", path, e.msg);
-}
-
-int fc_cmd_compare(int argc, char **argv) {
-    const char *dirs[2] = {NULL, NULL}, *report = NULL;
-    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0;
-    double rtol = 0, atol = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strncmp(arg, "--", 2) != 0) {
-            if (n_dirs == 2)
-                fc_die(FC_EXIT_USAGE, "compare: unexpected argument '%s' (it takes two trace directories)", arg);
-            dirs[n_dirs++] = arg;
-            continue;
-        }
-        const char *eq = strchr(arg, '=');
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        char name[32];
-        if (len >= sizeof name) fc_die(FC_EXIT_USAGE, "compare: unknown flag %s (see fsdpcheck compare --help)", arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        int takes_value = !strcmp(name, "--rtol") || !strcmp(name, "--atol") || !strcmp(name, "--report");
-        int is_switch = !strcmp(name, "--bitwise") || !strcmp(name, "--help");
-        if (!takes_value && !is_switch)
-            fc_die(FC_EXIT_USAGE, "compare: unknown flag %s (see fsdpcheck compare --help)", name);
-        if (is_switch && eq) fc_die(FC_EXIT_USAGE, "%s takes no value", name);
-        const char *v = NULL;
-        if (takes_value) {
-            if (eq) v = eq + 1;
-            else if (i + 1 < argc) v = argv[++i];
-            else fc_die(FC_EXIT_USAGE, "%s needs a value", name);
-            if (!*v) fc_die(FC_EXIT_USAGE, "%s: empty value", name);
-        }
-        if (!strcmp(name, "--help")) {
-            compare_usage(stdout);
-            return FC_EXIT_PASS;
-        } else if (!strcmp(name, "--bitwise")) {
-            bitwise = 1;
-        } else if (!strcmp(name, "--rtol")) {
-            rtol = parse_tol(name, v), has_rtol = 1;
-        } else if (!strcmp(name, "--atol")) {
-            atol = parse_tol(name, v), has_atol = 1;
-        } else {
-            report = v;
-        }
-    }
-    if (n_dirs != 2) fc_die(FC_EXIT_USAGE, "compare needs two trace directories, DIR_A and DIR_B (got %d)", n_dirs);
-    if (bitwise && (has_rtol || has_atol))
-        fc_die(FC_EXIT_USAGE,
-               "--bitwise and --rtol/--atol exclude each other (bitwise means rtol = atol = 0 and equal bits)");
-
-    fc_trace ta, tb;
-    fc_error e;
-    if (fc_trace_open(dirs[0], &ta, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
-    if (fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
-    if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model)) {
-        char ma[200], mb[200];
-        describe_model(&ta.cfg.model, ma, sizeof ma);
-        describe_model(&tb.cfg.model, mb, sizeof mb);
-        fc_die(FC_EXIT_USAGE, "%s and %s trained different models (%s vs %s): nothing to compare", dirs[0], dirs[1],
-               ma, mb);
-    }
-    long lo = ta.first_step > tb.first_step ? ta.first_step : tb.first_step;
-    long hi_a = ta.first_step + ta.steps, hi_b = tb.first_step + tb.steps;
-    long hi = hi_a < hi_b ? hi_a : hi_b;
-    if (lo >= hi)
-        fc_die(FC_EXIT_USAGE, "%s has steps %ld..%ld and %s has steps %ld..%ld: no step in common", dirs[0],
-               ta.first_step, hi_a - 1, dirs[1], tb.first_step, hi_b - 1);
-
-    fc_cmp_policy pol;
-    fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
-    fc_cmp_policy_override(&pol, has_rtol, rtol, has_atol, atol);
-    if (bitwise) fc_cmp_policy_bitwise(&pol);
-    // the same model, so one registry describes both; B's config is the layout
-    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size};
-
-    char da[400], db[400], mdesc[200];
-    describe_run(&ta, da, sizeof da);
-    describe_run(&tb, db, sizeof db);
-    describe_model(&ta.cfg.model, mdesc, sizeof mdesc);
-    printf("fsdpcheck compare\n  A: %s (%s)\n  B: %s (%s)\n  model %s: %zu parameters in %d units; comparing steps "
-           "%ld..%ld\n",
-           dirs[0], da, dirs[1], db, mdesc, ta.model.numel, ta.model.n_units, lo, hi - 1);
-    fc_cmp_print_policy(stdout, &pol);
-    fc_cmp_print_header(stdout);
-
-    // One step of both traces at a time, and of each step one tensor set at a
-    // time: the memory is 2 sets of the model's size, whatever the model.
-    size_t numel = ta.model.numel;
-    float *mem = mallocCheck(2 * numel * sizeof(float));
-    float *bufs_a[4] = {mem, mem, mem, mem}, *bufs_b[4] = {mem + numel, mem + numel, mem + numel, mem + numel};
-    int n_res = (int)(hi - lo);
-    fc_cmp_result *res = callocCheck((size_t)n_res, sizeof *res);
-    fc_cmp_divergence first = {0};
-    long failed_steps = 0;
-    for (long s = lo; s < hi; s++) {
-        fc_cmp_result *r = &res[s - lo];
-        step_reader ra, rb;
-        reader_open(&ra, &ta, s, bufs_a);
-        reader_open(&rb, &tb, s, bufs_b);
-        fc_cmp_result_init(r, s);
-        fc_compare_add(&ctx, &ra.s, &rb.s, FC_CMP_MASK(FC_CMP_BATCH) | FC_CMP_MASK(FC_CMP_LOSS), r);
-        for (int part = 0; part < 2; part++) {
-            reader_load(&ra, part);
-            reader_load(&rb, part);
-            fc_compare_add(&ctx, &ra.s, &rb.s, FC_CMP_MASK(part == 0 ? FC_CMP_GRAD : FC_CMP_PARAM), r);
-        }
-        // optimizer states: one name at a time, matched by name (a state only
-        // one side has fails, with a note)
-        fc_trace_step sa = ra.s, sb = rb.s;
-        for (int i = 0; i < ta.n_state; i++) {
-            int j = find_state(&rb.s, ta.state_names[i]);
-            reader_load(&ra, 2 + i);
-            if (j >= 0) reader_load(&rb, 2 + j);
-            sa.n_state = 1, sa.state_names[0] = ta.state_names[i], sa.state[0] = ra.s.state[i];
-            sb.n_state = j >= 0, sb.state_names[0] = ta.state_names[i], sb.state[0] = j >= 0 ? rb.s.state[j] : NULL;
-            fc_compare_add(&ctx, &sa, &sb, FC_CMP_MASK(FC_CMP_OPTIM), r);
-        }
-        for (int j = 0; j < tb.n_state; j++) {
-            if (find_state(&ra.s, tb.state_names[j]) >= 0) continue;
-            sa.n_state = 0;
-            sb.n_state = 1, sb.state_names[0] = tb.state_names[j], sb.state[0] = NULL;
-            fc_compare_add(&ctx, &sa, &sb, FC_CMP_MASK(FC_CMP_OPTIM), r);
-        }
-        reader_close(&ra);
-        reader_close(&rb);
-        fc_cmp_print_rows(stdout, r);
-        if (!r->pass) {
-            failed_steps++;
-            if (!first.found) first = r->first;
-        }
-    }
-    free(mem);
-    if (first.found) {
-        fc_cmp_print_divergence(stdout, &first);
-        printf("FAIL: %ld of %d steps differ beyond the policy\n", failed_steps, n_res);
-    } else {
-        printf("PASS: %d step%s agree within the policy\n", n_res, n_res == 1 ? "" : "s");
-    }
-    if (report) {
-        write_report(report, &ta, &tb, &pol, res, n_res, &first);
-        printf("report written to %s\n", report);
-    }
-    for (int i = 0; i < n_res; i++) fc_cmp_result_free(&res[i]);
-    free(res);
-    fc_trace_close(&ta);
-    fc_trace_close(&tb);
-    return first.found ? FC_EXIT_FAIL : FC_EXIT_PASS;
 }

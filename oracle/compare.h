@@ -1,8 +1,8 @@
 // oracle/compare.h — the comparison engine: tolerance policy, per-tensor error
 // statistics, the first divergence and the rank that owns it (DESIGN §8).
 //
-// `fsdpcheck compare DIR_A DIR_B` reads two traces through it; `check` and
-// `sweep` call the same functions on tensors they hold in memory, so every
+// `fsdpcheck compare DIR_A DIR_B` (compare_cmd.c) reads two traces through
+// it; `check` and `sweep` call the same functions on tensors they hold in memory, so every
 // report in fsdpcheck measures errors and names a divergence the same way.
 //
 // A is the expected side (the reference), B the side under test: relative
@@ -187,14 +187,18 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
                     fc_cmp_result *r);
 // fc_cmp_result_init + fc_compare_add of every kind.
 void fc_compare_step(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, fc_cmp_result *r);
+// Index of the optimizer state called name in s, -1 if s has none.
+int fc_cmp_find_state(const fc_trace_step *s, const char *name);
 
 // Printing (stdout of `compare`, and what `check`/`sweep` print).
 void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p);
 void fc_cmp_print_header(FILE *f);
 void fc_cmp_print_rows(FILE *f, const fc_cmp_result *r);
 void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d);
-
-// `fsdpcheck compare DIR_A DIR_B [--rtol R] [--atol A] [--bitwise] [--report FILE.md]`.
-int fc_cmd_compare(int argc, char **argv);
+// Numbers as every table prints them: an error ("inf", "0" or 3 digits), a
+// ULP distance ("inf" for UINT64_MAX) and a tolerance ("exact" or "rtol R atol A").
+const char *fc_cmp_fmt_err(double x, char *buf, size_t cap);
+const char *fc_cmp_fmt_ulp(uint64_t u, char *buf, size_t cap);
+void fc_cmp_fmt_tol(const fc_tol *t, char *buf, size_t cap);
 
 #endif

@@ -8,11 +8,10 @@
 // same report, byte for byte, apart from the wall times it records.
 //
 // Text that comes from the sweep (specs, details, the implementation name, the
-// model name, the reproducer) is escaped for where it lands: XML character
-// escapes in the JUnit and SVG files, backslash escapes in Markdown text, code
-// spans with a long-enough fence for specs (with GFM's `\|` inside tables).
-// Control bytes and invalid UTF-8 are written visibly as `\xNN`, which keeps
-// every output valid (XML 1.0 forbids most control characters outright).
+// model name, the reproducer) is escaped for where it lands (escape.h): XML
+// character escapes in the JUnit and SVG files, backslash escapes in Markdown
+// text, code spans with a long-enough fence for specs (with GFM's `\|` inside
+// tables).
 #include "sweep.h"
 
 #include <math.h>
@@ -23,6 +22,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "escape.h"
 #include "fileio.h"
 
 // ----------------------------------------------------------------------------
@@ -69,91 +69,15 @@ static void rp_printf(rp_buf *b, const char *fmt, ...) {
 // ----------------------------------------------------------------------------
 // escaping
 
-typedef enum {
-    RP_XML,       // XML text and attribute values: & < > " ' as entities
-    RP_MD_TEXT,   // Markdown inline text (also inside table cells)
-    RP_MD_CODE,   // inside a Markdown code span in a table cell: only | escaped
-    RP_MD_BLOCK,  // inside a fenced code block: as is
-} rp_esc;
-
-// Length of the valid UTF-8 sequence at s (at most left bytes) of a character
-// XML 1.0 allows, or 0 when s starts an invalid sequence.
-static size_t rp_utf8_len(const unsigned char *s, size_t left) {
-    unsigned c = s[0];
-    size_t k;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) k = 2;
-    else if (c == 0xE0) k = 3, lo = 0xA0;
-    else if (c == 0xED) k = 3, hi = 0x9F;  // no UTF-16 surrogates
-    else if (c >= 0xE1 && c <= 0xEF) k = 3;
-    else if (c == 0xF0) k = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) k = 4;
-    else if (c == 0xF4) k = 4, hi = 0x8F;
-    else return 0;
-    if (left < k) return 0;
-    if (s[1] < lo || s[1] > hi) return 0;
-    for (size_t i = 2; i < k; i++)
-        if ((s[i] & 0xC0) != 0x80) return 0;
-    if (c == 0xEF && s[1] == 0xBF && (s[2] == 0xBE || s[2] == 0xBF)) return 0;  // U+FFFE, U+FFFF
-    return k;
-}
-
-static int rp_alnum(unsigned c) {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-}
+static void rp_sink(void *b, const char *s, size_t n) { rp_put(b, s, n); }
 
 // Writes the first max bytes of s (or up to its NUL) escaped for mode.
-static void rp_esc_put(rp_buf *b, const char *s, size_t max, rp_esc mode) {
-    size_t len = strnlen(s, max);
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < len;) {
-        unsigned c = u[i];
-        if (c >= 0x80) {
-            size_t k = rp_utf8_len(u + i, len - i);
-            if (k) rp_put(b, s + i, k);
-            else rp_printf(b, "\\x%02x", c);
-            i += k ? k : 1;
-            continue;
-        }
-        unsigned prev = i > 0 ? u[i - 1] : 0, next = i + 1 < len ? u[i + 1] : 0;
-        i++;
-        if (c < 0x20 || c == 0x7f) {
-            int ws = c == '\t' || c == '\n' || c == '\r';
-            if (ws && mode == RP_XML) rp_printf(b, "&#%u;", c);
-            else if (ws) rp_puts(b, " ");  // Markdown rows and commands stay on one line
-            else rp_printf(b, "\\x%02x", c);
-            continue;
-        }
-        char ch = (char)c;
-        switch (mode) {
-        case RP_XML:
-            if (c == '&') rp_puts(b, "&amp;");
-            else if (c == '<') rp_puts(b, "&lt;");
-            else if (c == '>') rp_puts(b, "&gt;");
-            else if (c == '"') rp_puts(b, "&quot;");
-            else if (c == '\'') rp_puts(b, "&apos;");
-            else rp_put(b, &ch, 1);
-            break;
-        case RP_MD_TEXT:
-            // intraword underscores (c_attn) never start emphasis: leave them readable
-            if (strchr("\\`*[]<>&|~", ch) || (c == '_' && !(rp_alnum(prev) && rp_alnum(next))))
-                rp_puts(b, "\\");
-            rp_put(b, &ch, 1);
-            break;
-        case RP_MD_CODE:
-            if (c == '|') rp_puts(b, "\\");
-            rp_put(b, &ch, 1);
-            break;
-        case RP_MD_BLOCK:
-            rp_put(b, &ch, 1);
-            break;
-        }
-    }
+static void rp_esc_put(rp_buf *b, const char *s, size_t max, fc_esc mode) {
+    fc_escape(s, max, mode, rp_sink, b);
 }
 
-static void rp_xml(rp_buf *b, const char *s, size_t max) { rp_esc_put(b, s, max, RP_XML); }
-static void rp_md(rp_buf *b, const char *s, size_t max) { rp_esc_put(b, s, max, RP_MD_TEXT); }
+static void rp_xml(rp_buf *b, const char *s, size_t max) { rp_esc_put(b, s, max, FC_ESC_XML); }
+static void rp_md(rp_buf *b, const char *s, size_t max) { rp_esc_put(b, s, max, FC_ESC_MD_TEXT); }
 
 static size_t rp_longest_backticks(const char *s, size_t len) {
     size_t run = 0, longest = 0;
@@ -183,7 +107,7 @@ static void rp_md_code(rp_buf *b, const char *s, size_t max) {
     int pad = s[0] == '`' || s[len - 1] == '`' || (rp_spaceish(s[0]) && rp_spaceish(s[len - 1]));
     rp_repeat(b, '`', fence);
     if (pad) rp_puts(b, " ");
-    rp_esc_put(b, s, len, RP_MD_CODE);
+    rp_esc_put(b, s, len, FC_ESC_MD_CODE);
     if (pad) rp_puts(b, " ");
     rp_repeat(b, '`', fence);
 }
@@ -195,7 +119,7 @@ static void rp_md_block(rp_buf *b, const char *s, size_t max, const char *lang) 
     if (fence < 3) fence = 3;
     rp_repeat(b, '`', fence);
     rp_printf(b, "%s\n", lang);
-    rp_esc_put(b, s, len, RP_MD_BLOCK);
+    rp_esc_put(b, s, len, FC_ESC_MD_BLOCK);
     rp_puts(b, "\n");
     rp_repeat(b, '`', fence);
     rp_puts(b, "\n");
@@ -531,6 +455,10 @@ static char *rp_svg_path(const char *path) {
     if (n >= 3 && strcmp(path + n - 3, ".md") == 0) n -= 3;
     memcpy(s + n, ".svg", 5);
     return s;
+}
+
+static int rp_alnum(unsigned c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
 }
 
 // A relative link to name, percent-encoded outside a safe set.

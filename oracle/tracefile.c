@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fileio.h"
 #include "optim.h"
 
 // trace.json is a few kilobytes even for gpt2-124m; anything near this is not one.
@@ -250,36 +251,6 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
 // ---------------------------------------------------------------------------
 // the directory
 
-static int read_text(const char *path, char **out, size_t *len, fc_error *e) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return fc_fail(e, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            if (cap >= TRACE_JSON_MAX) {
-                free(buf);
-                fclose(fp);
-                return fc_fail(e, "%s: larger than %u bytes, not a trace.json", path, TRACE_JSON_MAX);
-            }
-            cap = cap ? cap * 2 : 16384;
-            buf = reallocCheck(buf, cap);
-        }
-        size_t k = fread(buf + n, 1, cap - n, fp);
-        n += k;
-        if (k == 0) break;
-    }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        return fc_fail(e, "%s: read error", path);
-    }
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 // A step file outside the listed steps means the directory mixes two runs
 // (the writer removes every step file of an earlier run before it starts).
 static int check_stray_steps(const fc_trace *t, fc_error *e) {
@@ -319,8 +290,10 @@ int fc_trace_open(const char *dir, fc_trace *t, fc_error *e) {
                        dir);
     char *text = NULL;
     size_t len = 0;
-    if (read_text(path, &text, &len, e)) return -1;
-    int rc = fc_trace_parse(text, len, path, t, e);
+    int rc = fc_read_file_limited(path, TRACE_JSON_MAX, &text, &len, e);
+    if (rc == FC_READ_TOO_LARGE) fc_fail(e, "%s: larger than %u bytes, not a trace.json", path, TRACE_JSON_MAX);
+    if (rc) return -1;
+    rc = fc_trace_parse(text, len, path, t, e);
     free(text);
     if (rc) return -1;
     snprintf(t->dir, sizeof t->dir, "%s", dir);

@@ -1,0 +1,38 @@
+// core/ckpt_internal.h — what the checkpoint's files (ckpt_manifest.c,
+// ckpt_read.c, ckpt_write.c) share and nothing outside them uses: the file
+// names of a checkpoint, and the JSON and message helpers of the manifest
+// parser that the shard layout parser reuses.
+#ifndef FC_CKPT_INTERNAL_H
+#define FC_CKPT_INTERNAL_H
+
+#include <cJSON.h>
+#include <stdint.h>
+
+#include "check.h"
+
+#define FC_CKPT_CONFIG "config.json"
+#define FC_CKPT_MODEL "model.safetensors"
+#define FC_CKPT_OPTIM "optimizer.safetensors"
+#define FC_CKPT_MAX_MANIFEST (16u << 20)  // a manifest of 65536 shard files is ~8 MiB
+#define FC_CKPT_JSON_MAX_INT 9007199254740992.0  // 2^53: every integer below is exact in a double
+
+// "shard-RRRRR.safetensors" -> R (five or more digits), -1 otherwise.
+long fc_ckpt_shard_index(const char *s);
+
+// A key that appears twice in one object of j (at any depth), or NULL.
+const char *fc_ckpt_duplicate_key(const cJSON *obj);
+// obj[key] as a non-negative integer no larger than max: 0, or -1 if it is not one.
+int fc_ckpt_json_uint(const cJSON *obj, const char *key, double max, uint64_t *out);
+// obj[key] if it is a string, else NULL.
+const char *fc_ckpt_json_str(const cJSON *obj, const char *key);
+
+// A value from a file printed into a message: at most 60 bytes and "...",
+// control bytes as '?'.
+typedef struct {
+    char s[72];
+} fc_ckpt_shown;
+fc_ckpt_shown fc_ckpt_show(const char *str);
+// Makes e's message one line (control bytes become '?'); returns -1.
+int fc_ckpt_one_line(fc_error *e);
+
+#endif

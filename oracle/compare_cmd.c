@@ -1,0 +1,331 @@
+// oracle/compare_cmd.c — `fsdpcheck compare DIR_A DIR_B`: reads two traces a
+// step and a tensor set at a time, compares them through the engine
+// (compare.h), prints the table and the first divergence, and with --report
+// writes the same as Markdown.
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include "escape.h"
+#include "fileio.h"
+#include "tracefile.h"
+
+static void compare_usage(FILE *f) {
+    fputs("usage: fsdpcheck compare DIR_A DIR_B [--rtol R] [--atol A | --bitwise] [--report FILE.md]\n"
+          "  Compares two traces (run --trace DIR) step by step: batch (always exact), loss,\n"
+          "  gradients, parameters and optimizer state. DIR_A is the expected side; the owner of\n"
+          "  a divergent element is given under DIR_B's layout.\n"
+          "  --rtol R, --atol A   replace the per-kind defaults of every float kind\n"
+          "  --bitwise            require identical bits everywhere\n"
+          "  --report FILE.md     also write a Markdown report\n"
+          "exit codes: 0 pass, 1 mismatch, 2 bad input\n",
+          f);
+}
+
+static double parse_tol(const char *flag, const char *v) {
+    char *end;
+    if (!*v || strpbrk(v, "xXiInN")) fc_die(FC_EXIT_USAGE, "%s: '%s' is not a finite decimal number", flag, v);
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || *end || !isfinite(x) || x < 0)
+        fc_die(FC_EXIT_USAGE, "%s: '%s' is not a finite non-negative number", flag, v);
+    return x;
+}
+
+static void describe_model(const fc_model_config *c, char *buf, size_t cap) {
+    if (c->kind == FC_MODEL_MLP) {
+        size_t k = (size_t)snprintf(buf, cap, "%.64s (mlp, dims", c->name);
+        for (int i = 0; i <= c->n_layers && k < cap; i++)
+            k += (size_t)snprintf(buf + k, cap - k, "%s%d", i ? "-" : " ", c->dims[i]);
+        if (k < cap) snprintf(buf + k, cap - k, ")");
+    } else {
+        snprintf(buf, cap, "%.64s (gpt2, V=%d P=%d C=%d L=%d H=%d eps=%g)", c->name, c->vocab_size, c->n_positions,
+                 c->n_embd, c->n_layer, c->n_head, (double)c->layer_norm_epsilon);
+    }
+}
+
+static void describe_run(const fc_trace *t, char *buf, size_t cap) {
+    const fc_run_config *c = &t->cfg;
+    snprintf(buf, cap, "%s, %s, W=%d, param/reduce %s/%s, steps %ld..%ld", t->impl, fc_strategy_name(c->strategy),
+             t->world_size, fc_prec_name(c->param_dtype), fc_prec_name(c->reduce_dtype), t->first_step,
+             t->first_step + t->steps - 1);
+}
+
+// One step of a trace, read a part at a time into the caller's buffers.
+typedef struct {
+    fc_trace *t;
+    fc_st_file f;
+    fc_trace_step s;
+    fc_batch batch;
+    float *bufs[4];  // grads, params, state 0, state 1: [numel] each
+} step_reader;
+
+static _Noreturn void read_fail(const fc_trace *t, long step, const fc_error *e) {
+    fc_die(FC_EXIT_USAGE, "%s, step %ld: %s", t->dir, step, e->msg);
+}
+
+static void reader_open(step_reader *r, fc_trace *t, long step, float *bufs[4]) {
+    memset(r, 0, sizeof *r);
+    r->t = t;
+    fc_error e;
+    if (fc_trace_step_open(t, step, &r->f, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    r->s.step = step;
+    if (fc_trace_read_loss(&r->f, &r->s.loss, &e) || fc_trace_read_batch(t, &r->f, &r->batch, &e))
+        read_fail(t, step, &e);
+    r->s.batch = &r->batch;
+    r->s.n_state = t->n_state;
+    for (int i = 0; i < t->n_state; i++) r->s.state_names[i] = t->state_names[i];
+    for (int i = 0; i < 4; i++) r->bufs[i] = bufs[i];
+}
+
+// Loads part `part` (0 grads, 1 params, 2 + i state i) into the reader's buffers.
+static void reader_load(step_reader *r, int part) {
+    fc_error e;
+    char prefix[64];
+    if (part == 0) snprintf(prefix, sizeof prefix, "grad");
+    else if (part == 1) snprintf(prefix, sizeof prefix, "param");
+    else snprintf(prefix, sizeof prefix, "optim.%s", r->t->state_names[part - 2]);
+    if (fc_trace_read_set(r->t, &r->f, prefix, r->bufs[part], &e)) read_fail(r->t, r->s.step, &e);
+    if (part == 0) r->s.grads = r->bufs[0];
+    else if (part == 1) r->s.params = r->bufs[1];
+    else r->s.state[part - 2] = r->bufs[part];
+}
+
+static void reader_close(step_reader *r) {
+    fc_st_close(&r->f);
+    fc_batch_free(&r->batch);
+}
+
+// Markdown text in a table cell, escaped as the sweep's report escapes it.
+static void md_text(FILE *f, const char *s) { fc_escape(s, SIZE_MAX, FC_ESC_MD_TEXT, fc_esc_to_file, f); }
+
+static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_cmp_policy *pol,
+                         const fc_cmp_result *res, int n_res, const fc_cmp_divergence *first) {
+    char tmp[1200];
+    fc_error e;
+    FILE *f = fc_open_tmp(path, tmp, sizeof tmp, &e);
+    if (!f) fc_die(FC_EXIT_USAGE, "--report %s: %s", path, e.msg);
+    fc_trace *tr[2] = {ta, tb};
+    fprintf(f, "# fsdpcheck compare\n\n**Result: %s**\n\n", first->found ? "FAIL" : "PASS");
+    fprintf(f, "| | A (expected) | B (under test) |\n|---|---|---|\n");
+    const char *rows[] = {"trace", "implementation", "strategy", "world size", "shard group", "param / reduce dtype",
+                          "steps"};
+    for (int row = 0; row < 7; row++) {
+        fprintf(f, "| %s |", rows[row]);
+        for (int s = 0; s < 2; s++) {
+            const fc_trace *t = tr[s];
+            fputc(' ', f);
+            switch (row) {
+            case 0: md_text(f, t->dir); break;
+            case 1: md_text(f, t->impl); break;
+            case 2: fputs(fc_strategy_name(t->cfg.strategy), f); break;
+            case 3: fprintf(f, "%d", t->world_size); break;
+            case 4:
+                if (t->cfg.strategy == FC_STRATEGY_LOCAL || t->cfg.strategy == FC_STRATEGY_NO_SHARD) fputs("-", f);
+                else fprintf(f, "%d", t->cfg.shard_group ? t->cfg.shard_group : t->world_size);
+                break;
+            case 5: fprintf(f, "%s / %s", fc_prec_name(t->cfg.param_dtype), fc_prec_name(t->cfg.reduce_dtype)); break;
+            default: fprintf(f, "%ld..%ld", t->first_step, t->first_step + t->steps - 1); break;
+            }
+            fputs(" |", f);
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "\n## Tolerance policy (%s)\n\n| kind | rule |\n|---|---|\n",
+            pol->bitwise ? "--bitwise" : pol->overridden ? "--rtol/--atol override" : fc_prec_name(pol->prec));
+    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
+        char t[64];
+        fc_cmp_fmt_tol(&pol->tol[k], t, sizeof t);
+        fprintf(f, "| %s | %s |\n", fc_cmp_kind_name((fc_cmp_kind)k), t);
+    }
+    fprintf(f, "\nAn element passes when |A - B| <= atol + rtol * |A|; NaN matches only NaN.\n");
+    if (first->found) {
+        fprintf(f, "\n## First divergence\n\n```\n");
+        fc_cmp_print_divergence(f, first);
+        fprintf(f, "```\n");
+    }
+    fprintf(f, "\n## Per step\n\n| step | kind | tensors | max abs err | max rel err | max ULP | result |\n"
+               "|---:|---|---:|---:|---:|---:|---|\n");
+    for (int i = 0; i < n_res; i++)
+        for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
+            const fc_cmp_kind_stats *s = &res[i].kinds[k];
+            if (!s->n_tensors) continue;
+            char a[32], b[32], u[32];
+            fprintf(f, "| %ld | %s | %d | %s | %s | %s | %s |\n", res[i].step, fc_cmp_kind_name((fc_cmp_kind)k),
+                    s->n_tensors, fc_cmp_fmt_err(s->max_abs, a, sizeof a), fc_cmp_fmt_err(s->max_rel, b, sizeof b),
+                    fc_cmp_fmt_ulp(s->max_ulp, u, sizeof u), s->n_failed ? "**FAIL**" : "pass");
+        }
+    fprintf(f, "\n## Per tensor\n\n| step | tensor | elements | max abs err | max rel err | max ULP | outside "
+               "tolerance | result |\n|---:|---|---:|---:|---:|---:|---:|---|\n");
+    for (int i = 0; i < n_res; i++)
+        for (int j = 0; j < res[i].n_tensors; j++) {
+            const fc_cmp_tensor *t = &res[i].tensors[j];
+            char a[32], b[32], u[32];
+            fprintf(f, "| %ld | ", res[i].step);
+            md_text(f, t->name);
+            fprintf(f, " | %zu | %s | %s | %s | %zu | %s", t->numel, fc_cmp_fmt_err(t->max_abs, a, sizeof a),
+                    fc_cmp_fmt_err(t->max_rel, b, sizeof b), fc_cmp_fmt_ulp(t->max_ulp, u, sizeof u), t->n_bad,
+                    t->pass ? "pass" : "**FAIL**");
+            if (t->note[0]) {
+                fputs(": ", f);
+                md_text(f, t->note);
+            }
+            fputs(" |\n", f);
+        }
+    if (ferror(f)) {
+        fc_abort_tmp(f, tmp);
+        fc_die(FC_EXIT_USAGE, "--report %s: write failed", path);
+    }
+    if (fc_commit_tmp(f, tmp, path, &e)) fc_die(FC_EXIT_USAGE, "--report %s: %s", path, e.msg);
+}
+
+int fc_cmd_compare(int argc, char **argv) {
+    const char *dirs[2] = {NULL, NULL}, *report = NULL;
+    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0;
+    double rtol = 0, atol = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strncmp(arg, "--", 2) != 0) {
+            if (n_dirs == 2)
+                fc_die(FC_EXIT_USAGE, "compare: unexpected argument '%s' (it takes two trace directories)", arg);
+            dirs[n_dirs++] = arg;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        char name[32];
+        if (len >= sizeof name) fc_die(FC_EXIT_USAGE, "compare: unknown flag %s (see fsdpcheck compare --help)", arg);
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        int takes_value = !strcmp(name, "--rtol") || !strcmp(name, "--atol") || !strcmp(name, "--report");
+        int is_switch = !strcmp(name, "--bitwise") || !strcmp(name, "--help");
+        if (!takes_value && !is_switch)
+            fc_die(FC_EXIT_USAGE, "compare: unknown flag %s (see fsdpcheck compare --help)", name);
+        if (is_switch && eq) fc_die(FC_EXIT_USAGE, "%s takes no value", name);
+        const char *v = NULL;
+        if (takes_value) {
+            if (eq) v = eq + 1;
+            else if (i + 1 < argc) v = argv[++i];
+            else fc_die(FC_EXIT_USAGE, "%s needs a value", name);
+            if (!*v) fc_die(FC_EXIT_USAGE, "%s: empty value", name);
+        }
+        if (!strcmp(name, "--help")) {
+            compare_usage(stdout);
+            return FC_EXIT_PASS;
+        } else if (!strcmp(name, "--bitwise")) {
+            bitwise = 1;
+        } else if (!strcmp(name, "--rtol")) {
+            rtol = parse_tol(name, v), has_rtol = 1;
+        } else if (!strcmp(name, "--atol")) {
+            atol = parse_tol(name, v), has_atol = 1;
+        } else {
+            report = v;
+        }
+    }
+    if (n_dirs != 2) fc_die(FC_EXIT_USAGE, "compare needs two trace directories, DIR_A and DIR_B (got %d)", n_dirs);
+    if (bitwise && (has_rtol || has_atol))
+        fc_die(FC_EXIT_USAGE,
+               "--bitwise and --rtol/--atol exclude each other (bitwise means rtol = atol = 0 and equal bits)");
+
+    fc_trace ta, tb;
+    fc_error e;
+    if (fc_trace_open(dirs[0], &ta, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    if (fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model)) {
+        char ma[200], mb[200];
+        describe_model(&ta.cfg.model, ma, sizeof ma);
+        describe_model(&tb.cfg.model, mb, sizeof mb);
+        fc_die(FC_EXIT_USAGE, "%s and %s trained different models (%s vs %s): nothing to compare", dirs[0], dirs[1],
+               ma, mb);
+    }
+    long lo = ta.first_step > tb.first_step ? ta.first_step : tb.first_step;
+    long hi_a = ta.first_step + ta.steps, hi_b = tb.first_step + tb.steps;
+    long hi = hi_a < hi_b ? hi_a : hi_b;
+    if (lo >= hi)
+        fc_die(FC_EXIT_USAGE, "%s has steps %ld..%ld and %s has steps %ld..%ld: no step in common", dirs[0],
+               ta.first_step, hi_a - 1, dirs[1], tb.first_step, hi_b - 1);
+
+    fc_cmp_policy pol;
+    fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
+    fc_cmp_policy_override(&pol, has_rtol, rtol, has_atol, atol);
+    if (bitwise) fc_cmp_policy_bitwise(&pol);
+    // the same model, so one registry describes both; B's config is the layout
+    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size};
+
+    char da[400], db[400], mdesc[200];
+    describe_run(&ta, da, sizeof da);
+    describe_run(&tb, db, sizeof db);
+    describe_model(&ta.cfg.model, mdesc, sizeof mdesc);
+    printf("fsdpcheck compare\n  A: %s (%s)\n  B: %s (%s)\n  model %s: %zu parameters in %d units; comparing steps "
+           "%ld..%ld\n",
+           dirs[0], da, dirs[1], db, mdesc, ta.model.numel, ta.model.n_units, lo, hi - 1);
+    fc_cmp_print_policy(stdout, &pol);
+    fc_cmp_print_header(stdout);
+
+    // One step of both traces at a time, and of each step one tensor set at a
+    // time: the memory is 2 sets of the model's size, whatever the model.
+    size_t numel = ta.model.numel;
+    float *mem = mallocCheck(2 * numel * sizeof(float));
+    float *bufs_a[4] = {mem, mem, mem, mem}, *bufs_b[4] = {mem + numel, mem + numel, mem + numel, mem + numel};
+    int n_res = (int)(hi - lo);
+    fc_cmp_result *res = callocCheck((size_t)n_res, sizeof *res);
+    fc_cmp_divergence first = {0};
+    long failed_steps = 0;
+    for (long s = lo; s < hi; s++) {
+        fc_cmp_result *r = &res[s - lo];
+        step_reader ra, rb;
+        reader_open(&ra, &ta, s, bufs_a);
+        reader_open(&rb, &tb, s, bufs_b);
+        fc_cmp_result_init(r, s);
+        fc_compare_add(&ctx, &ra.s, &rb.s, FC_CMP_MASK(FC_CMP_BATCH) | FC_CMP_MASK(FC_CMP_LOSS), r);
+        for (int part = 0; part < 2; part++) {
+            reader_load(&ra, part);
+            reader_load(&rb, part);
+            fc_compare_add(&ctx, &ra.s, &rb.s, FC_CMP_MASK(part == 0 ? FC_CMP_GRAD : FC_CMP_PARAM), r);
+        }
+        // optimizer states: one name at a time, matched by name (a state only
+        // one side has fails, with a note)
+        fc_trace_step sa = ra.s, sb = rb.s;
+        for (int i = 0; i < ta.n_state; i++) {
+            int j = fc_cmp_find_state(&rb.s, ta.state_names[i]);
+            reader_load(&ra, 2 + i);
+            if (j >= 0) reader_load(&rb, 2 + j);
+            sa.n_state = 1, sa.state_names[0] = ta.state_names[i], sa.state[0] = ra.s.state[i];
+            sb.n_state = j >= 0, sb.state_names[0] = ta.state_names[i], sb.state[0] = j >= 0 ? rb.s.state[j] : NULL;
+            fc_compare_add(&ctx, &sa, &sb, FC_CMP_MASK(FC_CMP_OPTIM), r);
+        }
+        for (int j = 0; j < tb.n_state; j++) {
+            if (fc_cmp_find_state(&ra.s, tb.state_names[j]) >= 0) continue;
+            sa.n_state = 0;
+            sb.n_state = 1, sb.state_names[0] = tb.state_names[j], sb.state[0] = NULL;
+            fc_compare_add(&ctx, &sa, &sb, FC_CMP_MASK(FC_CMP_OPTIM), r);
+        }
+        reader_close(&ra);
+        reader_close(&rb);
+        fc_cmp_print_rows(stdout, r);
+        if (!r->pass) {
+            failed_steps++;
+            if (!first.found) first = r->first;
+        }
+    }
+    free(mem);
+    if (first.found) {
+        fc_cmp_print_divergence(stdout, &first);
+        printf("FAIL: %ld of %d steps differ beyond the policy\n", failed_steps, n_res);
+    } else {
+        printf("PASS: %d step%s agree within the policy\n", n_res, n_res == 1 ? "" : "s");
+    }
+    if (report) {
+        write_report(report, &ta, &tb, &pol, res, n_res, &first);
+        printf("report written to %s\n", report);
+    }
+    for (int i = 0; i < n_res; i++) fc_cmp_result_free(&res[i]);
+    free(res);
+    fc_trace_close(&ta);
+    fc_trace_close(&tb);
+    return first.found ? FC_EXIT_FAIL : FC_EXIT_PASS;
+}
