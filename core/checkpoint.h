@@ -154,10 +154,6 @@ typedef struct {
     fc_strategy strategy;
 } fc_ckpt_info;
 
-// Chunk r of W of an n-element unit in the flat layout (DESIGN §5), padding
-// excluded: [r*S, r*S + count) with S = ceil(n / W); count may be 0.
-void fc_ckpt_chunk(size_t n, int W, int r, size_t *first, size_t *count);
-
 // Makes dir ready for a new checkpoint: creates it, removes its manifest
 // first (a half-rewritten checkpoint must never verify), then, if there was
 // one, the files of that checkpoint, and always temporaries of interrupted

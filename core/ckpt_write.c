@@ -20,12 +20,6 @@ static void json_oom(const void *p, int line) {
 }
 #define jsonCheck(p) json_oom((const void *)(p), __LINE__)
 
-void fc_ckpt_chunk(size_t n, int W, int r, size_t *first, size_t *count) {
-    size_t S = (n + (size_t)W - 1) / (size_t)W, a = (size_t)r * S;
-    *first = a;
-    *count = a >= n ? 0 : (n - a < S ? n - a : S);
-}
-
 // Names an earlier checkpoint (or an interrupted save) may have left.
 static int is_ckpt_file(const char *name) {
     const char *known[] = {FC_CKPT_MANIFEST, FC_CKPT_CONFIG, FC_CKPT_MODEL, FC_CKPT_OPTIM};

@@ -24,8 +24,10 @@ fc_groups fc_groups_of(const fc_run_config *cfg, int W, int rank) {
     return g;
 }
 
+size_t fc_chunk_size(size_t n, int G) { return (n + (size_t)G - 1) / (size_t)G; }
+
 void fc_flat_chunk(size_t n, int G, int j, size_t *first, size_t *count) {
-    size_t S = (n + (size_t)G - 1) / (size_t)G, a = (size_t)j * S;
+    size_t S = fc_chunk_size(n, G), a = (size_t)j * S;
     *first = a;
     *count = a >= n ? 0 : (n - a < S ? n - a : S);
 }
@@ -33,7 +35,7 @@ void fc_flat_chunk(size_t n, int G, int j, size_t *first, size_t *count) {
 fc_unit_layout fc_unit_layout_of(size_t numel, const fc_groups *g) {
     fc_unit_layout l;
     l.numel = numel;
-    l.shard = (numel + (size_t)g->G - 1) / (size_t)g->G;
+    l.shard = fc_chunk_size(numel, g->G);
     l.padded = l.shard * (size_t)g->G;
     fc_flat_chunk(numel, g->G, g->idx, &l.own_off, &l.own_valid);
     l.store = g->sharded ? l.shard : numel;

@@ -60,6 +60,8 @@ typedef struct {
 } fc_unit_layout;
 
 fc_unit_layout fc_unit_layout_of(size_t numel, const fc_groups *g);
+// S = ceil(n / G): the chunk size of an n-element buffer over G ranks.
+size_t fc_chunk_size(size_t n, int G);
 // Chunk j of G of an n-element buffer, padding excluded: [j*S, j*S + count).
 void fc_flat_chunk(size_t n, int G, int j, size_t *first, size_t *count);
 

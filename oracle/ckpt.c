@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "layout.h"
 
 static void usage(FILE *f) {
     fputs("usage: fsdpcheck ckpt inspect DIR\n"
@@ -169,7 +170,7 @@ static int to_sharded(fc_ckpt *c, const char *dst, int W, fc_error *e) {
     for (int r = 0; !rc && r < W; r++) {
         for (int u = 0; u < m->n_units; u++) {
             size_t first, count;
-            fc_ckpt_chunk(m->units[u].numel, W, r, &first, &count);
+            fc_flat_chunk(m->units[u].numel, W, r, &first, &count);
             chunks[u] = (fc_ckpt_chunk_data){u, first, count, NULL, {NULL, NULL}};
             for (int t = 0; t < nt; t++) {
                 float *b = mallocCheck((count ? count : 1) * sizeof(float));

@@ -2,6 +2,8 @@
 // compare` command that reads two traces through it is compare_cmd.c.
 #include "compare.h"
 
+#include "layout.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,19 +143,18 @@ fc_owner fc_cmp_param_owner(const fc_model *m, const fc_run_config *cfg, int wor
     o.unit = p->unit;
     o.unit_numel = m->units[p->unit].numel;
     o.unit_offset = p->unit_offset + index;
-    if (cfg->strategy == FC_STRATEGY_LOCAL || cfg->strategy == FC_STRATEGY_NO_SHARD) {
+    if (!fc_strategy_sharded(cfg->strategy)) {
         o.kind = FC_OWNER_REPLICATED;
         return o;
     }
-    int hybrid = cfg->strategy == FC_STRATEGY_HYBRID_SHARD || cfg->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
-    int F = hybrid && cfg->shard_group ? cfg->shard_group : world;
-    if (F < 1 || world % F != 0) return o;  // not a valid layout: no owner to name
-    // DESIGN §5: the FlatParameter is padded to a multiple of F and rank r of
-    // the group owns [r*S, (r+1)*S), S = padded / F = ceil(N_u / F).
+    fc_groups g = fc_groups_of(cfg, world, 0);
+    if (g.F < 1 || world % g.F != 0) return o;  // not a valid layout: no owner to name
+    // DESIGN §5 (core/layout.h): rank j of a shard group owns chunk j of the unit
+    fc_unit_layout l = fc_unit_layout_of(o.unit_numel, &g);
     o.kind = FC_OWNER_SHARD;
-    o.group_size = F;
-    o.n_groups = world / F;
-    o.shard_size = (o.unit_numel + (size_t)F - 1) / (size_t)F;
+    o.group_size = g.F;
+    o.n_groups = g.R;
+    o.shard_size = l.shard;
     o.shard = (int)(o.unit_offset / o.shard_size);
     o.rank = o.shard;  // shard groups are consecutive ranks: group g is ranks g*F .. g*F+F-1
     return o;

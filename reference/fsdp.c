@@ -202,7 +202,7 @@ static void prefetch(fc_fsdp *f, int v, fc_phase ph) {
 static void all_reduce_canonical(fc_fsdp *f, MPI_Comm comm, float *x, size_t n, fc_prec rd) {
     int G;
     mpiCheck(MPI_Comm_size(comm, &G));
-    size_t S = (n + (size_t)G - 1) / (size_t)G, P = S * (size_t)G, rb = prec_bytes(rd);
+    size_t S = fc_chunk_size(n, G), P = S * (size_t)G, rb = prec_bytes(rd);
     float *padded = callocCheck(P, sizeof(float));
     memcpy(padded, x, n * sizeof(float));
     void *send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
