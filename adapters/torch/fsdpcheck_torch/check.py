@@ -103,78 +103,173 @@ def parse(argv):
     inject = opts.get("--inject", "none")
     if inject not in FAULTS:
         raise UsageError(f"--inject {inject!r}: this adapter injects {', '.join(FAULTS[1:])}")
-    if "--strategy" not in flags and "--fsdp-config" not in flags:
-        flags = ["--strategy", "full_shard"] + flags
+    # FSDP's default strategy (fsdpcheck run's default is local, which is not FSDP);
+    # a --strategy or an fsdp_config sharding_strategy later in the flags wins
+    flags = ["--strategy", "full_shard"] + flags
     base = default_config()
     base["model"] = model_stub(flags)
     cfg, _ = apply_flags(base, flags, opts.get("--device", "cpu"))
     cfg.pop("_model_flag", None)
     validate(cfg, world)
-    from .engine import unsupported
+    from .config import unsupported
     why = unsupported(api, cfg, opts.get("--device", "cpu"))
     if why:
         raise UsageError(f"{api}: {why}")
     return opts, flags, cfg, world, api
 
 
-def run_check(argv, out=sys.stdout):
-    """Returns (exit code, compare's stdout, timing dict)."""
-    opts, flags, cfg, world, api = parse(argv)
-    fsdpcheck = find_fsdpcheck(opts.get("--fsdpcheck"))
-    mpiexec = opts.get("--mpiexec", "mpiexec")
-    keep = opts.get("--keep")
-    work = keep or tempfile.mkdtemp(prefix="fsdpcheck-torch-")
-    os.makedirs(work, exist_ok=True)
-    ref_dir, torch_dir = os.path.join(work, "ref"), os.path.join(work, "torch")
-    timeout = float(opts.get("--timeout", "600"))
-    env = env_for_runs()
-    quiet = bool(opts.get("--quiet"))
-    t = {}
-    try:
-        ref_flags = list(flags)
-        if "--divide" not in flags:
-            ref_flags += ["--divide", reference_divide(api, cfg, world, opts.get("--force-sum-reduction"))]
-        cmd = [mpiexec, "-n", str(world), fsdpcheck, "run"] + ref_flags + ["--trace", ref_dir, "--quiet"]
-        t0 = time.time()
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
-        t["reference_s"] = time.time() - t0
-        if p.returncode != 0:
-            msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
-            if p.returncode == 2:
-                raise UsageError(f"the reference refused the config: {msg}")
-            raise RuntimeError(f"the reference run failed (exit {p.returncode}): {msg}")
-        targs = ["run"]
+class Job:
+    """One check: its flags, config, and where its traces go."""
+
+    def __init__(self, argv):
+        self.opts, self.flags, self.cfg, self.world, self.api = parse(argv)
+        self.keep = self.opts.get("--keep")
+        self.work = self.keep or tempfile.mkdtemp(prefix="fsdpcheck-torch-")
+        os.makedirs(self.work, exist_ok=True)
+        self.ref_dir = os.path.join(self.work, "ref")
+        self.torch_dir = os.path.join(self.work, "torch")
+        self.timeout = float(self.opts.get("--timeout", "900"))
+        self.t = {"reference_s": 0.0, "torch_s": 0.0}
+
+    def group(self):
+        return (self.world, self.opts.get("--device", "cpu"), self.opts.get("--backend", ""))
+
+    def torch_args(self):
+        a = ["run"]
         for k in TORCH_PASS:
-            if k in opts:
-                targs += [k, opts[k]]
+            if k in self.opts:
+                a += [k, self.opts[k]]
         for k in TORCH_PASS_BOOL:
-            if opts.get(k):
-                targs.append(k)
-        targs += flags + ["--like", ref_dir, "--trace", torch_dir]
-        t0 = time.time()
-        p = subprocess.run(torchrun_cmd(world, targs), capture_output=True, text=True, env=env, timeout=timeout,
-                           stdin=subprocess.DEVNULL)
-        t["torch_s"] = time.time() - t0
-        if p.returncode != 0:
-            lines = [l for l in p.stderr.splitlines() if l.startswith("fsdpcheck-torch:")]
-            if lines:
-                raise UsageError(lines[0][len("fsdpcheck-torch: "):])
-            tail = "\n".join(p.stderr.strip().splitlines()[-25:])
-            raise RuntimeError(f"the torch run failed (exit {p.returncode}):\n{tail}")
-        cmd = [fsdpcheck, "compare", ref_dir, torch_dir]
-        if "--report" in opts:
-            cmd += ["--report", opts["--report"]]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, stdin=subprocess.DEVNULL)
-        if not quiet:
-            out.write(p.stdout)
-            if p.stderr:
-                out.write(p.stderr)
+            if self.opts.get(k):
+                a.append(k)
+        return a + self.flags + ["--like", self.ref_dir, "--trace", self.torch_dir]
+
+    def cleanup(self):
+        if not self.keep:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+
+def run_reference(job, fsdpcheck, mpiexec, env):
+    ref_flags = list(job.flags)
+    if "--divide" not in job.flags:
+        ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, job.opts.get("--force-sum-reduction"))]
+    cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags + ["--trace", job.ref_dir, "--quiet"]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL)
+    job.t["reference_s"] = time.time() - t0
+    if p.returncode != 0:
+        msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
         if p.returncode == 2:
-            raise RuntimeError(f"fsdpcheck compare refused the traces: {p.stderr.strip() or p.stdout.strip()}")
-        return p.returncode, p.stdout, t
+            raise UsageError(f"the reference refused the config: {msg}")
+        raise RuntimeError(f"the reference run failed (exit {p.returncode}): {msg}")
+
+
+def run_torch(jobs, env):
+    """One torchrun for jobs of one world size (a --jobs file when several)."""
+    import json
+    world = jobs[0].world
+    if len(jobs) == 1:
+        args = jobs[0].torch_args()
+    else:
+        fd, path = tempfile.mkstemp(prefix="fsdpcheck-torch-jobs-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump([j.torch_args()[1:] for j in jobs], f)
+        args = ["run", "--jobs", path]
+    t0 = time.time()
+    try:
+        p = subprocess.run(torchrun_cmd(world, args), capture_output=True, text=True, env=env,
+                           timeout=sum(j.timeout for j in jobs), stdin=subprocess.DEVNULL)
     finally:
-        if not keep:
-            shutil.rmtree(work, ignore_errors=True)
+        if len(jobs) > 1:
+            os.unlink(path)
+    dt = time.time() - t0
+    for j in jobs:
+        j.t["torch_s"] = dt / len(jobs)
+    return p
+
+
+def torch_failure(job, p):
+    err = os.path.join(job.torch_dir, "error.txt")
+    if os.path.exists(err):
+        with open(err) as f:
+            return RuntimeError(f"the torch run failed: {f.read().strip()[-3000:]}")
+    lines = [l for l in p.stderr.splitlines() if l.startswith("fsdpcheck-torch:")]
+    if lines and p.returncode != 0:
+        return UsageError(lines[0][len("fsdpcheck-torch: "):])
+    tail = "\n".join(p.stderr.strip().splitlines()[-25:])
+    return RuntimeError(f"the torch run failed (exit {p.returncode}):\n{tail}")
+
+
+def compare(job, fsdpcheck, env):
+    cmd = [fsdpcheck, "compare", job.ref_dir, job.torch_dir]
+    if "--report" in job.opts:
+        cmd += ["--report", job.opts["--report"]]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL)
+    if p.returncode == 2:
+        raise RuntimeError(f"fsdpcheck compare refused the traces: {p.stderr.strip() or p.stdout.strip()}")
+    return p.returncode, p.stdout + p.stderr
+
+
+def run_checks(argvs):
+    """Checks several configs, starting torch once per world size. Returns one
+    (exit code, compare output or error, timing) per argv: 0/1 from compare,
+    2 with the message for bad input or a failed run."""
+    env = env_for_runs()
+    results = [None] * len(argvs)
+    jobs = {}
+    for i, argv in enumerate(argvs):
+        try:
+            jobs[i] = Job(argv)
+        except UsageError as e:
+            results[i] = (2, f"fsdpcheck-torch: {e}", {})
+    try:
+        if not jobs:
+            return results
+        any_job = next(iter(jobs.values()))
+        fsdpcheck = find_fsdpcheck(any_job.opts.get("--fsdpcheck"))
+        mpiexec = any_job.opts.get("--mpiexec", "mpiexec")
+        ready = {}
+        for i, j in jobs.items():
+            try:
+                run_reference(j, fsdpcheck, mpiexec, env)
+                ready.setdefault(j.group(), []).append(i)
+            except (UsageError, RuntimeError) as e:
+                results[i] = (2, f"fsdpcheck-torch: {e}", j.t)
+        for idx in ready.values():
+            p = run_torch([jobs[i] for i in idx], env)
+            for i in idx:
+                j = jobs[i]
+                done = os.path.exists(os.path.join(j.torch_dir, "trace.json"))
+                if not done or (len(idx) == 1 and p.returncode != 0):
+                    results[i] = (2, f"fsdpcheck-torch: {torch_failure(j, p)}", j.t)
+                    continue
+                try:
+                    rc, out = compare(j, fsdpcheck, env)
+                    results[i] = (rc, out, j.t)
+                except RuntimeError as e:
+                    results[i] = (2, f"fsdpcheck-torch: {e}", j.t)
+        return results
+    finally:
+        for j in jobs.values():
+            j.cleanup()
+
+
+def run_check(argv, out=sys.stdout):
+    """One check; raises UsageError (bad input) or RuntimeError (a run failed)."""
+    job = Job(argv)
+    env = env_for_runs()
+    try:
+        fsdpcheck = find_fsdpcheck(job.opts.get("--fsdpcheck"))
+        run_reference(job, fsdpcheck, job.opts.get("--mpiexec", "mpiexec"), env)
+        p = run_torch([job], env)
+        if p.returncode != 0 or not os.path.exists(os.path.join(job.torch_dir, "trace.json")):
+            raise torch_failure(job, p)
+        rc, text = compare(job, fsdpcheck, env)
+        if not job.opts.get("--quiet"):
+            out.write(text)
+        return rc, text, job.t
+    finally:
+        job.cleanup()
 
 
 def cmd_check(argv):

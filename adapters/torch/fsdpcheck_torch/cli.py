@@ -89,7 +89,7 @@ def parse_run(argv, world):
         raise UsageError(f"--ckpt-at {ckpt_at}: must be in 1..steps-1 ({cfg['steps'] - 1})")
     if world is not None:
         validate(cfg, world)
-    from .engine import unsupported
+    from .config import unsupported
     why = unsupported(api, cfg, device)
     if why:
         raise UsageError(f"{api}: {why}")
@@ -105,36 +105,75 @@ def parse_run(argv, world):
 
 
 def cmd_run(argv):
+    """The worker. `run --jobs FILE` runs a JSON list of run argument lists one
+    after the other in one process group (the tests and the sweep use it to
+    pay for starting torch once per world size, not once per case); a job that
+    fails writes error.txt into its --trace directory and the next one runs."""
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    jobs = None
+    if argv[:1] == ["--jobs"] and len(argv) == 2:
+        import json
+        try:
+            with open(argv[1]) as f:
+                jobs = json.load(f)
+        except (OSError, ValueError) as e:
+            if rank == 0:
+                print(f"{PROG}: --jobs {argv[1]}: {e}", file=sys.stderr)
+            return 2
+    parsed = []
     try:
-        args, cfg, ref = parse_run(argv, world)
+        for job in (jobs if jobs is not None else [argv]):
+            parsed.append(parse_run(job, world))
     except UsageError as e:
         if rank == 0:
             print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    if args.device == "xla":
+    devices = {(a.device, a.backend) for a, _, _ in parsed}
+    if len(devices) != 1:
+        if rank == 0:
+            print(f"{PROG}: --jobs: every job must use the same --device and --backend", file=sys.stderr)
+        return 2
+    args0 = parsed[0][0]
+    if args0.device == "xla":
         from . import xla
-        return xla.run(args, cfg, ref)
+        return max(xla.run(a, c, r) for a, c, r in parsed)
     import datetime
 
     import torch
     import torch.distributed as dist
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    if args.device == "hpu":
+    if args0.device == "hpu":
         os.environ.setdefault("PT_HPU_LAZY_MODE", "0")  # eager mode
         import habana_frameworks.torch.core  # noqa: F401
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
-    if args.device == "cuda":
+    if args0.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=300))
+    dist.init_process_group(args0.backend, timeout=datetime.timedelta(seconds=300))
     from .engine import Run
+    rc = 0
     try:
-        Run(args, cfg, ref).train()
+        for args, cfg, ref in parsed:
+            if jobs is None:
+                Run(args, cfg, ref).train()
+                continue
+            try:
+                Run(args, cfg, ref).train()
+            except Exception as e:  # recorded; the next job still runs
+                rc = 1
+                import traceback
+                if rank == 0:
+                    os.makedirs(args.trace, exist_ok=True)
+                    with open(os.path.join(args.trace, "error.txt"), "w") as f:
+                        f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                print(f"{PROG}: rank {rank}: job {args.trace} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            import gc
+            gc.collect()
+            dist.barrier()
     finally:
         dist.destroy_process_group()
-    return 0
+    return rc
 
 
 def main(argv=None):

@@ -226,3 +226,21 @@ def like_config(ref, flags, device="cpu"):
     if cfg["steps"] > ref["steps"]:
         raise UsageError(f"--steps {cfg['steps']}: the reference trace holds only {ref['steps']} steps")
     return cfg, extras
+
+
+# What each API lacks of the reference's config space (checked before running).
+def unsupported(api, cfg, device):
+    """The first setting `api` cannot express, as a sentence, or None."""
+    if api == "fsdp2":
+        if cfg["backward_prefetch"] == "post":
+            return ("FSDP2 has no BACKWARD_POST prefetch (fully_shard prefetches the next unit's "
+                    "all-gather before the current backward, i.e. BACKWARD_PRE)")
+        if cfg["limit_all_gathers"]:
+            return "FSDP2 has no all-gather rate limiter (limit_all_gathers is FSDP1's)"
+    if cfg["cpu_offload"] and device == "cpu":
+        # measured with torch 2.15: FSDP1 CPUOffload(offload_params=True) and FSDP2
+        # CPUOffloadPolicy() both pin host memory through CUDA and raise "Found no
+        # NVIDIA driver on your system" on a CPU-only machine
+        return ("--cpu-offload needs an accelerator: FSDP1 CPUOffload and FSDP2 CPUOffloadPolicy pin host memory "
+                "through CUDA (\"Found no NVIDIA driver\" here), and with --device cpu there is nothing to offload")
+    return None

@@ -36,22 +36,13 @@ from .config import UsageError, optim_state_names
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NORM = {"1": 1.0, "2": 2.0, "inf": float("inf")}
 
-# What each API lacks of the reference's config space (checked before running).
-def unsupported(api, cfg, device):
-    """The first setting `api` cannot express, as a sentence, or None."""
-    if api == "fsdp2":
-        if cfg["backward_prefetch"] == "post":
-            return ("FSDP2 has no BACKWARD_POST prefetch (fully_shard prefetches the next unit's "
-                    "all-gather before the current backward, i.e. BACKWARD_PRE)")
-        if cfg["limit_all_gathers"]:
-            return "FSDP2 has no all-gather rate limiter (limit_all_gathers is FSDP1's)"
-    if cfg["cpu_offload"] and device == "cpu":
-        return "--cpu-offload moves parameters from the accelerator to the host: with --device cpu there is nothing to offload"
-    return None
+from .config import unsupported  # noqa: F401  (what each API lacks; no torch needed)
 
 
 def clean_name(n):
-    return n.replace("_fsdp_wrapped_module.", "").replace("_checkpoint_wrapped_module.", "").replace("_orig_mod.", "")
+    for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_module.", "_orig_mod."):
+        n = n.replace(wrapper, "")
+    return n
 
 
 class Run:

@@ -62,7 +62,7 @@ def draw(rng, max_world):
 
 
 def cmd_sweep(argv):
-    from .check import parse, run_check
+    from .check import parse, run_checks
     from .cli import split_args
     opts, rest = split_args(argv, OWN)
     if rest:
@@ -85,29 +85,36 @@ def cmd_sweep(argv):
         if k in opts:
             extra += [k, opts[k]]
     results = []  # (case index, W, flags, api, status, detail, seconds)
-    failed = 0
+    pending = []
     for i in range(n):
         W, flags = draw(rng, max_world)
         for api in apis:
             argv_c = ["--api", api, "-n", str(W), "--quiet"] + extra + flags
-            t0 = time.time()
             try:
                 parse(argv_c)
             except UsageError as e:
                 results.append((i, W, flags, api, "unsupported", str(e), 0.0))
                 print(f"case {i} {api} W={W} {' '.join(flags)}: unsupported: {e}", flush=True)
                 continue
-            try:
-                rc, out, _ = run_check(argv_c)
-                status = "pass" if rc == 0 else "FAIL"
-                detail = next((l.strip() for l in out.splitlines() if l.startswith("first divergence")), "")
-            except (UsageError, RuntimeError) as e:
-                status, detail = "error", str(e).splitlines()[0]
-            dt = time.time() - t0
-            if status != "pass":
-                failed += 1
-            results.append((i, W, flags, api, status, detail, dt))
-            print(f"case {i} {api} W={W} {' '.join(flags)}: {status} ({dt:.0f} s) {detail}", flush=True)
+            pending.append((i, W, flags, api, argv_c))
+    t0 = time.time()
+    outcomes = run_checks([p[4] for p in pending])  # torch starts once per world size
+    failed = 0
+    for (i, W, flags, api, _), (rc, out, t) in zip(pending, outcomes):
+        if rc == 0:
+            status, detail = "pass", ""
+        elif rc == 1:
+            status = "FAIL"
+            detail = next((l.strip() for l in out.splitlines() if l.startswith("first divergence")), "")
+        else:
+            status, detail = "error", out.strip().splitlines()[0] if out.strip() else "error"
+        dt = t.get("reference_s", 0.0) + t.get("torch_s", 0.0)
+        if status != "pass":
+            failed += 1
+        results.append((i, W, flags, api, status, detail, dt))
+        print(f"case {i} {api} W={W} {' '.join(flags)}: {status} {detail}", flush=True)
+    results.sort(key=lambda r: (r[0], r[3]))
+    print(f"({time.time() - t0:.0f} s)")
     lacks = {}
     for r in results:
         if r[4] == "unsupported":
