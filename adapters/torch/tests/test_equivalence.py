@@ -13,19 +13,30 @@ from conftest import EXAMPLES, check, first_divergence, register
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2"]
 MLP = ["--model", "mlp-tiny", "--steps", "3"]
+BF16 = ["--param-dtype", "bf16", "--reduce-dtype", "bf16"]
 
-CASES = [
-    # (W, flags, id)
-    (1, GPT2 + ["--strategy", "full_shard"], "W1-full_shard"),
-    (2, GPT2 + ["--strategy", "full_shard"], "W2-full_shard"),
-    (2, GPT2 + ["--strategy", "shard_grad_op"], "W2-shard_grad_op"),
-    (2, GPT2 + ["--strategy", "no_shard"], "W2-no_shard"),
-    (2, MLP + ["--strategy", "full_shard", "--optimizer", "sgd", "--lr", "0.05"], "W2-mlp-sgd"),
-    (2, GPT2 + ["--strategy", "full_shard", "--param-dtype", "bf16", "--reduce-dtype", "bf16"], "W2-bf16"),
-    (2, GPT2 + ["--strategy", "full_shard", "--grad-accum", "2", "--no-sync"], "W2-accum2-no_sync"),
-    (2, GPT2 + ["--strategy", "full_shard", "--clip-grad-norm", "0.05"], "W2-clip"),
-    (4, GPT2 + ["--strategy", "full_shard", "--grad-accum", "2"], "W4-full_shard-accum2"),
+# every setting of the issue at W = 1, 2 and 4 ...
+SETTINGS = [
+    ("full_shard", ["--strategy", "full_shard"]),
+    ("shard_grad_op", ["--strategy", "shard_grad_op"]),
+    ("no_shard", ["--strategy", "no_shard"]),
+    ("bf16", ["--strategy", "full_shard"] + BF16),
+    ("accum2-no_sync", ["--strategy", "full_shard", "--grad-accum", "2", "--no-sync"]),
+    ("clip", ["--strategy", "full_shard", "--clip-grad-norm", "0.05"]),
+]
+CASES = [(W, GPT2 + flags, f"W{W}-{name}") for W in (1, 2, 4) for name, flags in SETTINGS]
+# ... plus hybrid (a shard group of 2 in W = 4), the other dtypes, norms, the MLP and SGD
+CASES += [
     (4, GPT2 + ["--strategy", "hybrid_shard", "--shard-group", "2"], "W4-hybrid_shard"),
+    (4, GPT2 + ["--strategy", "hybrid_shard_zero2", "--shard-group", "2"], "W4-hybrid_shard_zero2"),
+    (4, GPT2 + ["--strategy", "full_shard", "--grad-accum", "2"], "W4-accum2"),
+    (2, GPT2 + ["--strategy", "full_shard", "--param-dtype", "fp16", "--reduce-dtype", "fp16"], "W2-fp16"),
+    (2, GPT2 + ["--strategy", "full_shard", "--param-dtype", "bf16", "--reduce-dtype", "fp32"], "W2-bf16-fp32reduce"),
+    (4, GPT2 + ["--strategy", "full_shard", "--clip-grad-norm", "0.05", "--norm-type", "inf"], "W4-clip-inf"),
+    (2, GPT2 + ["--strategy", "shard_grad_op", "--clip-grad-norm", "0.05", "--norm-type", "1"], "W2-clip-1"),
+    (2, MLP + ["--strategy", "full_shard", "--optimizer", "sgd", "--lr", "0.05"], "W2-mlp-sgd"),
+    (2, MLP + ["--strategy", "full_shard"] + BF16, "W2-mlp-bf16"),
+    (4, MLP + ["--strategy", "shard_grad_op"], "W4-mlp"),
 ]
 QUICK = {"W2-full_shard", "W4-hybrid_shard", "W2-bf16"}
 

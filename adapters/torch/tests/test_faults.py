@@ -19,6 +19,15 @@ register("fault-ckpt_drop_optim", "--api", "fsdp2", "-n", "2", *GPT2_3, "--ckpt-
 # device, returns exp_avg == exp_avg_sq (one reused gather buffer; `.cpu()` of a
 # CPU tensor does not copy). The adapter avoids it unless asked.
 register("torchbug-fsdp1-optim-offload", "--api", "fsdp1", "-n", "2", *GPT2, "--optim-state-offload")
+# torch 2.15 FSDP1 (pytorch/pytorch#154888, closed as not planned): HYBRID_SHARD
+# with a one-rank shard group is clamped to NO_SHARD over that one-rank group
+# with only a warning, so the replicas never all-reduce: each rank trains on
+# its own gradient (fsdpcheck's hsdp_no_replicate fault, for real).
+register("torchbug-fsdp1-hsdp-shard-group-1", "--api", "fsdp1", "-n", "2", *GPT2[:4], "--strategy", "hybrid_shard",
+         "--shard-group", "1")
+# FSDP2 handles the same (2, 1) mesh correctly
+register("fsdp2-hsdp-shard-group-1", "--api", "fsdp2", "-n", "2", *GPT2[:4], "--strategy", "hybrid_shard",
+         "--shard-group", "1")
 
 
 def caught(result, prefix):
@@ -51,3 +60,12 @@ def test_optimizer_state_not_restored_is_caught(checks):
 
 def test_fsdp1_cpu_optim_state_dict_aliasing_is_caught(checks):
     caught(checks["torchbug-fsdp1-optim-offload"], "optim.exp_avg.")
+
+
+def test_fsdp1_hsdp_one_rank_shard_group_is_caught(checks):
+    caught(checks["torchbug-fsdp1-hsdp-shard-group-1"], "grad.")
+
+
+def test_fsdp2_hsdp_one_rank_shard_group_passes(checks):
+    rc, out, _ = checks["fsdp2-hsdp-shard-group-1"]
+    assert rc == 0, out
