@@ -1,0 +1,201 @@
+"""Command line: run (a torchrun worker), check, sweep, trainer.
+
+  torchrun --nproc-per-node W -m fsdpcheck_torch run --api fsdp1|fsdp2
+      [--device cpu|cuda|hpu|xla] [--backend gloo|nccl|hccl|xla] [run flags]
+      --like REF_TRACE --trace OUT [--inject FAULT] [--ckpt-at K] [--force-sum-reduction]
+  fsdpcheck-torch check --api fsdp1|fsdp2 [-n W] [run flags] [--keep DIR] ...
+  fsdpcheck-torch sweep --cases N [--api fsdp1|fsdp2|both] [--world W] [--seed S] [--junit F]
+  torchrun --nproc-per-node W -m fsdpcheck_torch trainer --like REF --trace OUT
+      [--fsdp-config FILE] [--fsdp "full_shard auto_wrap"]
+
+Exit codes as fsdpcheck's: 0 pass, 1 a comparison failed, 2 bad input or usage
+(one line on stderr).
+"""
+
+import os
+import sys
+
+from .config import (APIS, BACKENDS, DEVICES, FAULTS, UsageError, like_config, validate)
+
+PROG = "fsdpcheck-torch"
+DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl", "xla": "xla"}
+BACKEND_DEVICE = {"gloo": ("cpu", "cuda"), "nccl": ("cuda",), "hccl": ("hpu",), "xla": ("xla",)}
+
+USAGE = __doc__
+
+
+def split_args(argv, own):
+    """Separates this command's own flags (own: flag -> takes a value) from
+    the run flags, keeping the run flags' order."""
+    opts, rest = {}, []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in own:
+            if own[a]:
+                if i + 1 >= len(argv):
+                    raise UsageError(f"{a} needs a value")
+                opts[a] = argv[i + 1]
+                i += 2
+            else:
+                opts[a] = True
+                i += 1
+        else:
+            rest.append(a)
+            i += 1
+    return opts, rest
+
+
+RUN_OWN = {"--api": True, "--device": True, "--backend": True, "--like": True, "--trace": True,
+           "--inject": True, "--ckpt-at": True, "--force-sum-reduction": False,
+           "--optim-state-offload": False}
+
+
+def parse_run(argv, world):
+    """The worker's arguments -> (args, cfg, ref); raises UsageError."""
+    from .tracefile import RefTrace
+    opts, flags = split_args(argv, RUN_OWN)
+    api = opts.get("--api")
+    if api not in APIS:
+        raise UsageError("run: --api fsdp1|fsdp2 is required" if api is None else f"--api {api!r}: not fsdp1 or fsdp2")
+    device = opts.get("--device", "cpu")
+    if device not in DEVICES:
+        raise UsageError(f"--device {device!r}: not one of {', '.join(DEVICES)}")
+    backend = opts.get("--backend", DEFAULT_BACKEND[device])
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend {backend!r}: not one of {', '.join(BACKENDS)}")
+    if device not in BACKEND_DEVICE[backend]:
+        raise UsageError(f"--backend {backend} does not run on --device {device}")
+    if "--like" not in opts:
+        raise UsageError("run: --like REF_TRACE is required (the model, initial weights and batches come from it)")
+    if "--trace" not in opts:
+        raise UsageError("run: --trace OUT is required")
+    inject = opts.get("--inject", "none")
+    if inject not in FAULTS:
+        raise UsageError(f"--inject {inject!r}: this adapter injects {', '.join(FAULTS[1:])}")
+    ckpt_at = 0
+    if "--ckpt-at" in opts:
+        try:
+            ckpt_at = int(opts["--ckpt-at"])
+        except ValueError:
+            raise UsageError(f"--ckpt-at: not an integer: {opts['--ckpt-at']!r}")
+    if inject == "ckpt_drop_optim" and not ckpt_at:
+        raise UsageError("--inject ckpt_drop_optim needs --ckpt-at K (a checkpoint round trip after step K)")
+    ref = RefTrace(opts["--like"])
+    cfg, extras = like_config(ref.meta, flags, device)
+    if extras.get("api") and extras["api"] != api:
+        raise UsageError(f"--fsdp-config says FSDP version {extras['api'][-1]}, the run says --api {api}")
+    if ckpt_at and not 1 <= ckpt_at < cfg["steps"]:
+        raise UsageError(f"--ckpt-at {ckpt_at}: must be in 1..steps-1 ({cfg['steps'] - 1})")
+    if world is not None:
+        validate(cfg, world)
+    from .config import unsupported
+    why = unsupported(api, cfg, device)
+    if why:
+        raise UsageError(f"{api}: {why}")
+
+    class A:
+        pass
+    a = A()
+    a.api, a.device, a.backend, a.like, a.trace = api, device, backend, opts["--like"], opts["--trace"]
+    a.inject, a.ckpt_at, a.force_sum_reduction = inject, ckpt_at, bool(opts.get("--force-sum-reduction"))
+    a.extras = extras
+    a.optim_state_offload = bool(opts.get("--optim-state-offload"))
+    return a, cfg, ref
+
+
+def cmd_run(argv):
+    """The worker. `run --jobs FILE` runs a JSON list of run argument lists one
+    after the other in one process group (the tests and the sweep use it to
+    pay for starting torch once per world size, not once per case); a job that
+    fails writes error.txt into its --trace directory and the next one runs."""
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    jobs = None
+    if argv[:1] == ["--jobs"] and len(argv) == 2:
+        import json
+        try:
+            with open(argv[1]) as f:
+                jobs = json.load(f)
+        except (OSError, ValueError) as e:
+            if rank == 0:
+                print(f"{PROG}: --jobs {argv[1]}: {e}", file=sys.stderr)
+            return 2
+    parsed = []
+    try:
+        for job in (jobs if jobs is not None else [argv]):
+            parsed.append(parse_run(job, world))
+    except UsageError as e:
+        if rank == 0:
+            print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    devices = {(a.device, a.backend) for a, _, _ in parsed}
+    if len(devices) != 1:
+        if rank == 0:
+            print(f"{PROG}: --jobs: every job must use the same --device and --backend", file=sys.stderr)
+        return 2
+    args0 = parsed[0][0]
+    if args0.device == "xla":
+        from . import xla
+        return max(xla.run(a, c, r) for a, c, r in parsed)
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    if args0.device == "hpu":
+        os.environ.setdefault("PT_HPU_LAZY_MODE", "0")  # eager mode
+        import habana_frameworks.torch.core  # noqa: F401
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+    if args0.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(args0.backend, timeout=datetime.timedelta(seconds=300))
+    from .engine import Run
+    rc = 0
+    try:
+        for args, cfg, ref in parsed:
+            if jobs is None:
+                Run(args, cfg, ref).train()
+                continue
+            try:
+                Run(args, cfg, ref).train()
+            except Exception as e:  # recorded; the next job still runs
+                rc = 1
+                import traceback
+                if rank == 0:
+                    os.makedirs(args.trace, exist_ok=True)
+                    with open(os.path.join(args.trace, "error.txt"), "w") as f:
+                        f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                print(f"{PROG}: rank {rank}: job {args.trace} failed: {type(e).__name__}: {e}", file=sys.stderr)
+            import gc
+            gc.collect()
+            dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return rc
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    try:
+        if cmd == "run":
+            return cmd_run(rest)
+        if cmd == "check":
+            from .check import cmd_check
+            return cmd_check(rest)
+        if cmd == "sweep":
+            from .sweep import cmd_sweep
+            return cmd_sweep(rest)
+        if cmd == "trainer":
+            from .trainer import cmd_trainer
+            return cmd_trainer(rest)
+    except UsageError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 2
+    print(f"{PROG}: unknown command {cmd!r} (run, check, sweep, trainer)", file=sys.stderr)
+    return 2

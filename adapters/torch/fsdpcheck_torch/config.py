@@ -1,0 +1,246 @@
+"""Run configuration: the reference trace's config, changed by run flags.
+
+The config is the dictionary `fsdpcheck run` writes into trace.json
+("config": model, strategy, shard_group, prefetch, dtypes, divide, grad_accum,
+no_sync, clip, offload, optimizer, steps, global_batch, seq_len, seed, ...), so
+the trace this adapter writes carries a config the C reader accepts as it is.
+
+Flags are the `fsdpcheck run` flags (DESIGN §7) and apply left to right, like
+the C CLI: `--fsdp-config FILE` sets what the file sets, at its position.
+"""
+
+import copy
+import json
+import os
+
+from . import fsdp_config
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line on stderr, exit code 2."""
+
+
+STRATEGIES = ("no_shard", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2")
+PREFETCH = ("none", "pre", "post")
+DTYPES = ("fp32", "bf16", "fp16")
+NORMS = ("1", "2", "inf")
+OPTIMIZERS = ("adamw", "sgd")
+DIVIDES = ("prepost", "avg", "sum-then-divide")
+APIS = ("fsdp1", "fsdp2")
+DEVICES = ("cpu", "cuda", "hpu", "xla")
+BACKENDS = ("gloo", "nccl", "hccl", "xla")
+# faults this adapter can put into the torch run (names from DESIGN §9)
+FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim")
+
+# Flags that change what the run trains on: with --like they must equal the
+# reference's (the batches and the initial weights come from its trace).
+DATA_FLAGS = ("--model", "--global-batch", "--seq-len", "--seed")
+
+
+def _float(flag, v):
+    try:
+        x = float(v)
+    except ValueError:
+        raise UsageError(f"{flag}: not a number: {v!r}")
+    if x != x or x in (float("inf"), float("-inf")):
+        raise UsageError(f"{flag}: must be finite, got {v!r}")
+    return x
+
+
+def _int(flag, v, lo=1):
+    try:
+        x = int(v)
+    except ValueError:
+        raise UsageError(f"{flag}: not an integer: {v!r}")
+    if x < lo:
+        raise UsageError(f"{flag}: must be at least {lo}, got {x}")
+    return x
+
+
+def _choice(flag, v, choices):
+    if v not in choices:
+        raise UsageError(f"{flag}: {v!r} is not one of {', '.join(choices)}")
+    return v
+
+
+# flag -> (takes a value, apply(cfg, value))
+def _set(key):
+    def f(cfg, v):
+        cfg[key] = v
+    return f
+
+
+def _set_opt(key):
+    def f(cfg, v):
+        cfg["optimizer"][key] = v
+    return f
+
+
+RUN_FLAGS = {
+    "--strategy": (True, lambda c, v: c.__setitem__("strategy", _choice("--strategy", v, STRATEGIES))),
+    "--shard-group": (True, lambda c, v: c.__setitem__("shard_group", _int("--shard-group", v))),
+    "--backward-prefetch": (True, lambda c, v: c.__setitem__("backward_prefetch", _choice("--backward-prefetch", v, PREFETCH))),
+    "--forward-prefetch": (False, lambda c, v: c.__setitem__("forward_prefetch", True)),
+    "--limit-all-gathers": (False, lambda c, v: c.__setitem__("limit_all_gathers", True)),
+    "--param-dtype": (True, lambda c, v: c.__setitem__("param_dtype", _choice("--param-dtype", v, DTYPES))),
+    "--reduce-dtype": (True, lambda c, v: c.__setitem__("reduce_dtype", _choice("--reduce-dtype", v, DTYPES))),
+    "--divide": (True, lambda c, v: c.__setitem__("divide", _choice("--divide", v, DIVIDES))),
+    "--grad-accum": (True, lambda c, v: c.__setitem__("grad_accum", _int("--grad-accum", v))),
+    "--no-sync": (False, lambda c, v: c.__setitem__("no_sync", True)),
+    "--clip-grad-norm": (True, lambda c, v: c.__setitem__("clip_grad_norm", _float("--clip-grad-norm", v))),
+    "--norm-type": (True, lambda c, v: c.__setitem__("norm_type", _choice("--norm-type", v, NORMS))),
+    "--cpu-offload": (False, lambda c, v: c.__setitem__("cpu_offload", True)),
+    "--optimizer": (True, lambda c, v: c["optimizer"].__setitem__("kind", _choice("--optimizer", v, OPTIMIZERS))),
+    "--lr": (True, lambda c, v: c["optimizer"].__setitem__("lr", _float("--lr", v))),
+    "--weight-decay": (True, lambda c, v: c["optimizer"].__setitem__("weight_decay", _float("--weight-decay", v))),
+    "--momentum": (True, lambda c, v: c["optimizer"].__setitem__("momentum", _float("--momentum", v))),
+    "--steps": (True, lambda c, v: c.__setitem__("steps", _int("--steps", v))),
+    "--model": (True, lambda c, v: c.__setitem__("_model_flag", v)),
+    "--global-batch": (True, lambda c, v: c.__setitem__("global_batch", _int("--global-batch", v))),
+    "--seq-len": (True, lambda c, v: c.__setitem__("seq_len", _int("--seq-len", v))),
+    "--seed": (True, lambda c, v: c.__setitem__("seed", str(_int("--seed", v, lo=0)))),
+    "--fsdp-config": (True, None),  # handled in apply_flags
+}
+
+
+def default_config():
+    """`fsdpcheck run`'s defaults (core/config.c fc_run_config_defaults)."""
+    return {
+        "strategy": "full_shard", "shard_group": 0, "backward_prefetch": "none",
+        "forward_prefetch": False, "limit_all_gathers": False, "param_dtype": "fp32",
+        "reduce_dtype": "fp32", "divide": "prepost", "grad_accum": 1, "no_sync": False,
+        "clip_grad_norm": 0.0, "norm_type": "2", "cpu_offload": False,
+        "optimizer": {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.01, "beta1": 0.9,
+                      "beta2": 0.999, "eps": 1e-8, "momentum": 0.9, "dampening": 0.0,
+                      "nesterov": False},
+        "steps": 3, "global_batch": 8, "seq_len": 16, "seed": "1234",
+    }
+
+
+def apply_flags(cfg, flags, device="cpu"):
+    """Applies `fsdpcheck run` flags to cfg (a config dict) left to right.
+    Returns (cfg, extras) where extras holds what the fsdp_config file said
+    beyond the run config (auto wrap class, xla settings, state dict type)."""
+    cfg = copy.deepcopy(cfg)
+    extras = {}
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag not in RUN_FLAGS:
+            raise UsageError(f"unknown flag {flag!r} (run flags: {', '.join(sorted(RUN_FLAGS))})")
+        takes, apply = RUN_FLAGS[flag]
+        value = None
+        if takes:
+            if i + 1 >= len(flags):
+                raise UsageError(f"{flag} needs a value")
+            value = flags[i + 1]
+            i += 2
+        else:
+            i += 1
+        if flag == "--fsdp-config":
+            fsdp_config.apply_file(cfg, extras, value, device)
+        else:
+            apply(cfg, value)
+    return cfg, extras
+
+
+def validate(cfg, world):
+    """The checks `fsdpcheck run` makes (core/config.c), so a config the
+    reference refuses is refused here too, with exit code 2."""
+    s = cfg["strategy"]
+    sharded = s != "no_shard"
+    hybrid = s in ("hybrid_shard", "hybrid_shard_zero2")
+    if not sharded and cfg["backward_prefetch"] != "none":
+        raise UsageError(f"--backward-prefetch needs a sharded strategy ({s} gathers nothing)")
+    if not sharded and cfg["forward_prefetch"]:
+        raise UsageError(f"--forward-prefetch needs a sharded strategy ({s} gathers nothing)")
+    if not sharded and cfg["limit_all_gathers"]:
+        raise UsageError(f"--limit-all-gathers needs a sharded strategy ({s} gathers nothing)")
+    if cfg["limit_all_gathers"] and not cfg["forward_prefetch"] and cfg["backward_prefetch"] == "none":
+        raise UsageError("--limit-all-gathers limits prefetched all-gathers: add --forward-prefetch "
+                         "or --backward-prefetch pre|post")
+    if cfg["shard_group"] and not hybrid:
+        raise UsageError("--shard-group applies to hybrid_shard and hybrid_shard_zero2 only")
+    if cfg["no_sync"] and cfg["grad_accum"] < 2:
+        raise UsageError("--no-sync needs --grad-accum K with K >= 2")
+    F = cfg["shard_group"] or world
+    if F > world or world % F:
+        raise UsageError(f"--shard-group {F} does not divide the world size {world}")
+    B = cfg["global_batch"]
+    if B % world:
+        raise UsageError(f"--global-batch {B} is not divisible by the data-parallel size {world}")
+    if (B // world) % cfg["grad_accum"]:
+        raise UsageError(f"per-rank batch {B // world} is not divisible by --grad-accum {cfg['grad_accum']}")
+    o = cfg["optimizer"]
+    if o["lr"] < 0 or o["weight_decay"] < 0 or o["momentum"] < 0 or cfg["clip_grad_norm"] < 0:
+        raise UsageError("--lr, --weight-decay, --momentum and --clip-grad-norm must be >= 0")
+    m = cfg["model"]
+    if m.get("model_type") == "gpt2" and not 1 <= cfg["seq_len"] <= m["n_positions"]:
+        raise UsageError(f"--seq-len {cfg['seq_len']} is outside 1..n_positions ({m['n_positions']})")
+
+
+def optim_state_names(cfg):
+    o = cfg["optimizer"]
+    if o["kind"] == "adamw":
+        return ["exp_avg", "exp_avg_sq"]
+    return [] if o["momentum"] == 0 else ["momentum_buffer"]
+
+
+def read_trace_json(directory):
+    path = os.path.join(directory, "trace.json")
+    if not os.path.isdir(directory):
+        raise UsageError(f"{directory}: not a trace directory")
+    try:
+        with open(path) as f:
+            t = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{directory}: no trace.json (an incomplete trace, or not a trace)")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read: {e}")
+    if not isinstance(t, dict) or t.get("format") != "fsdpcheck-trace":
+        raise UsageError(f"{path}: \"format\" is not \"fsdpcheck-trace\" (not an fsdpcheck trace)")
+    if t.get("version") != 1:
+        raise UsageError(f"{path}: trace format version {t.get('version')!r}, this adapter reads version 1")
+    for k in ("config", "units", "steps", "first_step", "world_size"):
+        if k not in t:
+            raise UsageError(f"{path}: missing \"{k}\"")
+    return t
+
+
+def like_config(ref, flags, device="cpu"):
+    """The config of a run --like the reference trace `ref` (trace.json as a
+    dict), changed by flags; data-defining flags must agree with the trace."""
+    base = copy.deepcopy(ref["config"])
+    cfg, extras = apply_flags(base, flags, device)
+    mflag = cfg.pop("_model_flag", None)
+    if mflag is not None and mflag != ref["config"]["model"].get("fsdpcheck_name"):
+        raise UsageError(f"--model {mflag}: the reference trace's model is "
+                         f"{ref['config']['model'].get('fsdpcheck_name')} (--like takes the model, "
+                         "its weights and its batches from the trace)")
+    for key, flag in (("global_batch", "--global-batch"), ("seq_len", "--seq-len"), ("seed", "--seed")):
+        if cfg[key] != ref["config"][key]:
+            raise UsageError(f"{flag} {cfg[key]}: the reference trace has {ref['config'][key]} "
+                             "(--like replays its batches)")
+    if ref["first_step"] != 0:
+        raise UsageError("--like needs a trace that starts at step 0 (this one continues a checkpoint)")
+    if cfg["steps"] > ref["steps"]:
+        raise UsageError(f"--steps {cfg['steps']}: the reference trace holds only {ref['steps']} steps")
+    return cfg, extras
+
+
+# What each API lacks of the reference's config space (checked before running).
+def unsupported(api, cfg, device):
+    """The first setting `api` cannot express, as a sentence, or None."""
+    if api == "fsdp2":
+        if cfg["backward_prefetch"] == "post":
+            return ("FSDP2 has no BACKWARD_POST prefetch (fully_shard prefetches the next unit's "
+                    "all-gather before the current backward, i.e. BACKWARD_PRE)")
+        if cfg["limit_all_gathers"]:
+            return "FSDP2 has no all-gather rate limiter (limit_all_gathers is FSDP1's)"
+    if cfg["cpu_offload"] and device == "cpu":
+        # measured with torch 2.15: FSDP1 CPUOffload(offload_params=True) and FSDP2
+        # CPUOffloadPolicy() both pin host memory through CUDA and raise "Found no
+        # NVIDIA driver on your system" on a CPU-only machine
+        return ("--cpu-offload needs an accelerator: FSDP1 CPUOffload and FSDP2 CPUOffloadPolicy pin host memory "
+                "through CUDA (\"Found no NVIDIA driver\" here), and with --device cpu there is nothing to offload")
+    return None

@@ -1,0 +1,361 @@
+"""One torch FSDP run on a reference trace: the worker `torchrun` starts.
+
+Each rank:
+  1. builds the reference's model (model.py), loads the trace's initial
+     weights, and wraps it with FSDP1 (`FullyShardedDataParallel`,
+     `use_orig_params=True`) or FSDP2 (`fully_shard` on every unit, then the
+     root) by the run config: strategy (hybrid through a 2-D device mesh,
+     (replicate, shard), shard groups of consecutive ranks as in the
+     reference), prefetch and the limiter where the API has them, mixed
+     precision, CPU offload;
+  2. per step replays the trace's global batch: rank r takes samples
+     [r B/W, (r+1) B/W) in K micro-batches of B/(W K), each loss scaled by 1/K,
+     communicating only on the last with no_sync (FSDP1 `no_sync()`, FSDP2
+     `set_requires_gradient_sync(False)`);
+  3. records the full gradients before clipping (FSDP1:
+     `summon_full_params(with_grads=True)`, FSDP2: `DTensor.full_tensor()`),
+     clips (FSDP1 `clip_grad_norm_`, FSDP2 torch's `clip_grad_norm_` over
+     DTensors), steps torch.optim.AdamW or SGD, records the full parameters and
+     the optimizer state by model name (torch.distributed.checkpoint's
+     full state dict), and rank 0 writes the step file.
+The batch written is the samples the ranks really trained on (gathered from
+them), so a data bug shows in `batch.input` itself.
+"""
+
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+from . import model as M
+from . import tracefile
+from .config import UsageError, optim_state_names
+
+DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+NORM = {"1": 1.0, "2": 2.0, "inf": float("inf")}
+
+from .config import unsupported  # noqa: F401  (what each API lacks; no torch needed)
+
+
+def clean_name(n):
+    for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_module.", "_orig_mod."):
+        n = n.replace(wrapper, "")
+    return n
+
+
+class Run:
+    def __init__(self, args, cfg, ref):
+        self.args, self.cfg, self.ref = args, cfg, ref
+        self.api = args.api
+        self.rank = dist.get_rank()
+        self.W = dist.get_world_size()
+        self.names = ref.names
+        self.state_names = optim_state_names(cfg)
+        self.device = _device(args.device)
+        self.mcfg = cfg["model"]
+        s = cfg["strategy"]
+        self.F = (cfg["shard_group"] or self.W) if s.startswith("hybrid") else self.W
+        self.R = self.W // self.F
+        self.force_sum = args.force_sum_reduction
+        self.fault = args.inject
+
+    # ------------------------------------------------------------------ wrap
+    def mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+        s = self.cfg["strategy"]
+        dt = self.device.type
+        if s.startswith("hybrid"):
+            return init_device_mesh(dt, (self.R, self.F), mesh_dim_names=("replicate", "shard"))
+        if s == "no_shard" and self.api == "fsdp2":
+            # FSDP2 has no NO_SHARD: a (W, 1) mesh replicates every parameter (DDP)
+            return init_device_mesh(dt, (self.W, 1), mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(dt, (self.W,), mesh_dim_names=("shard",))
+
+    def build(self, init):
+        model = M.build(self.mcfg)
+        M.load_init(model, init, self.names)
+        model.to(self.device)
+        model = self.wrap_fsdp1(model) if self.api == "fsdp1" else self.wrap_fsdp2(model)
+        return model
+
+    def wrap_fsdp1(self, model):
+        from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy)
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+        c = self.cfg
+        strat = {"no_shard": ShardingStrategy.NO_SHARD, "full_shard": ShardingStrategy.FULL_SHARD,
+                 "shard_grad_op": ShardingStrategy.SHARD_GRAD_OP, "hybrid_shard": ShardingStrategy.HYBRID_SHARD,
+                 "hybrid_shard_zero2": ShardingStrategy._HYBRID_SHARD_ZERO2}[c["strategy"]]
+        bp = {"none": None, "pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST}[c["backward_prefetch"]]
+        kw = dict(sharding_strategy=strat, auto_wrap_policy=ModuleWrapPolicy({M.unit_class(self.mcfg)}),
+                  backward_prefetch=bp, forward_prefetch=c["forward_prefetch"],
+                  limit_all_gathers=c["limit_all_gathers"], use_orig_params=True,
+                  cpu_offload=CPUOffload(offload_params=c["cpu_offload"]))
+        if c["param_dtype"] != "fp32" or c["reduce_dtype"] != "fp32":
+            kw["mixed_precision"] = MixedPrecision(
+                param_dtype=DT[c["param_dtype"]] if c["param_dtype"] != "fp32" else None,
+                reduce_dtype=DT[c["reduce_dtype"]])
+        # FSDP1 picks the accelerator unless told: device_id=cpu is its CPU path
+        kw["device_id"] = self.device
+        if c["strategy"].startswith("hybrid"):
+            kw["device_mesh"] = self.mesh()
+        model = FSDP(model, **kw)
+        if self.fault == "no_divide":
+            # gradients summed, not averaged: FSDP1's pre/post divide factors set to 1
+            for m in FSDP.fsdp_modules(model):
+                m._gradient_predivide_factor = 1.0
+                m._gradient_postdivide_factor = 1.0
+        return model
+
+    def wrap_fsdp2(self, model):
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+        c = self.cfg
+        mesh = self.mesh()
+        raf = c["strategy"] in ("full_shard", "hybrid_shard")
+        mp = MixedPrecisionPolicy(param_dtype=DT[c["param_dtype"]] if c["param_dtype"] != "fp32" else None,
+                                  reduce_dtype=DT[c["reduce_dtype"]] if c["reduce_dtype"] != "fp32" else None)
+        off = CPUOffloadPolicy() if c["cpu_offload"] else OffloadPolicy()
+        units = M.unit_modules(model, self.mcfg)
+        for u in units:
+            fully_shard(u, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
+        fully_shard(model, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
+        if c["forward_prefetch"]:
+            for a, b in zip(units, units[1:]):
+                a.set_modules_to_forward_prefetch([b])
+        if c["backward_prefetch"] == "pre":
+            for a, b in zip(units[1:], units):
+                a.set_modules_to_backward_prefetch([b])
+        fsdp_mods = [m for m in model.modules() if hasattr(m, "set_force_sum_reduction_for_comms")]
+        if self.force_sum:
+            # the workaround for pytorch/pytorch#162338: SUM collectives, FSDP divides itself
+            for m in fsdp_mods:
+                m.set_force_sum_reduction_for_comms(True)
+        if self.fault == "no_divide":
+            # gradients summed, not averaged: SUM collectives with a divide factor of 1
+            for m in fsdp_mods:
+                m.set_force_sum_reduction_for_comms(True)
+                m.set_gradient_divide_factor(1.0)
+        return model
+
+    def optimizer(self, model):
+        o = self.cfg["optimizer"]
+        if o["kind"] == "adamw":
+            return torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]),
+                                     eps=o["eps"], weight_decay=o["weight_decay"])
+        return torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"],
+                               dampening=o["dampening"], weight_decay=o["weight_decay"], nesterov=o["nesterov"])
+
+    # --------------------------------------------------------------- capture
+    def full_grads(self, model):
+        out = {}
+        if self.api == "fsdp1":
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            with FSDP.summon_full_params(model, writeback=False, with_grads=True):
+                for n, p in model.named_parameters():
+                    g = p.grad if p.grad is not None else torch.zeros_like(p)
+                    out[clean_name(n)] = g.detach().float().cpu().clone()
+        else:
+            for n, p in model.named_parameters():
+                g = p.grad
+                if g is None:
+                    g = torch.zeros_like(p)
+                g = g.full_tensor() if hasattr(g, "full_tensor") else g
+                out[clean_name(n)] = g.detach().float().cpu().clone()
+        return out
+
+    def full_params(self, model):
+        out = {}
+        if self.api == "fsdp1":
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+            with FSDP.summon_full_params(model, writeback=False):
+                for n, p in model.named_parameters():
+                    out[clean_name(n)] = p.detach().float().cpu().clone()
+        else:
+            for n, p in model.named_parameters():
+                t = p.full_tensor() if hasattr(p, "full_tensor") else p
+                out[clean_name(n)] = t.detach().float().cpu().clone()
+        return out
+
+    def full_optim_state(self, model, optim):
+        """Optimizer state by model name, through the full (rank-0) state dict."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+        # FSDP1 on a CPU device: with cpu_offload=True its full optimizer state
+        # dict aliases every state of a parameter to one reused all-gather
+        # buffer (`.cpu()` of a CPU tensor does not copy), so exp_avg comes out
+        # equal to exp_avg_sq. cpu_offload=False clones instead. The bug is kept
+        # reachable with --optim-state-offload, so `check` shows it.
+        offload = self.device.type != "cpu" or self.args.optim_state_offload
+        osd = get_optimizer_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=offload))
+        out = {s: {} for s in self.state_names}
+        if self.rank != 0:
+            return out, osd
+        state = osd.get("state", {})
+        for n in self.names:
+            st = state.get(n)
+            if st is None and n == "transformer.wte.weight":
+                st = state.get("lm_head.weight")
+            for s in self.state_names:
+                if st is None or s not in st:
+                    raise RuntimeError(f"optimizer state {s} of {n} missing from the full optimizer state dict")
+                out[s][n] = st[s].detach().float().cpu().clone()
+        return out, osd
+
+    # ------------------------------------------------------------ checkpoint
+    def save_checkpoint(self, model, optim, directory, step):
+        """FULL_STATE_DICT checkpoint through torch.distributed.checkpoint's
+        full state dicts: rank 0 writes model.safetensors (model names) and
+        optimizer.safetensors (<state>.<name>, step)."""
+        from safetensors.torch import save_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        msd = get_model_state_dict(model, options=opts)
+        states, osd = self.full_optim_state(model, optim)
+        if self.rank == 0:
+            os.makedirs(directory, exist_ok=True)
+            save_file({n: msd[n].float().contiguous() for n in self.names},
+                      os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+            t = {f"{s}.{n}": states[s][n].contiguous() for s in self.state_names for n in self.names}
+            t["step"] = torch.tensor(step, dtype=torch.int64)
+            save_file(t, os.path.join(directory, "optimizer.safetensors"))
+        dist.barrier()
+
+    def load_checkpoint(self, directory):
+        """A fresh model and optimizer, loaded from the checkpoint (every rank
+        reads the full files; set_*_state_dict shards them)."""
+        from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+        msd = load_file(os.path.join(directory, "model.safetensors"))
+        model = self.build(msd)
+        optim = self.optimizer(model)
+        if self.fault == "ckpt_drop_optim":
+            return model, optim  # the bug: the optimizer state is never restored
+        o = load_file(os.path.join(directory, "optimizer.safetensors"))
+        step = float(o["step"].item())
+        state = {n: dict({s: o[f"{s}.{n}"] for s in self.state_names}, step=torch.tensor(step)) for n in self.names}
+        if self.cfg["optimizer"]["kind"] == "sgd":
+            for n in self.names:
+                state[n].pop("step")
+        groups = [dict({k: v for k, v in g.items() if k != "params"}, params=list(self.names)) for g in optim.param_groups]
+        set_optimizer_state_dict(model, optim, {"state": state, "param_groups": groups},
+                                 options=StateDictOptions(full_state_dict=True))
+        return model, optim
+
+    # ------------------------------------------------------------------ step
+    def local_batch(self, inp, tgt):
+        n = self.cfg["global_batch"] // self.W
+        r = self.rank
+        if self.fault == "data_overlap" and r > 0:
+            r -= 1  # the bug: a rank reads its neighbour's samples
+        return inp[r * n:(r + 1) * n], tgt[r * n:(r + 1) * n]
+
+    def gather_batch(self, x):
+        parts = [torch.empty_like(x) for _ in range(self.W)]
+        dist.all_gather(parts, x)
+        return torch.cat(parts)
+
+    def train(self):
+        c = self.cfg
+        K = c["grad_accum"]
+        init = self.ref.init()
+        model = self.build(init)
+        optim = self.optimizer(model)
+        out = self.args.trace
+        if self.rank == 0:
+            tracefile.write_init(out, {n: init[n] for n in self.names})
+        gpt2 = self.mcfg.get("model_type") == "gpt2"
+        for step in range(c["steps"]):
+            if self.args.ckpt_at and step == self.args.ckpt_at:
+                d = os.path.join(out, "ckpt")
+                self.save_checkpoint(model, optim, d, step)
+                del model, optim
+                model, optim = self.load_checkpoint(d)
+            g_inp, g_tgt = self.ref.batch(step)
+            inp, tgt = self.local_batch(g_inp, g_tgt)
+            optim.zero_grad(set_to_none=True)
+            mb = inp.shape[0] // K
+            loss_sum = 0.0
+            for k in range(K):
+                x = inp[k * mb:(k + 1) * mb].to(self.device)
+                y = tgt[k * mb:(k + 1) * mb].long().to(self.device)
+                if gpt2:
+                    x = x.long()
+                sync = not c["no_sync"] or k == K - 1
+                if self.api == "fsdp1":
+                    import contextlib
+                    ctx = model.no_sync() if not sync else contextlib.nullcontext()
+                else:
+                    model.set_requires_gradient_sync(sync)
+                    model.set_is_last_backward(k == K - 1)
+                    ctx = _null()
+                with ctx:
+                    loss = M.loss_of(model, self.mcfg, x, y)
+                    (loss / K).backward() if K > 1 else loss.backward()
+                loss_sum += float(loss.detach().float().cpu())
+            grads = self.full_grads(model)
+            if c["clip_grad_norm"] > 0:
+                if self.api == "fsdp1":
+                    model.clip_grad_norm_(c["clip_grad_norm"], norm_type=NORM[c["norm_type"]])
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip_grad_norm"], norm_type=NORM[c["norm_type"]])
+            optim.step()
+            params = self.full_params(model)
+            states, _ = self.full_optim_state(model, optim)
+            lt = torch.tensor([loss_sum / K], dtype=torch.float64, device=self.device if self.device.type != "cpu" else "cpu")
+            dist.all_reduce(lt)
+            used_inp = self.gather_batch(inp.to(self.device)).cpu()
+            used_tgt = self.gather_batch(tgt.to(self.device)).cpu()
+            if self.rank == 0:
+                tracefile.write_step(out, step, float(lt.item()) / self.W,
+                                     used_inp.to(g_inp.dtype), used_tgt.to(g_tgt.dtype),
+                                     grads, params, states, self.names, self.state_names)
+                print(f"step {step}: loss {float(lt.item()) / self.W:.6f}", flush=True)
+        if self.rank == 0:
+            self.finish(out, c["steps"])
+
+    def finish(self, out, steps):
+        c = dict(self.cfg)
+        impl = f"torch-{self.api}"
+        c["impl"] = impl
+        c["divide"] = self.divide_mode()
+        c["inject"] = self.fault
+        c["init"] = ""
+        try:
+            from importlib.metadata import version
+            tv = version("transformers")
+        except Exception:
+            tv = None
+        info = {"api": self.api, "torch_version": torch.__version__, "transformers_version": tv,
+                "device": self.args.device, "backend": self.args.backend, "world_size": self.W,
+                "shard_group": self.F, "force_sum_reduction_for_comms": bool(self.force_sum),
+                "gradient_divide": c["divide"], "checkpoint_at": self.args.ckpt_at or None,
+                "like": os.path.abspath(self.ref.dir)}
+        tracefile.write_trace_json(out, impl, self.W, steps, c, self.ref.units, info)
+
+    def divide_mode(self):
+        """How this run divides gradients, in the reference's --divide names."""
+        if self.api == "fsdp1" or self.W == 1:
+            return "prepost"
+        if self.cfg["reduce_dtype"] == "fp16":
+            return "prepost"
+        return "sum-then-divide" if self.force_sum else "avg"
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def _device(name):
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "cuda":
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if name == "hpu":
+        return torch.device("hpu")
+    raise UsageError(f"--device {name}: not handled here")

@@ -1,0 +1,131 @@
+"""Hugging Face `fsdp_config.json` (Transformers `TrainingArguments.fsdp_config`,
+Accelerate's `fsdp_config` section) read as users write it.
+
+Keys are accepted with or without the `fsdp_` prefix, enum values in any case
+("BACKWARD_POST" or "backward_post"). What the file sets goes into the run
+config (strategy, prefetch, limiter, offload, mixed precision) or into
+`extras` (wrap class, state dict type, FSDP version, XLA settings); a key or
+value this adapter cannot honour is one clear line and exit code 2.
+"""
+
+import json
+
+STRATEGY = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO_SHARD": "no_shard",
+            "HYBRID_SHARD": "hybrid_shard", "HYBRID_SHARD_ZERO2": "hybrid_shard_zero2",
+            "_HYBRID_SHARD_ZERO2": "hybrid_shard_zero2",
+            "1": "full_shard", "2": "shard_grad_op", "3": "no_shard", "4": "hybrid_shard", "5": "hybrid_shard_zero2"}
+PREFETCH = {"BACKWARD_PRE": "pre", "BACKWARD_POST": "post", "NO_PREFETCH": "none"}
+DTYPE = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
+         "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
+         "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16"}
+WRAP_CLASSES = {"gpt2": "GPT2Block", "fsdpcheck-mlp": "Linear"}
+# keys that cannot change the results (accepted and ignored)
+NEUTRAL = ("use_orig_params", "sync_module_states", "cpu_ram_efficient_loading", "min_num_params")
+
+
+def _err(path, key, value, why):
+    from .config import UsageError
+    return UsageError(f"{path}: \"{key}\": {json.dumps(value)[:80]} {why}")
+
+
+def _bool(path, key, v):
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, str) and v.lower() in ("true", "false"):
+        return v.lower() == "true"
+    raise _err(path, key, v, "is not a boolean (true, false, \"true\" or \"false\")")
+
+
+def _enum(path, key, v, table, what):
+    s = str(v).upper() if not isinstance(v, bool) else None
+    if s is None or s not in table:
+        raise _err(path, key, v, f"is not {what}")
+    return table[s]
+
+
+def load(path):
+    from .config import UsageError
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"--fsdp-config {path}: no such file")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--fsdp-config {path}: not valid JSON ({e})")
+    if not isinstance(data, dict):
+        raise UsageError(f"--fsdp-config {path}: must be a JSON object")
+    # an Accelerate config file holds the section under "fsdp_config"
+    if isinstance(data.get("fsdp_config"), dict):
+        data = data["fsdp_config"]
+    return data
+
+
+def apply_file(cfg, extras, path, device):
+    data = load(path)
+    mtype = cfg.get("model", {}).get("model_type", "gpt2")
+    for raw_key, v in data.items():
+        key = raw_key[5:] if raw_key.startswith("fsdp_") and raw_key != "fsdp_config" else raw_key
+        if key == "sharding_strategy":
+            cfg["strategy"] = _enum(path, raw_key, v, STRATEGY,
+                                    "a sharding strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 or 1..5")
+        elif key in ("backward_prefetch", "backward_prefetch_policy"):
+            cfg["backward_prefetch"] = _enum(path, raw_key, v, PREFETCH, "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH")
+        elif key == "forward_prefetch":
+            cfg["forward_prefetch"] = _bool(path, raw_key, v)
+        elif key == "offload_params":
+            cfg["cpu_offload"] = _bool(path, raw_key, v)
+        elif key == "limit_all_gathers":
+            cfg["limit_all_gathers"] = _bool(path, raw_key, v)
+        elif key == "state_dict_type":
+            sd = _enum(path, raw_key, v, {"FULL_STATE_DICT": "full", "SHARDED_STATE_DICT": "sharded", "1": "full", "3": "sharded"},
+                       "FULL_STATE_DICT or SHARDED_STATE_DICT")
+            extras["state_dict_type"] = sd
+        elif key == "auto_wrap_policy":
+            if str(v).upper() != "TRANSFORMER_BASED_WRAP":
+                raise _err(path, raw_key, v, "is not supported: fsdpcheck's units are one per transformer block (gpt2) "
+                           "or Linear layer (mlp): use TRANSFORMER_BASED_WRAP")
+        elif key == "transformer_layer_cls_to_wrap":
+            names = v if isinstance(v, list) else [v]
+            want = WRAP_CLASSES.get(mtype)
+            if not names or any(not isinstance(n, str) for n in names) or want not in names or len(set(names)) != 1:
+                raise _err(path, raw_key, v, f"must name the model's unit class ({want} for this {mtype} model)")
+            extras["wrap_cls"] = want
+        elif key == "activation_checkpointing":
+            if _bool(path, raw_key, v):
+                raise _err(path, raw_key, v, "is not supported: activation checkpointing is not modelled by the reference (accepted: false)")
+        elif key == "version":
+            if v not in (1, 2, "1", "2"):
+                raise _err(path, raw_key, v, "is not an FSDP version (1 or 2)")
+            extras["api"] = "fsdp1" if int(v) == 1 else "fsdp2"
+        elif key == "mixed_precision":
+            p = {"no": "fp32", "fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}.get(str(v).lower())
+            if p is None:
+                raise _err(path, raw_key, v, "is not a mixed precision (no, fp32, bf16, fp16)")
+            cfg["param_dtype"] = cfg["reduce_dtype"] = p
+        elif key == "mixed_precision_policy":
+            if not isinstance(v, dict):
+                raise _err(path, raw_key, v, "must be an object with param_dtype, reduce_dtype, buffer_dtype")
+            for k2, d in v.items():
+                if k2 not in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+                    raise _err(path, f"{raw_key}.{k2}", d, "is not a key of a mixed precision policy")
+                if str(d) not in DTYPE:
+                    raise _err(path, f"{raw_key}.{k2}", d, "is not a dtype (float32, bfloat16, float16)")
+                if k2 != "buffer_dtype":
+                    cfg[k2] = DTYPE[str(d)]
+        elif key == "xla":
+            if _bool(path, raw_key, v):
+                if device != "xla":
+                    raise _err(path, raw_key, v, f"is an XLA FSDP configuration: it runs with --device xla, not --device {device}")
+                extras["xla"] = True
+        elif key in ("xla_fsdp_settings", "xla_fsdp_grad_ckpt", "xla_fsdp_v2"):
+            if device != "xla":
+                raise _err(path, raw_key, v, f"is an XLA FSDP setting: it runs with --device xla, not --device {device}")
+            extras[key] = v
+        elif key in NEUTRAL:
+            if key == "min_num_params" and v not in (0, "0"):
+                raise _err(path, raw_key, v, "is not supported: size-based wrapping does not match fsdpcheck's units (use 0)")
+        else:
+            raise _err(path, raw_key, v, "is not a key this adapter knows (sharding_strategy, backward_prefetch, "
+                       "forward_prefetch, offload_params, limit_all_gathers, state_dict_type, auto_wrap_policy, "
+                       "transformer_layer_cls_to_wrap, activation_checkpointing, version, mixed_precision, "
+                       "mixed_precision_policy, xla, use_orig_params, sync_module_states, cpu_ram_efficient_loading)")

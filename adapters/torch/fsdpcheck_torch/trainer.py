@@ -1,0 +1,239 @@
+"""The Hugging Face Trainer path: a real `Trainer.train()` on GPT-2 with
+`fsdp="full_shard auto_wrap"` and an `fsdp_config.json`, traced by a
+`TrainerCallback`.
+
+  torchrun --nproc-per-node W -m fsdpcheck_torch trainer --like REF --trace OUT
+      [--fsdp "full_shard auto_wrap"] [--fsdp-config FILE] [--device cpu|cuda|hpu]
+
+What makes the Trainer train exactly the reference's steps:
+  - the model: GPT2LMHeadModel from the trace's initial weights (model.py);
+  - the data: the trace's batches as a map-style dataset read in order
+    (`train_sampling_strategy="sequential"`), laid out so that Accelerate's
+    batch sharding (process p takes batches p, p+W, p+2W, ... of the
+    per-device batch size) hands rank r micro-batch k of step t the samples
+    [r B/W + k m, r B/W + (k+1) m), m = B/(W K), exactly the reference's;
+    `shift_labels` carries the targets so all T of them count;
+  - the optimizer: `optim="adamw_torch"` with the trace's lr, betas, eps and a
+    constant schedule. The Trainer exempts biases and LayerNorm weights from
+    weight decay and the reference does not, so the reference must run with
+    --weight-decay 0 (refused otherwise, exit 2);
+  - clipping: `max_grad_norm=0`, and the callback clips in
+    `on_pre_optimizer_step` after recording the unclipped gradients.
+The callback records the full gradients (FSDP1 `summon_full_params(with_grads=True)`,
+FSDP2 `full_tensor()`), then after the optimizer step the parameters and the
+optimizer state, and rank 0 writes the step file.
+"""
+
+import os
+import sys
+import tempfile
+
+from .config import UsageError, like_config, optim_state_names
+
+OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--allow-ddp": False}
+
+
+def parse(argv, world):
+    from .cli import split_args
+    from .tracefile import RefTrace
+    opts, flags = split_args(argv, OWN)
+    for k in ("--like", "--trace"):
+        if k not in opts:
+            raise UsageError(f"trainer: {k} is required")
+    device = opts.get("--device", "cpu")
+    ref = RefTrace(opts["--like"])
+    cfg, extras = like_config(ref.meta, flags, device)
+    if cfg["model"].get("model_type") != "gpt2":
+        raise UsageError("trainer: the Trainer path trains GPT-2 (the reference trace's model is an mlp)")
+    if cfg["optimizer"]["kind"] != "adamw":
+        raise UsageError("trainer: the Trainer path uses optim=adamw_torch (the reference trace uses sgd)")
+    if cfg["optimizer"]["weight_decay"] != 0:
+        raise UsageError("trainer: the Trainer exempts biases and LayerNorm weights from weight decay and the "
+                         "reference decays every parameter: run the reference with --weight-decay 0")
+    fsdp = opts.get("--fsdp", "full_shard auto_wrap")
+    words = fsdp.split()
+    strat = {"full_shard": "full_shard", "shard_grad_op": "shard_grad_op", "no_shard": "no_shard",
+             "hybrid_shard": "hybrid_shard", "hybrid_shard_zero2": "hybrid_shard_zero2"}
+    ws = [w for w in words if w in strat]
+    if len(ws) != 1 or any(w not in strat and w not in ("auto_wrap", "offload") for w in words):
+        raise UsageError(f"--fsdp {fsdp!r}: expected one of {', '.join(strat)} plus auto_wrap [offload]")
+    if strat[ws[0]] != cfg["strategy"]:
+        raise UsageError(f"--fsdp {ws[0]}: the reference trace ran {cfg['strategy']}")
+    if world is not None:
+        from .config import validate
+        validate(cfg, world)
+    return opts, cfg, ref, extras, fsdp
+
+
+def cmd_trainer(argv):
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        opts, cfg, ref, extras, fsdp = parse(argv, world)
+    except UsageError as e:
+        if rank == 0:
+            print(f"fsdpcheck-torch: {e}", file=sys.stderr)
+        return 2
+    return train(opts, cfg, ref, extras, fsdp, argv)
+
+
+def _fsdp_config_for_trainer(argv):
+    """The fsdp_config file as given (the Trainer reads it itself)."""
+    for i, a in enumerate(argv):
+        if a == "--fsdp-config" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def train(opts, cfg, ref, extras, fsdp, argv):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.utils.data import Dataset
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from . import model as M
+    from . import tracefile
+    from .engine import clean_name
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    B, K, steps = cfg["global_batch"], cfg["grad_accum"], cfg["steps"]
+    mb = B // world // K
+    names = ref.names
+    state_names = optim_state_names(cfg)
+    out = opts["--trace"]
+
+    # the data, ordered for Accelerate's interleaved batch sharding
+    samples = []
+    batches = [ref.batch(t) for t in range(steps)]
+    for t in range(steps):
+        inp, tgt = batches[t]
+        for k in range(K):
+            for r in range(world):
+                lo = r * (B // world) + k * mb
+                for i in range(lo, lo + mb):
+                    samples.append((inp[i].long(), tgt[i].long()))
+
+    class Replay(Dataset):
+        def __len__(self):
+            return len(samples)
+
+        def __getitem__(self, i):
+            x, y = samples[i]
+            return {"input_ids": x, "labels": y, "shift_labels": y}
+
+    def collate(items):
+        return {k: torch.stack([it[k] for it in items]) for k in items[0]}
+
+    init = ref.init()
+    model = M.build(cfg["model"])
+    M.load_init(model, init, names)
+
+    class TraceCallback(TrainerCallback):
+        def __init__(self):
+            self.losses, self.grads, self.inputs = [], None, []
+            self.wrapped_as, self.trainer = "?", None
+
+        def on_train_begin(self, args, state, control, **kw):
+            def hook(module, a, kwargs, output):
+                y = kwargs["shift_labels"]
+                lg = output.logits.detach().float()
+                self.losses.append(float(F.cross_entropy(lg.view(-1, lg.shape[-1]), y.view(-1))))
+                self.inputs.append((kwargs["input_ids"].detach().cpu(), y.detach().cpu()))
+            model.register_forward_hook(hook, with_kwargs=True)
+            if rank == 0:
+                tracefile.write_init(out, {n: init[n] for n in names})
+
+        def _full(self, m, grads):
+            res = {}
+            fsdp1 = hasattr(m, "_fsdp_wrapped_module") or type(m).__name__ == "FullyShardedDataParallel"
+            if fsdp1:
+                from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+                with FSDP.summon_full_params(m, writeback=False, with_grads=grads):
+                    for n, p in m.named_parameters():
+                        t = (p.grad if p.grad is not None else torch.zeros_like(p)) if grads else p
+                        res[clean_name(n)] = t.detach().float().cpu().clone()
+            else:
+                for n, p in m.named_parameters():
+                    t = (p.grad if p.grad is not None else torch.zeros_like(p)) if grads else p
+                    t = t.full_tensor() if hasattr(t, "full_tensor") else t
+                    res[clean_name(n)] = t.detach().float().cpu().clone()
+            return res, fsdp1
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            self.wrapped_as = type(self.trainer.model_wrapped).__name__
+            self.grads, fsdp1 = self._full(model, True)
+            if cfg["clip_grad_norm"] > 0:
+                norm = {"1": 1.0, "2": 2.0, "inf": float("inf")}[cfg["norm_type"]]
+                if fsdp1:
+                    model.clip_grad_norm_(cfg["clip_grad_norm"], norm_type=norm)
+                else:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip_grad_norm"], norm_type=norm)
+
+        def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kw):
+            from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+            params, _ = self._full(model, False)
+            opt = getattr(optimizer, "optimizer", optimizer)
+            # cpu_offload=False on the CPU: see engine.full_optim_state (FSDP1 aliasing)
+            osd = get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+            step = state.global_step  # steps done before this one
+            lt = torch.tensor([sum(self.losses) / len(self.losses)], dtype=torch.float64)
+            dist.all_reduce(lt)
+            xs = torch.cat([x for x, _ in self.inputs])
+            ys = torch.cat([y for _, y in self.inputs])
+            px = [torch.empty_like(xs) for _ in range(world)]
+            py = [torch.empty_like(ys) for _ in range(world)]
+            dist.all_gather(px, xs)
+            dist.all_gather(py, ys)
+            if rank == 0:
+                st = osd["state"]
+                states = {s: {n: st[n][s] for n in names} for s in state_names}
+                # rank r's K micro-batches in order are its B/W samples in order
+                tracefile.write_step(out, step, float(lt.item()) / world, torch.cat(px).to(torch.int32),
+                                     torch.cat(py).to(torch.int32), self.grads, params, states, names, state_names)
+                print(f"step {step}: loss {float(lt.item()) / world:.6f}", flush=True)
+            self.losses, self.inputs = [], []
+
+    o = cfg["optimizer"]
+    tmp = tempfile.mkdtemp(prefix="fsdpcheck-trainer-")
+    fsdp_cfg = _fsdp_config_for_trainer(argv)
+    targs = TrainingArguments(
+        output_dir=tmp, max_steps=steps, per_device_train_batch_size=mb, gradient_accumulation_steps=K,
+        learning_rate=o["lr"], weight_decay=o["weight_decay"], adam_beta1=o["beta1"], adam_beta2=o["beta2"],
+        adam_epsilon=o["eps"], optim="adamw_torch", lr_scheduler_type="constant", warmup_steps=0,
+        max_grad_norm=0.0, fsdp=fsdp, fsdp_config=fsdp_cfg, train_sampling_strategy="sequential",
+        remove_unused_columns=False, report_to="none", save_strategy="no", logging_strategy="no",
+        disable_tqdm=True, dataloader_num_workers=0, use_cpu=opts.get("--device", "cpu") == "cpu",
+        bf16=cfg["param_dtype"] == "bf16", fp16=cfg["param_dtype"] == "fp16")
+    cb = TraceCallback()
+    trainer = Trainer(model=model, args=targs, train_dataset=Replay(), data_collator=collate, callbacks=[cb])
+    cb.trainer = trainer
+    trainer.train()
+    fsdp_applied = cb.wrapped_as in ("FullyShardedDataParallel",) or cb.wrapped_as.startswith("FSDP")
+    if rank == 0:
+        from importlib.metadata import version
+        c = dict(cfg)
+        c["impl"] = "hf-trainer"
+        c["inject"] = "none"
+        c["init"] = ""
+        import accelerate
+        info = {"api": "hf-trainer", "fsdp": fsdp, "fsdp_config": fsdp_cfg, "torch_version": torch.__version__,
+                "transformers_version": version("transformers"), "accelerate_version": accelerate.__version__,
+                "device": opts.get("--device", "cpu"), "backend": dist.get_backend() if dist.is_initialized() else None,
+                "world_size": world, "like": os.path.abspath(ref.dir), "wrapped_as": cb.wrapped_as,
+                "fsdp_applied": fsdp_applied}
+        tracefile.write_trace_json(out, "hf-trainer", world, steps, c, ref.units, info)
+    if not fsdp_applied:
+        # Accelerate turns FSDP on only for accelerator distributed types
+        # (MULTI_GPU, MULTI_HPU, MULTI_XPU, ...): on the CPU (MULTI_CPU) the
+        # Trainer silently wraps the model in DDP and ignores fsdp=/fsdp_config.
+        if rank == 0:
+            print(f"fsdpcheck-torch: the Trainer wrapped the model in {cb.wrapped_as}, not FSDP: Accelerate "
+                  f"enables FSDP only on an accelerator (its MULTI_CPU type ignores fsdp=); the trace in {out} "
+                  "is of that DDP run" + ("" if opts.get("--allow-ddp") else " (--allow-ddp accepts it)"),
+                  file=sys.stderr)
+        return 0 if opts.get("--allow-ddp") else 2
+    return 0

@@ -1,0 +1,75 @@
+"""Shared helpers: every test drives the real commands (`fsdpcheck-torch check`,
+torchrun, mpiexec, `fsdpcheck compare`) as a user or CI would.
+
+FSDPCHECK names the fsdpcheck binary (ci/torch.sh sets it); otherwise the
+repository's build/default/oracle/fsdpcheck is used.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
+EXAMPLES = os.path.abspath(os.path.join(ROOT, "..", "shared", "examples"))
+
+
+def fsdpcheck_bin():
+    b = os.environ.get("FSDPCHECK") or os.path.join(ROOT, "build", "default", "oracle", "fsdpcheck")
+    if not os.access(b, os.X_OK):
+        pytest.fail(f"no fsdpcheck binary at {b}: build it (cmake --preset default && cmake --build --preset default)")
+    return b
+
+
+def env():
+    e = dict(os.environ)
+    e.setdefault("OMP_NUM_THREADS", "1")
+    e.setdefault("HWLOC_COMPONENTS", "-pci,-x86")
+    e.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    e["FSDPCHECK"] = fsdpcheck_bin()
+    return e
+
+
+def adapter(*args, timeout=900):
+    """Runs `python -m fsdpcheck_torch ARGS`; returns (exit code, stdout + stderr)."""
+    p = subprocess.run([sys.executable, "-m", "fsdpcheck_torch", *args], capture_output=True, text=True,
+                       env=env(), timeout=timeout, stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout + p.stderr
+
+
+def check(*args, keep=None):
+    a = ["check", *args]
+    if keep:
+        a += ["--keep", str(keep)]
+    return adapter(*a)
+
+
+# Checks the tests need, registered at collection time and run together by the
+# session fixture `checks`: every reference first, then one torchrun per world
+# size for all of them (`run --jobs`), then one `fsdpcheck compare` each.
+CHECKS = {}
+
+
+def register(name, *argv):
+    assert name not in CHECKS, name
+    CHECKS[name] = list(argv)
+    return name
+
+
+@pytest.fixture(scope="session")
+def checks(tmp_path_factory):
+    import time
+    from fsdpcheck_torch.check import run_checks
+    os.environ.update({k: v for k, v in env().items() if k not in os.environ or k == "FSDPCHECK"})
+    base = tmp_path_factory.mktemp("checks")
+    names = list(CHECKS)
+    t0 = time.time()
+    res = run_checks([CHECKS[n] + ["--keep", str(base / n), "--quiet"] for n in names])
+    print(f"\n{len(names)} checks in {time.time() - t0:.0f} s")
+    return {n: (rc, out, base / n) for n, (rc, out, _) in zip(names, res)}
+
+
+def first_divergence(out):
+    return next((l.strip() for l in out.splitlines() if l.startswith("first divergence")), "")

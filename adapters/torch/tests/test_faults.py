@@ -1,0 +1,71 @@
+"""Deliberate bugs in the torch run: `check` must fail (exit 1) and name the
+tensor where the run first diverges from the reference. And the one real
+bug found on the way (FSDP1's full optimizer state dict on a CPU device)."""
+
+import json
+
+from conftest import first_divergence, register
+
+GPT2 = ["--model", "gpt2-tiny", "--steps", "2", "--strategy", "full_shard"]
+GPT2_3 = ["--model", "gpt2-tiny", "--steps", "3", "--strategy", "full_shard"]
+
+# rank 1 trains on rank 0's samples: the batch the ranks really read differs
+register("fault-data_overlap", "--api", "fsdp1", "-n", "2", *GPT2, "--inject", "data_overlap")
+# gradients left summed over the 2 ranks, not averaged (pytorch/pytorch#162338's symptom)
+register("fault-no_divide", "--api", "fsdp2", "-n", "2", *GPT2, "--inject", "no_divide")
+register("ckpt-round-trip", "--api", "fsdp1", "-n", "2", *GPT2_3, "--ckpt-at", "1")
+register("fault-ckpt_drop_optim", "--api", "fsdp2", "-n", "2", *GPT2_3, "--ckpt-at", "1", "--inject", "ckpt_drop_optim")
+# torch 2.15 FSDP1: the full optimizer state dict with offload to CPU, on a CPU
+# device, returns exp_avg == exp_avg_sq (one reused gather buffer; `.cpu()` of a
+# CPU tensor does not copy). The adapter avoids it unless asked.
+register("torchbug-fsdp1-optim-offload", "--api", "fsdp1", "-n", "2", *GPT2, "--optim-state-offload")
+# torch 2.15 FSDP1 (pytorch/pytorch#154888, closed as not planned): HYBRID_SHARD
+# with a one-rank shard group is clamped to NO_SHARD over that one-rank group
+# with only a warning, so the replicas never all-reduce: each rank trains on
+# its own gradient (fsdpcheck's hsdp_no_replicate fault, for real).
+register("torchbug-fsdp1-hsdp-shard-group-1", "--api", "fsdp1", "-n", "2", *GPT2[:4], "--strategy", "hybrid_shard",
+         "--shard-group", "1")
+# FSDP2 handles the same (2, 1) mesh correctly
+register("fsdp2-hsdp-shard-group-1", "--api", "fsdp2", "-n", "2", *GPT2[:4], "--strategy", "hybrid_shard",
+         "--shard-group", "1")
+
+
+def caught(result, prefix):
+    rc, out, _ = result
+    div = first_divergence(out)
+    print(div)
+    assert rc == 1, out
+    assert div.startswith("first divergence: step ") and f"tensor {prefix}" in div, out
+    return div
+
+
+def test_data_overlap_is_caught(checks):
+    caught(checks["fault-data_overlap"], "batch.input")
+
+
+def test_no_divide_is_caught(checks):
+    caught(checks["fault-no_divide"], "grad.")
+
+
+def test_checkpoint_round_trip_passes(checks):
+    rc, out, d = checks["ckpt-round-trip"]
+    assert rc == 0, out
+    assert json.loads((d / "torch" / "trace.json").read_text())["torch"]["checkpoint_at"] == 1
+
+
+def test_optimizer_state_not_restored_is_caught(checks):
+    div = caught(checks["fault-ckpt_drop_optim"], "")
+    assert "step 1," in div
+
+
+def test_fsdp1_cpu_optim_state_dict_aliasing_is_caught(checks):
+    caught(checks["torchbug-fsdp1-optim-offload"], "optim.exp_avg.")
+
+
+def test_fsdp1_hsdp_one_rank_shard_group_is_caught(checks):
+    caught(checks["torchbug-fsdp1-hsdp-shard-group-1"], "grad.")
+
+
+def test_fsdp2_hsdp_one_rank_shard_group_passes(checks):
+    rc, out, _ = checks["fsdp2-hsdp-shard-group-1"]
+    assert rc == 0, out

@@ -1,0 +1,38 @@
+"""The Hugging Face Trainer path on the CPU: a real Trainer.train() with
+fsdp="full_shard auto_wrap" and ../shared/examples/fsdp_config.trainer.json,
+traced by the TrainerCallback.
+
+With the pinned transformers 5.23 / accelerate 1.15, Accelerate turns FSDP on
+only for accelerator distributed types (MULTI_GPU, MULTI_HPU, MULTI_XPU, ...);
+on the CPU (MULTI_CPU) the Trainer silently wraps the model in DDP. The test
+pins that down (so a version that starts applying FSDP on the CPU shows up)
+and checks everything else of the path against the reference: the data
+order, the all-token loss, the optimizer, the callback's capture."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import EXAMPLES, env, fsdpcheck_bin
+
+
+def test_trainer_path_on_cpu(tmp_path):
+    cfgfile = os.path.join(EXAMPLES, "fsdp_config.trainer.json")
+    ref, out = tmp_path / "ref", tmp_path / "trainer"
+    e = env()
+    subprocess.run(["mpiexec", "-n", "2", fsdpcheck_bin(), "run", "--model", "gpt2-tiny", "--fsdp-config", cfgfile,
+                    "--weight-decay", "0", "--steps", "2", "--trace", str(ref), "--quiet"],
+                   check=True, env=e, stdin=subprocess.DEVNULL)
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                        "-m", "fsdpcheck_torch", "trainer", "--like", str(ref), "--trace", str(out),
+                        "--fsdp", "full_shard auto_wrap", "--fsdp-config", cfgfile, "--allow-ddp"],
+                       capture_output=True, text=True, env=e, stdin=subprocess.DEVNULL, timeout=900)
+    print(p.stdout, p.stderr[-3000:])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "not FSDP: Accelerate enables FSDP only on an accelerator" in p.stderr
+    info = json.loads((out / "trace.json").read_text())["torch"]
+    assert info["wrapped_as"] == "DistributedDataParallel" and info["fsdp_applied"] is False
+    c = subprocess.run([fsdpcheck_bin(), "compare", str(ref), str(out)], capture_output=True, text=True)
+    print(c.stdout)
+    assert c.returncode == 0, c.stdout

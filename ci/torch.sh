@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# ci/torch.sh — the PyTorch adapter stage (adapters/torch):
+#   1. a virtual environment with the pinned packages of adapters/torch/requirements.lock
+#      (reused while the lock's hash matches; FSDPCHECK_TORCH_VENV moves it, e.g. to a
+#      cache directory that outlives the clone), and the adapter installed in it;
+#   2. the Release fsdpcheck binary (built if missing);
+#   3. the adapter's tests with pytest on the CPU with gloo, at W = 1, 2 and 4, for
+#      FSDP1 and FSDP2, each judged by `fsdpcheck compare` under the default policy;
+#      JUnit XML in out/torch-junit.xml.
+# FSDPCHECK_TORCH_TESTS=quick runs a smaller selection (see adapters/torch/tests/conftest.py).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+LOCK=adapters/torch/requirements.lock
+VENV=${FSDPCHECK_TORCH_VENV:-$ROOT/.venv-torch}
+HASH=$( (cat "$LOCK"; python3 --version) | sha256sum | cut -c1-16)
+export HWLOC_COMPONENTS=-pci,-x86 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
+
+bash ci/setup.sh
+
+echo "== torch adapter: virtual environment ($VENV)"
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+fi
+if [ -f "$VENV/.lock-hash" ] && [ "$(cat "$VENV/.lock-hash")" = "$HASH" ] && [ -x "$VENV/bin/python" ]; then
+  echo "reusing $VENV (lock $HASH)"
+else
+  start=$(date +%s)
+  rm -rf "$VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --no-deps -r "$LOCK"
+  echo "$HASH" > "$VENV/.lock-hash"
+  echo "installed the lock in $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1)"
+fi
+"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e adapters/torch
+"$VENV/bin/python" -c 'import torch, torch.distributed as d, transformers, safetensors; print("torch", torch.__version__, "gloo", d.is_gloo_available(), "transformers", transformers.__version__, "safetensors", safetensors.__version__)'
+
+echo "== torch adapter: fsdpcheck (Release)"
+if [ ! -x build/default/oracle/fsdpcheck ]; then
+  cmake --preset default >/dev/null
+  cmake --build --preset default -j "$(nproc)" --target fsdpcheck
+fi
+export FSDPCHECK=$ROOT/build/default/oracle/fsdpcheck
+
+echo "== torch adapter: tests (CPU, gloo)"
+mkdir -p out
+start=$(date +%s)
+set +e
+"$VENV/bin/python" -m pytest adapters/torch/tests -v -rA --durations=0 --junitxml=out/torch-junit.xml -p no:cacheprovider
+rc=$?
+set -e
+echo "torch adapter tests: $(( $(date +%s) - start )) s, exit $rc"
+exit $rc
