@@ -24,9 +24,10 @@ static _Noreturn void die_all(int rank, const char *msg) {
     exit(FC_EXIT_USAGE);
 }
 
-// Full tensors of one implementation after a step, on rank 0.
+// Full tensors of one implementation after a step, on rank 0, and the
+// parameters before it (the optimizer allowance of compare.h needs them).
 typedef struct {
-    float *params, *grads, *state[2];
+    float *params, *prev, *grads, *state[2];
 } full_set;
 
 static void export_all(const fc_impl_ops *ops, fc_impl *im, int n_state, full_set *s, int rank) {
@@ -88,6 +89,7 @@ int fc_cmd_check(int argc, char **argv) {
         full_set *sets[2] = {&ts, &es};
         for (int k = 0; k < 2; k++) {
             sets[k]->params = mallocCheck(m.numel * sizeof(float));
+            sets[k]->prev = mallocCheck(m.numel * sizeof(float));
             sets[k]->grads = mallocCheck(m.numel * sizeof(float));
             for (int i = 0; i < n_state; i++) sets[k]->state[i] = mallocCheck(m.numel * sizeof(float));
         }
@@ -95,7 +97,10 @@ int fc_cmd_check(int argc, char **argv) {
     fc_cmp_policy policy;
     fc_cmp_policy_defaults(&policy, fc_cmp_precision(&ecfg, &tcfg));
     if (bitwise) fc_cmp_policy_bitwise(&policy);
-    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W};
+    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim};
+    // the parameters both start from (initial, or loaded)
+    if (tested->export_full(ti, FC_EXPORT_PARAMS, ts.prev, 0, &e) || expected->export_full(ei, FC_EXPORT_PARAMS, es.prev, 0, &e))
+        die_all(rank, e.msg);
     if (rank == 0)
         printf("fsdpcheck check: %s against %s, model %s, strategy %s, W=%d, %d steps\n", tested->name,
                expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy), W, a.cfg.steps);
@@ -106,10 +111,10 @@ int fc_cmd_check(int argc, char **argv) {
         export_all(tested, ti, n_state, &ts, rank);
         export_all(expected, ei, n_state, &es, rank);
         if (rank == 0) {
-            fc_trace_step sa = {.step = t, .loss = ei_info.loss, .grads = es.grads, .params = es.params,
-                                .n_state = n_state};
-            fc_trace_step sb = {.step = t, .loss = ti_info.loss, .grads = ts.grads, .params = ts.params,
-                                .n_state = n_state};
+            fc_trace_step sa = {.step = t, .loss = ei_info.loss, .has_norm = 1, .grad_norm = ei_info.grad_norm,
+                                .grads = es.grads, .params = es.params, .prev_params = es.prev, .n_state = n_state};
+            fc_trace_step sb = {.step = t, .loss = ti_info.loss, .has_norm = 1, .grad_norm = ti_info.grad_norm,
+                                .grads = ts.grads, .params = ts.params, .prev_params = ts.prev, .n_state = n_state};
             for (int i = 0; i < n_state; i++) {
                 sa.state_names[i] = sb.state_names[i] = names[i];
                 sa.state[i] = es.state[i];
@@ -128,6 +133,12 @@ int fc_cmd_check(int argc, char **argv) {
                 verdict = FC_EXIT_FAIL;
             }
             fc_cmp_result_free(&r);
+            for (int k = 0; k < 2; k++) {  // this step's parameters are the next one's previous
+                full_set *fs = k ? &ts : &es;
+                float *tmp = fs->prev;
+                fs->prev = fs->params;
+                fs->params = tmp;
+            }
         }
         mpiCheck(MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD));  // stop together
     }
@@ -140,6 +151,7 @@ int fc_cmd_check(int argc, char **argv) {
     full_set *sets[2] = {&ts, &es};
     for (int k = 0; k < 2; k++) {
         free(sets[k]->params);
+        free(sets[k]->prev);
         free(sets[k]->grads);
         free(sets[k]->state[0]);
         free(sets[k]->state[1]);

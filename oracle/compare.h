@@ -1,21 +1,34 @@
-// oracle/compare.h — the comparison engine: tolerance policy, per-tensor error
-// statistics, the first divergence and the rank that owns it (DESIGN §8).
+// oracle/compare.h — the comparison engine: the one tolerance policy, per-tensor
+// error statistics, the first divergence and the rank that owns it (DESIGN §8).
 //
-// `fsdpcheck compare DIR_A DIR_B` (compare_cmd.c) reads two traces through
-// it; `check` and `sweep` call the same functions on tensors they hold in memory, so every
-// report in fsdpcheck measures errors and names a divergence the same way.
+// Every judgement fsdpcheck makes goes through it: `compare DIR_A DIR_B`
+// (compare_cmd.c) on two traces, `check` and `sweep` and the MPI property
+// programs on runs they hold in memory. A is the expected side (the
+// reference), B the side under test; the owner of a divergent element is
+// computed under B's layout.
 //
-// A is the expected side (the reference), B the side under test: relative
-// errors and tolerances are relative to |A| (as torch.testing.assert_close's
-// `expected`), and the owner of a divergent element is computed under B's
-// layout (B's strategy, world size and shard group).
-//
-// Tolerance policy: every comparison kind has a default per precision in
-// FC_CMP_DEFAULTS (compare.c; the table is also in README.md). An element
-// passes when |a - b| <= atol + rtol * |a|; infinities must be equal; NaN
-// matches NaN (torch's equal_nan=True: both sides overflowed in the same place).
-// `batch` is always exact. Overrides (--rtol/--atol) replace rtol/atol of every
-// float kind; bitwise mode requires identical bits everywhere.
+// The policy (compare.c holds the constants and the measurements behind them):
+//  - An element's error is judged against its tensor's scale, not against
+//    itself and not against a fixed absolute floor: with s = max(max|A|, max|B|)
+//    over the tensor, b passes when |a - b| <= atol + rtol * s, where atol is
+//    0 unless --atol sets one. A tensor that is all zero on both sides has
+//    s = 0 and must match exactly. Scalars (loss, gradient norm) have s = |a|.
+//  - The whole tensor must also pass ||A - B||_2 <= ntol * ||A||_2, which
+//    catches a small error spread over every element.
+//  - Parameters after an optimizer step may differ, beyond the rounding of the
+//    step itself, by what the two sides' own optimizer inputs explain: the
+//    previous parameters' difference, carried by the step (AdamW's decay,
+//    SGD's identity), plus the difference of the two updates, computed per
+//    element from each side's optimizer state (AdamW: lr m_hat / (sqrt(v_hat)
+//    + eps); SGD: lr times the momentum buffer or gradient). An element whose
+//    gradient sits at rounding noise can legitimately flip an AdamW update of
+//    +-lr; anything else added to a parameter is an error.
+//  - Infinities must be equal; NaN matches NaN only. The batch is exact (it is
+//    the data: a mismatch means the runs trained on different samples).
+//  - rtol and ntol per kind and precision; the precision of a comparison is
+//    the least precise param_dtype / reduce_dtype of the two runs. --rtol,
+//    --atol replace them for every float kind; --bitwise requires identical
+//    bits everywhere.
 #ifndef FC_COMPARE_H
 #define FC_COMPARE_H
 
@@ -35,6 +48,7 @@
 typedef enum {
     FC_CMP_BATCH,   // batch.input, batch.target: always bitwise
     FC_CMP_LOSS,    // the global mean loss
+    FC_CMP_NORM,    // clip_grad_norm's total gradient norm (when both sides report it)
     FC_CMP_GRAD,    // grad.<name>
     FC_CMP_PARAM,   // param.<name>
     FC_CMP_OPTIM,   // optim.<state>.<name>
@@ -47,16 +61,29 @@ typedef enum {
 const char *fc_cmp_kind_name(fc_cmp_kind k);  // "batch", "loss", ...
 
 typedef struct {
-    double rtol, atol;
+    double rtol;         // element: |a - b| <= atol + rtol * scale
+    double atol;         // 0 unless --atol
+    double ntol;         // tensor: ||A - B||_2 <= ntol * ||A||_2 (0: not checked, as for scalars)
     int exact;           // bitwise equality required (batch, or --bitwise)
 } fc_tol;
 
-// The documented defaults: FC_CMP_DEFAULTS[precision][kind].
-extern const fc_tol FC_CMP_DEFAULTS[3][FC_CMP_KIND_COUNT];
+// The documented defaults, two rows per precision (compare.c has the
+// measurements): FC_CMP_LOCKSTEP[precision][kind] for a step both runs start
+// from the same parameters (up to the parameter tolerance: the first step of
+// two runs from one init, and every step while they stay in lockstep), and
+// FC_CMP_DIVERGED for a step after AdamW has legitimately turned a
+// noise-level gradient into a parameter difference beyond rounding, which
+// 16-bit compute then carries into every later gradient.
+extern const fc_tol FC_CMP_LOCKSTEP[3][FC_CMP_KIND_COUNT];
+extern const fc_tol FC_CMP_DIVERGED[3][FC_CMP_KIND_COUNT];
 
 typedef struct {
-    fc_prec prec;        // the precision row the defaults came from
-    fc_tol tol[FC_CMP_KIND_COUNT];
+    fc_prec prec;        // the precision the lockstep row came from
+    fc_prec prec_div;    // the precision the diverged row came from
+    fc_tol tol[FC_CMP_KIND_COUNT];   // lockstep
+    fc_tol div[FC_CMP_KIND_COUNT];   // diverged
+    double lockstep;     // the runs start a step in lockstep while their parameters differ by at most
+                         // this much of each tensor's scale (the default parameter rtol; no flag changes it)
     int bitwise;         // --bitwise: every kind exact
     int overridden;      // --rtol/--atol replaced the defaults of the float kinds
 } fc_cmp_policy;
@@ -66,9 +93,19 @@ typedef struct {
 // gradients reduced in bf16 carry bf16 rounding even with fp32 parameters.
 fc_prec fc_cmp_precision(const fc_run_config *a, const fc_run_config *b);
 void fc_cmp_policy_defaults(fc_cmp_policy *p, fc_prec prec);
+// Two runs that share their per-rank arithmetic (one implementation at one W
+// on one data split, differing only in the reduction tree, prefetch or
+// offload) differ in lockstep only by their reductions: the lockstep row is
+// the reduce_dtype's, the diverged row the least precise dtype's.
+void fc_cmp_policy_same_compute(fc_cmp_policy *p, const fc_run_config *a, const fc_run_config *b);
 // has_rtol/has_atol say which of the two replace the defaults of every float kind.
 void fc_cmp_policy_override(fc_cmp_policy *p, int has_rtol, double rtol, int has_atol, double atol);
 void fc_cmp_policy_bitwise(fc_cmp_policy *p);
+
+// The spacing of fp32 values at x (> 0): 2^(floor(log2 x) - 23), the smallest
+// subnormal below 2^-126. Errors are reported in these units at the tensor's
+// scale ("ULP at scale"), not at each element, whose own ULP near zero says nothing.
+double fc_ulp_at(double x);
 
 // Distance between two floats in units in the last place, through the
 // ordered-integer mapping (sign-magnitude bits -> a monotone integer line, on
@@ -76,12 +113,9 @@ void fc_cmp_policy_bitwise(fc_cmp_policy *p);
 // are 1 apart; +-Inf are the ends of the line). Both NaN: 0. Exactly one NaN:
 // UINT64_MAX ("infinitely far").
 uint64_t fc_ulp_distance(float a, float b);
-// Whether b matches the expected a under t.
-int fc_cmp_close(float a, float b, const fc_tol *t);
-// |a - b| and |a - b| / |a| as reported: both NaN or equal infinities give 0,
-// exactly one NaN (or one infinity) gives +Inf; a == 0 != b gives rel +Inf.
+// |a - b| as reported: both NaN or equal infinities give 0, exactly one NaN
+// (or one infinity) gives +Inf.
 double fc_cmp_abs_err(float a, float b);
-double fc_cmp_rel_err(float a, float b);
 
 // Who holds an element under a layout.
 typedef enum {
@@ -122,17 +156,21 @@ typedef struct {
     char name[160];       // "grad.layers.0.weight"
     fc_cmp_kind kind;
     size_t numel;
-    double max_abs, max_rel;
-    uint64_t max_ulp;
+    double scale;         // max(max|A|, max|B|) (a scalar: |a|)
+    double max_abs;       // max |a - b|
+    double max_scaled;    // max of the judged error / scale (for parameters: beyond what the optimizer explains)
+    double max_ulp;       // the same in ULPs at the scale (fc_ulp_at)
+    double norm_ratio;    // ||judged error||_2 / ||A||_2 (0 for scalars)
+    double headroom;      // the largest judged error as a fraction of what was allowed (> 1: failed)
     size_t n_bad;         // elements outside tolerance (or differing bits when exact)
+    int norm_bad;         // the tensor's norm check failed
     int pass;
     char note[200];       // why it could not be compared element-wise ("" if it was)
 } fc_cmp_tensor;
 
 typedef struct {
     int n_tensors, n_failed;
-    double max_abs, max_rel;
-    uint64_t max_ulp;
+    double max_abs, max_scaled, max_ulp, norm_ratio, headroom;
 } fc_cmp_kind_stats;
 
 // The first element (in comparison order) that is outside tolerance.
@@ -148,8 +186,14 @@ typedef struct {
     int is_float;         // values are floats (else int32)
     double a, b;          // both values (exact: float and int32 both fit in a double)
     uint32_t a_bits, b_bits;
-    double abs_err, rel_err;
-    uint64_t ulp;
+    double abs_err;       // |a - b|
+    double explained;     // of which the optimizer explains this much (parameters)
+    double scale;         // the tensor's scale
+    double scaled;        // (abs_err - explained) / scale
+    double ulp;           // the same in ULPs at the scale
+    double allowed;       // atol + rtol * scale
+    int whole_tensor;     // the element check passed but the tensor's norm did not
+    double norm_ratio;    // then: ||A - B|| / ||A||
     fc_tol tol;           // the tolerance it failed
     fc_owner owner;
     char owner_text[320];
@@ -158,6 +202,8 @@ typedef struct {
 
 typedef struct {
     long step;
+    int lockstep;         // judged by the lockstep row (else the diverged row)
+    double prev_diff;     // the parameters before the step: max |A - B| / scale over the tensors (-1: unknown)
     int n_tensors, cap;
     fc_cmp_tensor *tensors;
     fc_cmp_kind_stats kinds[FC_CMP_KIND_COUNT];
@@ -166,12 +212,14 @@ typedef struct {
 } fc_cmp_result;
 
 // What the comparison knows besides the tensors: the model both sets are in
-// (model layout, m->numel floats per full set), the policy, and B's layout.
+// (model layout, m->numel floats per full set), the policy, B's layout, and
+// the optimizer both ran (which bounds what a parameter may differ by).
 typedef struct {
     const fc_model *m;
     const fc_cmp_policy *policy;
     const fc_run_config *layout;  // B's config: strategy, shard group, batch, grad accum
     int world;                    // B's world size
+    const fc_optim_config *optim; // the optimizer of both runs; NULL: parameters get no optimizer allowance
 } fc_cmp_ctx;
 
 void fc_cmp_result_init(fc_cmp_result *r, long step);
@@ -180,9 +228,11 @@ void fc_cmp_result_free(fc_cmp_result *r);
 // Compares the kinds in `kinds` (FC_CMP_MASK bits) of two full tensor sets of
 // one step and appends to r. For each kind asked, both sides must provide it:
 // batch (a non-NULL batch), grads, params, and for optim the state tensors
-// of every name in state_names (a state one side lacks is a failure). Tensors
-// are compared in the order kind, then registry order, so the first
-// divergence is the same whichever caller asks.
+// of every name in state_names (a state one side lacks is a failure); the
+// norm only when both sides have one. Parameters use each side's
+// prev_params and optimizer state, when both sides have them, for the
+// optimizer allowance. Tensors are compared in the order kind, then registry
+// order, so the first divergence is the same whichever caller asks.
 void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, unsigned kinds,
                     fc_cmp_result *r);
 // fc_cmp_result_init + fc_compare_add of every kind.
@@ -195,10 +245,9 @@ void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p);
 void fc_cmp_print_header(FILE *f);
 void fc_cmp_print_rows(FILE *f, const fc_cmp_result *r);
 void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d);
-// Numbers as every table prints them: an error ("inf", "0" or 3 digits), a
-// ULP distance ("inf" for UINT64_MAX) and a tolerance ("exact" or "rtol R atol A").
+// Numbers as every table prints them: an error ("inf", "0" or 3 digits) and a
+// tolerance ("exact" or "rtol R ntol N [atol A]").
 const char *fc_cmp_fmt_err(double x, char *buf, size_t cap);
-const char *fc_cmp_fmt_ulp(uint64_t u, char *buf, size_t cap);
 void fc_cmp_fmt_tol(const fc_tol *t, char *buf, size_t cap);
 
 #endif

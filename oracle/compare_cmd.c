@@ -18,8 +18,11 @@ static void compare_usage(FILE *f) {
     fputs("usage: fsdpcheck compare DIR_A DIR_B [--rtol R] [--atol A | --bitwise] [--report FILE.md]\n"
           "  Compares two traces (run --trace DIR) step by step: batch (always exact), loss,\n"
           "  gradients, parameters and optimizer state. DIR_A is the expected side; the owner of\n"
-          "  a divergent element is given under DIR_B's layout.\n"
-          "  --rtol R, --atol A   replace the per-kind defaults of every float kind\n"
+          "  a divergent element is given under DIR_B's layout. An element's error is judged\n"
+          "  against its tensor's scale (max |A|, |B|), and each tensor's error norm against ||A||.\n"
+          "  --rtol R             the per-element tolerance relative to the tensor's scale, for\n"
+          "                       every float kind (the norm tolerance scales with it)\n"
+          "  --atol A             an absolute floor added to every element's tolerance (default 0)\n"
           "  --bitwise            require identical bits everywhere\n"
           "  --report FILE.md     also write a Markdown report\n"
           "exit codes: 0 pass, 1 mismatch, 2 bad input\n",
@@ -55,20 +58,21 @@ static void describe_run(const fc_trace *t, char *buf, size_t cap) {
              t->first_step + t->steps - 1);
 }
 
-// One step of a trace, read a part at a time into the caller's buffers.
+// One step of a trace, read whole into the caller's buffers.
 typedef struct {
     fc_trace *t;
     fc_st_file f;
     fc_trace_step s;
     fc_batch batch;
-    float *bufs[4];  // grads, params, state 0, state 1: [numel] each
 } step_reader;
 
 static _Noreturn void read_fail(const fc_trace *t, long step, const fc_error *e) {
     fc_die(FC_EXIT_USAGE, "%s, step %ld: %s", t->dir, step, e->msg);
 }
 
-static void reader_open(step_reader *r, fc_trace *t, long step, float *bufs[4]) {
+// bufs: grads, params, state 0, state 1 ([numel] each); prev: the parameters
+// before this step.
+static void reader_read(step_reader *r, fc_trace *t, long step, float *bufs[4], const float *prev) {
     memset(r, 0, sizeof *r);
     r->t = t;
     fc_error e;
@@ -78,27 +82,22 @@ static void reader_open(step_reader *r, fc_trace *t, long step, float *bufs[4]) 
         read_fail(t, step, &e);
     r->s.batch = &r->batch;
     r->s.n_state = t->n_state;
-    for (int i = 0; i < t->n_state; i++) r->s.state_names[i] = t->state_names[i];
-    for (int i = 0; i < 4; i++) r->bufs[i] = bufs[i];
-}
-
-// Loads part `part` (0 grads, 1 params, 2 + i state i) into the reader's buffers.
-static void reader_load(step_reader *r, int part) {
-    fc_error e;
-    char prefix[64];
-    if (part == 0) snprintf(prefix, sizeof prefix, "grad");
-    else if (part == 1) snprintf(prefix, sizeof prefix, "param");
-    else snprintf(prefix, sizeof prefix, "optim.%s", r->t->state_names[part - 2]);
-    if (fc_trace_read_set(r->t, &r->f, prefix, r->bufs[part], &e)) read_fail(r->t, r->s.step, &e);
-    if (part == 0) r->s.grads = r->bufs[0];
-    else if (part == 1) r->s.params = r->bufs[1];
-    else r->s.state[part - 2] = r->bufs[part];
-}
-
-static void reader_close(step_reader *r) {
+    r->s.prev_params = prev;
+    if (fc_trace_read_set(t, &r->f, "grad", bufs[0], &e) || fc_trace_read_set(t, &r->f, "param", bufs[1], &e))
+        read_fail(t, step, &e);
+    r->s.grads = bufs[0];
+    r->s.params = bufs[1];
+    for (int i = 0; i < t->n_state; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "optim.%s", t->state_names[i]);
+        if (fc_trace_read_set(t, &r->f, prefix, bufs[2 + i], &e)) read_fail(t, step, &e);
+        r->s.state_names[i] = t->state_names[i];
+        r->s.state[i] = bufs[2 + i];
+    }
     fc_st_close(&r->f);
-    fc_batch_free(&r->batch);
 }
+
+static void reader_close(step_reader *r) { fc_batch_free(&r->batch); }
 
 // Markdown text in a table cell, escaped as the sweep's report escapes it.
 static void md_text(FILE *f, const char *s) { fc_escape(s, SIZE_MAX, FC_ESC_MD_TEXT, fc_esc_to_file, f); }
@@ -135,41 +134,48 @@ static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_
         }
         fputc('\n', f);
     }
-    fprintf(f, "\n## Tolerance policy (%s)\n\n| kind | rule |\n|---|---|\n",
-            pol->bitwise ? "--bitwise" : pol->overridden ? "--rtol/--atol override" : fc_prec_name(pol->prec));
+    fprintf(f, "\n## Tolerance policy (%s)\n\n| kind | lockstep (%s) | diverged (%s) |\n|---|---|---|\n",
+            pol->bitwise ? "--bitwise" : pol->overridden ? "--rtol/--atol override" : fc_prec_name(pol->prec),
+            fc_prec_name(pol->prec), fc_prec_name(pol->prec_div));
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
-        char t[64];
+        char t[64], u[64];
         fc_cmp_fmt_tol(&pol->tol[k], t, sizeof t);
-        fprintf(f, "| %s | %s |\n", fc_cmp_kind_name((fc_cmp_kind)k), t);
+        fc_cmp_fmt_tol(&pol->div[k], u, sizeof u);
+        fprintf(f, "| %s | %s | %s |\n", fc_cmp_kind_name((fc_cmp_kind)k), t, u);
     }
-    fprintf(f, "\nAn element passes when |A - B| <= atol + rtol * |A|; NaN matches only NaN.\n");
+    fprintf(f, "\nAn element passes when |A - B| <= atol + rtol * scale, scale = max(max|A|, max|B|) of its tensor "
+               "(parameters: beyond what the two sides' optimizer inputs explain); a tensor when ||A - B|| <= ntol * "
+               "||A||. NaN matches only NaN.\n");
     if (first->found) {
         fprintf(f, "\n## First divergence\n\n```\n");
         fc_cmp_print_divergence(f, first);
         fprintf(f, "```\n");
     }
-    fprintf(f, "\n## Per step\n\n| step | kind | tensors | max abs err | max rel err | max ULP | result |\n"
-               "|---:|---|---:|---:|---:|---:|---|\n");
+    fprintf(f, "\n## Per step\n\n| step | kind | tensors | max abs err | max err/scale | ULP at scale | norm ratio "
+               "| of tolerance | row | result |\n|---:|---|---:|---:|---:|---:|---:|---:|---|---|\n");
     for (int i = 0; i < n_res; i++)
         for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
             const fc_cmp_kind_stats *s = &res[i].kinds[k];
             if (!s->n_tensors) continue;
-            char a[32], b[32], u[32];
-            fprintf(f, "| %ld | %s | %d | %s | %s | %s | %s |\n", res[i].step, fc_cmp_kind_name((fc_cmp_kind)k),
-                    s->n_tensors, fc_cmp_fmt_err(s->max_abs, a, sizeof a), fc_cmp_fmt_err(s->max_rel, b, sizeof b),
-                    fc_cmp_fmt_ulp(s->max_ulp, u, sizeof u), s->n_failed ? "**FAIL**" : "pass");
+            char a[32], b[32], u[32], n[32], h[32];
+            fprintf(f, "| %ld | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", res[i].step,
+                    fc_cmp_kind_name((fc_cmp_kind)k), s->n_tensors, fc_cmp_fmt_err(s->max_abs, a, sizeof a),
+                    fc_cmp_fmt_err(s->max_scaled, b, sizeof b), fc_cmp_fmt_err(s->max_ulp, u, sizeof u),
+                    fc_cmp_fmt_err(s->norm_ratio, n, sizeof n), fc_cmp_fmt_err(s->headroom, h, sizeof h),
+                    res[i].lockstep ? "lockstep" : "diverged", s->n_failed ? "**FAIL**" : "pass");
         }
-    fprintf(f, "\n## Per tensor\n\n| step | tensor | elements | max abs err | max rel err | max ULP | outside "
-               "tolerance | result |\n|---:|---|---:|---:|---:|---:|---:|---|\n");
+    fprintf(f, "\n## Per tensor\n\n| step | tensor | elements | scale | max abs err | max err/scale | ULP at "
+               "scale | norm ratio | outside tolerance | result |\n|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for (int i = 0; i < n_res; i++)
         for (int j = 0; j < res[i].n_tensors; j++) {
             const fc_cmp_tensor *t = &res[i].tensors[j];
-            char a[32], b[32], u[32];
+            char sc[32], a[32], b[32], u[32], n[32];
             fprintf(f, "| %ld | ", res[i].step);
             md_text(f, t->name);
-            fprintf(f, " | %zu | %s | %s | %s | %zu | %s", t->numel, fc_cmp_fmt_err(t->max_abs, a, sizeof a),
-                    fc_cmp_fmt_err(t->max_rel, b, sizeof b), fc_cmp_fmt_ulp(t->max_ulp, u, sizeof u), t->n_bad,
-                    t->pass ? "pass" : "**FAIL**");
+            fprintf(f, " | %zu | %s | %s | %s | %s | %s | %zu%s | %s", t->numel, fc_cmp_fmt_err(t->scale, sc, sizeof sc),
+                    fc_cmp_fmt_err(t->max_abs, a, sizeof a), fc_cmp_fmt_err(t->max_scaled, b, sizeof b),
+                    fc_cmp_fmt_err(t->max_ulp, u, sizeof u), fc_cmp_fmt_err(t->norm_ratio, n, sizeof n), t->n_bad,
+                    t->norm_bad ? " + norm" : "", t->pass ? "pass" : "**FAIL**");
             if (t->note[0]) {
                 fputs(": ", f);
                 md_text(f, t->note);
@@ -254,7 +260,6 @@ int fc_cmd_compare(int argc, char **argv) {
     fc_cmp_policy_override(&pol, has_rtol, rtol, has_atol, atol);
     if (bitwise) fc_cmp_policy_bitwise(&pol);
     // the same model, so one registry describes both; B's config is the layout
-    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size};
 
     char da[400], db[400], mdesc[200];
     describe_run(&ta, da, sizeof da);
@@ -266,46 +271,50 @@ int fc_cmd_compare(int argc, char **argv) {
     fc_cmp_print_policy(stdout, &pol);
     fc_cmp_print_header(stdout);
 
-    // One step of both traces at a time, and of each step one tensor set at a
-    // time: the memory is 2 sets of the model's size, whatever the model.
+    // One step of both traces at a time: per side its gradients, parameters,
+    // optimizer states and the parameters before the step (the optimizer
+    // allowance needs them), [numel] each.
     size_t numel = ta.model.numel;
-    float *mem = mallocCheck(2 * numel * sizeof(float));
-    float *bufs_a[4] = {mem, mem, mem, mem}, *bufs_b[4] = {mem + numel, mem + numel, mem + numel, mem + numel};
+    float *mem = mallocCheck(10 * numel * sizeof(float));
+    float *bufs[2][4], *cur[2], *prev[2];
+    for (int side = 0; side < 2; side++) {
+        for (int i = 0; i < 4; i++) bufs[side][i] = mem + (size_t)(5 * side + i) * numel;
+        cur[side] = bufs[side][1];
+        prev[side] = mem + (size_t)(5 * side + 4) * numel;  // cur and prev swap after each step
+    }
+    // the parameters before the first compared step: the initial ones when it
+    // is the trace's first step, else the step before it
+    fc_trace *tr[2] = {&ta, &tb};
+    for (int side = 0; side < 2; side++) {
+        fc_trace *t = tr[side];
+        if (lo == t->first_step) {
+            if (fc_trace_read_init(t, prev[side], &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+        } else {
+            step_reader pr;
+            float *pb[4] = {bufs[side][0], prev[side], bufs[side][2], bufs[side][3]};
+            reader_read(&pr, t, lo - 1, pb, NULL);
+            reader_close(&pr);
+        }
+    }
+    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim};
     int n_res = (int)(hi - lo);
     fc_cmp_result *res = callocCheck((size_t)n_res, sizeof *res);
     fc_cmp_divergence first = {0};
     long failed_steps = 0;
     for (long s = lo; s < hi; s++) {
         fc_cmp_result *r = &res[s - lo];
-        step_reader ra, rb;
-        reader_open(&ra, &ta, s, bufs_a);
-        reader_open(&rb, &tb, s, bufs_b);
-        fc_cmp_result_init(r, s);
-        fc_compare_add(&ctx, &ra.s, &rb.s, FC_CMP_MASK(FC_CMP_BATCH) | FC_CMP_MASK(FC_CMP_LOSS), r);
-        for (int part = 0; part < 2; part++) {
-            reader_load(&ra, part);
-            reader_load(&rb, part);
-            fc_compare_add(&ctx, &ra.s, &rb.s, FC_CMP_MASK(part == 0 ? FC_CMP_GRAD : FC_CMP_PARAM), r);
+        step_reader rd[2];
+        for (int side = 0; side < 2; side++) {
+            float *b4[4] = {bufs[side][0], cur[side], bufs[side][2], bufs[side][3]};
+            reader_read(&rd[side], tr[side], s, b4, prev[side]);
         }
-        // optimizer states: one name at a time, matched by name (a state only
-        // one side has fails, with a note)
-        fc_trace_step sa = ra.s, sb = rb.s;
-        for (int i = 0; i < ta.n_state; i++) {
-            int j = fc_cmp_find_state(&rb.s, ta.state_names[i]);
-            reader_load(&ra, 2 + i);
-            if (j >= 0) reader_load(&rb, 2 + j);
-            sa.n_state = 1, sa.state_names[0] = ta.state_names[i], sa.state[0] = ra.s.state[i];
-            sb.n_state = j >= 0, sb.state_names[0] = ta.state_names[i], sb.state[0] = j >= 0 ? rb.s.state[j] : NULL;
-            fc_compare_add(&ctx, &sa, &sb, FC_CMP_MASK(FC_CMP_OPTIM), r);
+        fc_compare_step(&ctx, &rd[0].s, &rd[1].s, r);
+        for (int side = 0; side < 2; side++) {
+            reader_close(&rd[side]);
+            float *t = prev[side];  // this step's parameters are the next one's previous
+            prev[side] = cur[side];
+            cur[side] = t;
         }
-        for (int j = 0; j < tb.n_state; j++) {
-            if (fc_cmp_find_state(&ra.s, tb.state_names[j]) >= 0) continue;
-            sa.n_state = 0;
-            sb.n_state = 1, sb.state_names[0] = tb.state_names[j], sb.state[0] = NULL;
-            fc_compare_add(&ctx, &sa, &sb, FC_CMP_MASK(FC_CMP_OPTIM), r);
-        }
-        reader_close(&ra);
-        reader_close(&rb);
         fc_cmp_print_rows(stdout, r);
         if (!r->pass) {
             failed_steps++;

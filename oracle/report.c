@@ -167,9 +167,9 @@ static void rp_xml_desc(rp_buf *b, int p) {
     rp_xml(b, plain, sizeof plain);
 }
 
-static unsigned rp_checked(const fc_case_result *c) { return (c->checked | c->failed) & RP_PMASK; }
-static unsigned rp_failed(const fc_case_result *c) { return c->failed & RP_PMASK; }
-static int rp_case_failed(const fc_case_result *c) { return c->failed != 0; }
+static unsigned rp_checked(const fc_case_result *c) { return (c->v.checked | c->v.failed) & RP_PMASK; }
+static unsigned rp_failed(const fc_case_result *c) { return c->v.failed & RP_PMASK; }
+static int rp_case_failed(const fc_case_result *c) { return c->v.failed != 0; }
 
 // "P2, P5" (or "P?" when only bits outside P1..P14 are set).
 static void rp_props(rp_buf *b, unsigned mask) {
@@ -576,7 +576,7 @@ static void rp_md_failures(rp_buf *b, const fc_sweep_report *r, int nfail) {
         rp_puts(b, " | ");
         rp_md_code(b, c->spec, sizeof c->spec);
         rp_puts(b, " | ");
-        rp_md(b, c->detail, sizeof c->detail);
+        rp_md(b, c->v.detail, sizeof c->v.detail);
         rp_puts(b, " |\n");
         shown++;
     }
@@ -602,9 +602,9 @@ static void rp_md_repro(rp_buf *b, const fc_sweep_report *r, int nfail) {
         rp_printf(b, "- minimal case, at W = %d: ", c->W);
         rp_md_code(b, c->spec, sizeof c->spec);
         rp_puts(b, "\n");
-        if (c->detail[0]) {
+        if (c->v.detail[0]) {
             rp_puts(b, "- first divergence: ");
-            rp_md(b, c->detail, sizeof c->detail);
+            rp_md(b, c->v.detail, sizeof c->v.detail);
             rp_puts(b, "\n");
         }
         rp_puts(b, "\n");
@@ -618,31 +618,36 @@ static void rp_md_repro(rp_buf *b, const fc_sweep_report *r, int nfail) {
 
 static void rp_md_errors(rp_buf *b, const fc_sweep_report *r) {
     rp_puts(b, "## Error magnitudes\n\nLargest error over the cases that checked each property "
-               "(0 everywhere = bitwise agreement).\n\n");
+               "(0 everywhere = bitwise agreement). Errors are relative to each tensor's scale (max |A|, |B|); "
+               "\"of tolerance\" is the largest error as a fraction of what the policy allowed (above 1 fails).\n\n");
     int rows = 0;
     for (int p = 1; p < FC_NPROP; p++) {
         int n = 0, nf = 0, worst = -1;
-        double ma = 0, mr = 0, mu = 0;
+        double ma = 0, mr = 0, mu = 0, hr = 0;
         for (int i = 0; i < r->n; i++) {
             const fc_case_result *c = &r->cases[i];
             if (!(rp_checked(c) & (1u << p))) continue;
             n++;
             nf += (rp_failed(c) >> p) & 1;
-            ma = rp_max(ma, c->max_abs[p]);
-            mr = rp_max(mr, c->max_rel[p]);
-            double v = c->max_ulp[p];
+            ma = rp_max(ma, c->v.max_abs[p]);
+            mr = rp_max(mr, c->v.max_scaled[p]);
+            hr = rp_max(hr, c->v.headroom[p]);
+            double v = c->v.max_ulp[p];
             if (worst < 0 || (!isnan(mu) && (isnan(v) || v > mu))) worst = c->index;
             mu = rp_max(mu, v);
         }
         if (!n) continue;
-        if (!rows++) rp_puts(b, "| property | cases | failed | max abs | max rel | max ULP | case of max ULP |\n"
-                                "|---|---|---|---|---|---|---|\n");
+        if (!rows++)
+            rp_puts(b, "| property | cases | failed | max abs | max error / tensor scale | max ULP at scale | "
+                       "of tolerance | case of max ULP |\n|---|---|---|---|---|---|---|---|\n");
         rp_printf(b, "| P%d | %d | %d | ", p, n, nf);
         rp_num(b, ma);
         rp_puts(b, " | ");
         rp_num(b, mr);
         rp_puts(b, " | ");
         rp_ulp(b, mu);
+        rp_puts(b, " | ");
+        rp_num(b, hr);
         if (mu == 0) rp_puts(b, " | — |\n");
         else rp_printf(b, " | %d |\n", worst);
     }
@@ -837,7 +842,7 @@ int fc_report_junit(const fc_sweep_report *r, const char *path, fc_error *e) {
         rp_puts(&b, ">\n      <failure message=\"");
         rp_props(&b, fl);
         rp_puts(&b, " failed\" type=\"property\">");
-        rp_xml(&b, c->detail, sizeof c->detail);
+        rp_xml(&b, c->v.detail, sizeof c->v.detail);
         rp_puts(&b, "&#10;");
         for (int p = 1; p < FC_NPROP; p++) {
             if (!(fl & (1u << p))) continue;

@@ -9,6 +9,21 @@
 #include "mpicheck.h"
 #include "optim.h"
 
+// Copies the full parameters, gradients and states of im to rank 0's buffers.
+static int export_step(const fc_impl_ops *ops, fc_impl *im, fc_run_result *r, fc_run_step *st, int rank,
+                       fc_error *e) {
+    if (rank == 0) {
+        st->params = callocCheck(r->numel, sizeof(float));
+        st->grads = callocCheck(r->numel, sizeof(float));
+        for (int i = 0; i < r->n_state; i++) st->state[i] = callocCheck(r->numel, sizeof(float));
+    }
+    if (ops->export_full(im, FC_EXPORT_PARAMS, st->params, 0, e) || ops->export_full(im, FC_EXPORT_GRADS, st->grads, 0, e))
+        return -1;
+    for (int i = 0; i < r->n_state; i++)
+        if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, st->state[i], 0, e)) return -1;
+    return 0;
+}
+
 static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
                 fc_run_result *r) {
     memset(r, 0, sizeof *r);
@@ -29,13 +44,19 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     }
     fc_model m;
     fc_model_build(&m, &cfg->model);
-    const char *names[2];
     r->numel = m.numel;
     r->steps = cfg->steps;
-    r->n_state = fc_optim_state_names(&cfg->optim, names);
-    r->loss = callocCheck((size_t)cfg->steps, sizeof(float));
-    r->norm = callocCheck((size_t)cfg->steps, sizeof(double));
+    r->n_state = fc_optim_state_names(&cfg->optim, r->state_names);
+    r->first_step = ops->steps_done ? ops->steps_done(im) : 0;
+    r->step = callocCheck((size_t)cfg->steps, sizeof *r->step);
     r->ok = 1;
+    // the parameters the first step starts from (export before any step: the
+    // initial or loaded ones)
+    if (rank == 0) r->init = callocCheck(m.numel, sizeof(float));
+    if (ops->export_full(im, FC_EXPORT_PARAMS, r->init, 0, &e)) {
+        snprintf(r->error, sizeof r->error, "export before step 0: %s", e.msg);
+        r->ok = 0;
+    }
     for (int t = 0; t < cfg->steps && r->ok; t++) {
         fc_step_info info;
         if (ops->step(im, &info, &e)) {
@@ -43,24 +64,13 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
             r->ok = 0;
             break;
         }
-        r->loss[t] = info.loss;
-        r->norm[t] = info.grad_norm;
-    }
-    if (rank == 0) {
-        r->params = callocCheck(m.numel, sizeof(float));
-        r->grads = callocCheck(m.numel, sizeof(float));
-        for (int i = 0; i < r->n_state; i++) r->state[i] = callocCheck(m.numel, sizeof(float));
-    }
-    if (r->ok && (ops->export_full(im, FC_EXPORT_PARAMS, r->params, 0, &e) ||
-                  ops->export_full(im, FC_EXPORT_GRADS, r->grads, 0, &e))) {
-        snprintf(r->error, sizeof r->error, "export: %s", e.msg);
-        r->ok = 0;
-    }
-    for (int i = 0; r->ok && i < r->n_state; i++)
-        if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, r->state[i], 0, &e)) {
-            snprintf(r->error, sizeof r->error, "export: %s", e.msg);
+        r->step[t].loss = info.loss;
+        r->step[t].norm = info.grad_norm;
+        if (export_step(ops, im, r, &r->step[t], rank, &e)) {
+            snprintf(r->error, sizeof r->error, "export after step %d: %s", t, e.msg);
             r->ok = 0;
         }
+    }
     const fc_comm_log *log = ops->comm_log(im);
     for (size_t i = 0; i < log->n; i++) {
         fc_log_add(&r->log, log->ev[i]);
@@ -69,6 +79,24 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     ops->memory(im, &r->mem);
     ops->destroy(im);
     fc_model_free(&m);
+}
+
+fc_trace_step fc_run_trace_step(const fc_run_result *r, int t) {
+    const fc_run_step *s = &r->step[t];
+    fc_trace_step ts = {0};
+    ts.step = r->first_step + t;
+    ts.loss = s->loss;
+    ts.has_norm = 1;
+    ts.grad_norm = s->norm;
+    ts.grads = s->grads;
+    ts.params = s->params;
+    ts.prev_params = t == 0 ? r->init : r->step[t - 1].params;
+    ts.n_state = r->n_state;
+    for (int i = 0; i < r->n_state; i++) {
+        ts.state_names[i] = r->state_names[i];
+        ts.state[i] = s->state[i];
+    }
+    return ts;
 }
 
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {
@@ -98,12 +126,14 @@ int fc_runner_save(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm co
 }
 
 void fc_runner_free(fc_run_result *r) {
-    free(r->params);
-    free(r->grads);
-    free(r->state[0]);
-    free(r->state[1]);
-    free(r->loss);
-    free(r->norm);
+    for (int t = 0; r->step && t < r->steps; t++) {
+        free(r->step[t].params);
+        free(r->step[t].grads);
+        free(r->step[t].state[0]);
+        free(r->step[t].state[1]);
+    }
+    free(r->step);
+    free(r->init);
     fc_log_free(&r->log);
     memset(r, 0, sizeof *r);
 }

@@ -6,20 +6,32 @@
 #include <mpi.h>
 
 #include "impl.h"
+#include "trace.h"
 
-// What one run produced. Full tensors are valid on rank 0 of the run's
-// communicator only (NULL elsewhere).
+// One step of a run: the step info, and on rank 0 of the run's communicator
+// the full tensors after it (NULL elsewhere).
+typedef struct {
+    float loss;                        // global mean loss
+    double norm;                       // total gradient norm
+    float *grads, *params, *state[2];  // [numel] each
+} fc_run_step;
+
+// What one run produced.
 typedef struct {
     int ok;                            // 1 when create and every step succeeded
     char error[600];                   // else why not
     size_t numel;
     int steps, n_state;
-    float *params, *grads, *state[2];  // after the last step
-    float *loss;                       // [steps] global mean loss per step
-    double *norm;                      // [steps] total gradient norm per step
+    long first_step;                   // the global number of step[0] (a resumed run's continues)
+    const char *state_names[2];
+    float *init;                       // [numel] the parameters before step[0] (rank 0)
+    fc_run_step *step;                 // [steps]
     fc_comm_log log;                   // this rank's comm log
     fc_mem_stats mem;                  // this rank's memory figures
 } fc_run_result;
+
+// Step t of a run as the comparison engine sees it (no batch, the norm known).
+fc_trace_step fc_run_trace_step(const fc_run_result *r, int t);
 
 // Runs cfg->steps steps of `ops` on comm (collective over comm).
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r);

@@ -9,9 +9,8 @@
 
 #include "check.h"
 #include "config.h"
+#include "props.h"
 #include "schedule.h"
-
-#define FC_NPROP 15  // properties P1..P14 at index 1..14 (index 0 unused)
 
 // A case's checkpoint round trip (P7): train `at` steps, save, load into a
 // fresh instance at world size W with `strategy`, train the rest.
@@ -30,12 +29,7 @@ typedef struct {
     int W;                        // world size the case ran at
     fc_run_config cfg;            // the case's config
     fc_case_ckpt ckpt;            // its checkpoint round trip, if any
-    unsigned checked;             // bit p set: property Pp was checked
-    unsigned failed;              // bit p set: property Pp failed
-    double max_abs[FC_NPROP];     // largest |a-b| seen per property (tolerance or bitwise checks)
-    double max_rel[FC_NPROP];     // largest |a-b|/|b| seen per property
-    double max_ulp[FC_NPROP];     // largest ULP distance per property
-    char detail[512];             // the first failure: property, step, tensor, element, values, rank
+    fc_props v;                   // the verdicts: checked and failed properties, error magnitudes, detail
     double seconds;               // wall time of the case
     // measurements of the tested run (the largest over ranks)
     size_t mem_peak[FC_MEM_COUNT];      // per-rank peak bytes per category (device + host)

@@ -19,9 +19,12 @@
 typedef struct {
     long step;                 // 0-based global step number
     float loss;                // global mean loss
+    int has_norm;              // grad_norm is known (in memory; traces do not store it)
+    double grad_norm;          // clip_grad_norm's total norm of the step's gradient
     const fc_batch *batch;     // the global batch
     const float *grads;        // [numel] after reduction/divide/accumulation, before clipping
     const float *params;       // [numel] after the optimizer step
+    const float *prev_params;  // [numel] before it (the previous step's, or the initial ones); NULL: unknown
     int n_state;
     const char *state_names[2];
     const float *state[2];     // [numel] each

@@ -357,3 +357,19 @@ int fc_trace_read_set(const fc_trace *t, fc_st_file *f, const char *prefix, floa
     }
     return 0;
 }
+
+int fc_trace_read_init(const fc_trace *t, float *dst, fc_error *e) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/init.safetensors", t->dir);
+    fc_st_file f;
+    if (fc_st_open(path, &f, e)) return -1;
+    const fc_model *m = &t->model;
+    int rc = 0;
+    for (int i = 0; i < m->n_params && !rc; i++) {
+        const fc_param *p = &m->params[i];
+        const fc_st_tensor *st = fc_st_find(&f, p->name);
+        rc = st ? fc_st_read_f32(&f, st, 0, p->numel, dst + p->offset, e) : fc_fail(e, "%s: no tensor \"%s\"", path, p->name);
+    }
+    fc_st_close(&f);
+    return rc;
+}

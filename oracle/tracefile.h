@@ -60,5 +60,8 @@ int fc_trace_read_batch(const fc_trace *t, fc_st_file *f, fc_batch *b, fc_error 
 // Reads one full tensor set into dst[model.numel] in model layout: prefix is
 // "grad", "param" or "optim.<state>" (tensors "<prefix>.<name>").
 int fc_trace_read_set(const fc_trace *t, fc_st_file *f, const char *prefix, float *dst, fc_error *e);
+// Reads init.safetensors (the parameters the trace's first step starts from)
+// into dst[model.numel] in model layout.
+int fc_trace_read_init(const fc_trace *t, float *dst, fc_error *e);
 
 #endif

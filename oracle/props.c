@@ -1,0 +1,95 @@
+// oracle/props.c — see props.h.
+#include "props.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+
+static const char *NAMES[FC_NPROP] = {
+    "", "== local ground truth", "no_shard == full_shard == shard_grad_op", "hybrid == full_shard",
+    "prefetch == none", "world-size invariance", "accumulation == joined batch", "checkpoint round trip",
+    "clip_grad_norm == local", "mixed precision FSDP == DDP", "comm log == theory", "memory == formula",
+    "determinism", "finite differences", "cpu_offload == none"};
+
+const char *fc_prop_name(int p) { return p > 0 && p < FC_NPROP ? NAMES[p] : "?"; }
+
+void fc_props_record(fc_props *r, int p, int ok, const char *fmt, ...) {
+    r->checked |= 1u << p;
+    if (ok) return;
+    r->failed |= 1u << p;
+    if (r->detail[0]) return;
+    int n = snprintf(r->detail, sizeof r->detail, "P%d ", p);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail + n, sizeof r->detail - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+int fc_props_lowest(unsigned mask) {
+    for (int p = 1; p < FC_NPROP; p++)
+        if (mask & (1u << p)) return p;
+    return 0;
+}
+
+static double dmax(double a, double b) { return isnan(b) || b > a ? b : a; }
+
+// The divergence in one line for the detail.
+static void describe(const fc_cmp_divergence *d, char *buf, size_t cap) {
+    if (d->index < 0) {
+        snprintf(buf, cap, "step %ld, %.120s: %.200s", d->step, d->tensor, d->note);
+        return;
+    }
+    char where[64] = "";
+    if (d->ndim == 2) snprintf(where, sizeof where, "[%lld, %lld]", d->multi[0], d->multi[1]);
+    else if (d->ndim == 1) snprintf(where, sizeof where, "[%lld]", d->multi[0]);
+    if (d->is_float == 2)
+        snprintf(buf, cap, "step %ld, %.120s: %.17g vs %.17g (error %.3g of its scale, allowed %.3g), owned by %.200s", d->step,
+                 d->tensor, d->b, d->a, d->scaled, d->scale > 0 ? d->allowed / d->scale : 0.0, d->owner_text);
+    else
+        snprintf(buf, cap,
+                 "step %ld, %.120s%s: %.9g (0x%08x) vs %.9g (0x%08x), error %.3g of the tensor's scale %.3g "
+                 "(%.3g ULP there; allowed %.3g)%s, owned by %.200s",
+                 d->step, d->tensor, where, d->b, d->b_bits, d->a, d->a_bits, d->scaled, d->scale, d->ulp,
+                 d->scale > 0 ? d->allowed / d->scale : 0.0,
+                 d->whole_tensor ? "; the tensor fails as a whole" : "", d->owner_text);
+}
+
+int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run_result *tested, int t0,
+                     const fc_run_result *expected, int e0, int n, int bitwise, const char *against) {
+    if (!tested->ok || !expected->ok) {
+        fc_props_record(r, p, 0, "vs %s: run failed: %s", against, tested->ok ? expected->error : tested->error);
+        return 0;
+    }
+    fc_model m;
+    fc_model_build(&m, &pair->cfg->model);
+    fc_cmp_policy pol;
+    if (pair->same_compute) fc_cmp_policy_same_compute(&pol, pair->cfg, pair->against);
+    else fc_cmp_policy_defaults(&pol, fc_cmp_precision(pair->cfg, pair->against));
+    if (bitwise) fc_cmp_policy_bitwise(&pol);
+    fc_cmp_ctx ctx = {&m, &pol, pair->cfg, pair->W, &pair->against->optim};
+    int ok = 1;
+    for (int k = 0; k < n && ok; k++) {
+        fc_trace_step a = fc_run_trace_step(expected, e0 + k), b = fc_run_trace_step(tested, t0 + k);
+        b.step = a.step;  // judged as the same step (a resumed run numbers its own)
+        fc_cmp_result res;
+        fc_compare_step(&ctx, &a, &b, &res);
+        for (int kind = 0; kind < FC_CMP_KIND_COUNT; kind++) {
+            const fc_cmp_kind_stats *s = &res.kinds[kind];
+            r->max_abs[p] = dmax(r->max_abs[p], s->max_abs);
+            r->max_scaled[p] = dmax(r->max_scaled[p], s->max_scaled);
+            r->max_ulp[p] = dmax(r->max_ulp[p], s->max_ulp);
+            if (!bitwise) r->headroom[p] = dmax(r->headroom[p], s->headroom);
+        }
+        if (!res.pass) {
+            char what[600];
+            describe(&res.first, what, sizeof what);
+            fc_props_record(r, p, 0, "vs %s (%s%s): %s", against, bitwise ? "bitwise" : fc_prec_name(res.lockstep ? pol.prec : pol.prec_div),
+                            bitwise ? "" : res.lockstep ? ", lockstep" : ", diverged", what);
+            ok = 0;
+        }
+        fc_cmp_result_free(&res);
+    }
+    r->checked |= 1u << p;
+    fc_model_free(&m);
+    return ok;
+}

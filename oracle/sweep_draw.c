@@ -1,0 +1,117 @@
+// oracle/sweep_draw.c — the sweep's cases: seeded random draws from the
+// config space (model, world size W' <= W, strategy and shard group,
+// prefetch and the limiter, mixed precision, the divide mode, accumulation
+// with or without no_sync, clipping, offload, the optimizer, and for one case
+// in five a checkpoint round trip loaded at another W and strategy), and each
+// case as replayable `run` flags.
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "sweep_internal.h"
+
+double fc_sweep_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int pick(uint64_t *s, int n) { return (int)(rng_next(s) % (uint64_t)n); }
+
+void fc_sweep_set_model(fc_run_config *c, const char *name) {
+    fc_error e;
+    if (fc_model_config_load(name, &c->model, &e)) fc_die(FC_EXIT_INTERNAL, "%s", e.msg);
+}
+
+void fc_sweep_set_batch(fc_run_config *c, int W, int m) { c->global_batch = W * c->grad_accum * m; }
+
+void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckpt *k) {
+    for (;;) {
+        memset(k, 0, sizeof *k);
+        fc_run_config_defaults(c);
+        *W = 1 + pick(s, world);
+        const char *models[] = {"mlp-tiny", "gpt2-tiny", "gpt2-tiny", "mlp-micro"};
+        fc_sweep_set_model(c, models[pick(s, 4)]);
+        const fc_strategy strategies[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_FULL_SHARD,
+                                          FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_HYBRID_SHARD,
+                                          FC_STRATEGY_HYBRID_SHARD_ZERO2};
+        c->strategy = strategies[pick(s, 6)];
+        int hybrid = c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
+        if (hybrid) {  // a proper divisor when there is one, so replicas exist
+            int divs[8], n = 0;
+            for (int F = 1; F < *W; F++)
+                if (*W % F == 0) divs[n++] = F;
+            c->shard_group = n ? divs[pick(s, n)] : *W;
+        }
+        if (c->strategy != FC_STRATEGY_NO_SHARD) {
+            c->backward_prefetch = (fc_prefetch)pick(s, 3);
+            c->forward_prefetch = pick(s, 3) == 0;
+            c->limit_all_gathers = (c->forward_prefetch || c->backward_prefetch) && pick(s, 3) == 0;
+        }
+        c->grad_accum = pick(s, 3) == 0 ? 2 : 1;
+        c->no_sync = c->grad_accum > 1 && pick(s, 2);
+        if (pick(s, 4) == 0) {
+            c->norm_type = (fc_norm_type)pick(s, 3);
+            c->clip_grad_norm = c->norm_type == FC_NORM_1 ? 0.5f : 0.05f;  // below typical norms: it clips
+        }
+        int mp = pick(s, 5);
+        if (mp == 0) c->param_dtype = FC_PREC_BF16, c->reduce_dtype = FC_PREC_FP32;
+        if (mp == 1) c->param_dtype = c->reduce_dtype = pick(s, 2) ? FC_PREC_BF16 : FC_PREC_FP16;
+        c->cpu_offload = pick(s, 6) == 0;
+        // the divide modes are one average with different roundings (DESIGN §4)
+        if (*W > 1 && pick(s, 4) == 0) c->divide = pick(s, 2) ? FC_DIVIDE_AVG : FC_DIVIDE_SUM_THEN_DIVIDE;
+        if (pick(s, 4) == 0) {
+            c->optim.kind = FC_OPT_SGD;
+            c->optim.lr = 0.05;
+            c->optim.weight_decay = 0.0;
+        }
+        c->steps = 2;
+        c->seq_len = 8;
+        c->seed = rng_next(s) % 1000000;
+        fc_sweep_set_batch(c, *W, 1 + pick(s, 2));
+        if (pick(s, 5) == 0) {  // a checkpoint round trip, loaded at another W and strategy
+            const fc_strategy load[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
+            c->steps = 3;
+            k->on = 1;
+            k->sharded = pick(s, 2);
+            k->at = 1 + pick(s, 2);
+            k->strategy = load[pick(s, 3)];
+            do k->W = 1 + pick(s, world);
+            while (c->global_batch % (k->W * c->grad_accum) != 0);
+        }
+        fc_error e;
+        if (fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0) return;
+    }
+}
+
+void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out, size_t cap) {
+    size_t n = 0;
+#define ADD(...) n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, __VA_ARGS__)
+    ADD("--model %s --strategy %s", c->model.name, fc_strategy_name(c->strategy));
+    if (c->shard_group) ADD(" --shard-group %d", c->shard_group);
+    if (c->backward_prefetch != FC_PREFETCH_NONE) ADD(" --backward-prefetch %s", fc_prefetch_name(c->backward_prefetch));
+    if (c->forward_prefetch) ADD(" --forward-prefetch");
+    if (c->limit_all_gathers) ADD(" --limit-all-gathers");
+    if (c->param_dtype != FC_PREC_FP32 || c->reduce_dtype != FC_PREC_FP32)
+        ADD(" --param-dtype %s --reduce-dtype %s", fc_prec_name(c->param_dtype), fc_prec_name(c->reduce_dtype));
+    if (c->grad_accum > 1) ADD(" --grad-accum %d", c->grad_accum);
+    if (c->no_sync) ADD(" --no-sync");
+    if (c->clip_grad_norm > 0) ADD(" --clip-grad-norm %g --norm-type %s", (double)c->clip_grad_norm, fc_norm_name(c->norm_type));
+    if (c->cpu_offload) ADD(" --cpu-offload");
+    if (c->divide != FC_DIVIDE_PREPOST) ADD(" --divide %s", fc_divide_name(c->divide));
+    ADD(" --optimizer %s --lr %g", fc_opt_name(c->optim.kind), c->optim.lr);
+    if (c->optim.kind == FC_OPT_ADAMW || c->optim.weight_decay != 0) ADD(" --weight-decay %g", c->optim.weight_decay);
+    ADD(" --steps %d --global-batch %d", c->steps, c->global_batch);
+    if (c->model.kind == FC_MODEL_GPT2) ADD(" --seq-len %d", c->seq_len);
+    ADD(" --seed %llu", (unsigned long long)c->seed);
+    // sweep's own flag: save after AT steps, load at W2 with STRATEGY, continue
+    if (k->on) ADD(" --ckpt %s:%d:%d:%s", k->sharded ? "sharded" : "full", k->at, k->W, fc_strategy_name(k->strategy));
+#undef ADD
+}
+

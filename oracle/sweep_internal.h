@@ -1,0 +1,39 @@
+// oracle/sweep_internal.h — what the sweep's files share (sweep.c the
+// command, sweep_draw.c the cases, sweep_case.c one checked case,
+// sweep_shrink.c the shrinker). Nothing outside the sweep uses it.
+#ifndef FC_SWEEP_INTERNAL_H
+#define FC_SWEEP_INTERNAL_H
+
+#include <stdint.h>
+
+#include "impl.h"
+#include "sweep.h"
+
+typedef struct {
+    const fc_impl_ops *tested;   // the implementation under test
+    const fc_impl_ops *ref;      // the clean reference (baselines)
+    int tested_is_ref;           // bitwise properties apply
+    fc_fault inject;             // injected into the tested implementation (the fault catalogue build)
+    int expect;                  // the property the catalogue expects to catch it (core/faults.h), 0 if none
+    int rank, W;
+} fc_sweep_ctx;
+
+double fc_sweep_now(void);
+
+// Cases (sweep_draw.c): a seeded random case at a world size W' <= world.
+void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckpt *k);
+// The case as `run` flags (replayable with `sweep --replay`), what reports name it by.
+void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out, size_t cap);
+void fc_sweep_set_model(fc_run_config *c, const char *name);
+// The global batch of a case: divisible by W' and K, m samples per micro-batch.
+void fc_sweep_set_batch(fc_run_config *c, int W, int m);
+
+// One case at W' ranks (sweep_case.c); every rank of the world calls it and
+// gets the same verdict back (rank 0 decides).
+void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, const fc_case_ckpt *k,
+                       fc_case_result *res);
+
+// Simpler variants of a failing case, kept while they still fail (sweep_shrink.c).
+void fc_sweep_shrink(const fc_sweep_ctx *x, fc_case_result *worst, int quiet);
+
+#endif

@@ -1,0 +1,137 @@
+// oracle/sweep_shrink.c — shrinking a failing case: simpler variants (a
+// smaller world, no clipping, no accumulation, no offload, no prefetch, fp32,
+// fewer layers and smaller dims, fewer steps, the default optimizer and divide
+// mode, no checkpoint round trip) are kept while they still fail, so the
+// reproducer a user gets is the smallest this finds.
+#include <stdio.h>
+#include <string.h>
+
+#include "sweep_internal.h"
+
+// Applies simplification k to (c, W); returns 0 if it does not apply.
+static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
+    int m = c->global_batch / (*W * c->grad_accum);  // samples per micro-batch
+    switch (k) {
+    case 0:  // a smaller world, down to 2 (faults that need peers), then 1
+        if (*W <= 1) return 0;
+        *W = *W > 2 ? *W - 1 : 1;
+        if (c->shard_group && *W % c->shard_group) c->shard_group = 0;
+        if (c->shard_group == *W) c->shard_group = 0;
+        if (*W == 1) c->divide = FC_DIVIDE_PREPOST;  // one rank divides nothing
+        break;
+    case 1:
+        if (c->clip_grad_norm == 0) return 0;
+        c->clip_grad_norm = 0, c->norm_type = FC_NORM_2;
+        break;
+    case 2:
+        if (c->grad_accum == 1) return 0;
+        c->grad_accum = 1, c->no_sync = 0;
+        break;
+    case 3:
+        if (!c->no_sync) return 0;
+        c->no_sync = 0;
+        break;
+    case 4:
+        if (!c->cpu_offload) return 0;
+        c->cpu_offload = 0;
+        break;
+    case 5:
+        if (!c->limit_all_gathers) return 0;
+        c->limit_all_gathers = 0;
+        break;
+    case 6:
+        if (!c->forward_prefetch) return 0;
+        c->forward_prefetch = 0;
+        break;
+    case 7:
+        if (c->backward_prefetch == FC_PREFETCH_NONE) return 0;
+        c->backward_prefetch = FC_PREFETCH_NONE;
+        c->limit_all_gathers = c->limit_all_gathers && c->forward_prefetch;
+        break;
+    case 8:
+        if (c->param_dtype == FC_PREC_FP32 && c->reduce_dtype == FC_PREC_FP32) return 0;
+        c->param_dtype = c->reduce_dtype = FC_PREC_FP32;
+        break;
+    case 9:
+        if (c->strategy != FC_STRATEGY_HYBRID_SHARD_ZERO2 && c->strategy != FC_STRATEGY_SHARD_GRAD_OP) return 0;
+        c->strategy = c->strategy == FC_STRATEGY_SHARD_GRAD_OP ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_HYBRID_SHARD;
+        break;
+    case 10:  // fewer layers and smaller dims
+        if (!strcmp(c->model.name, "gpt2-tiny")) fc_sweep_set_model(c, "gpt2-micro");
+        else if (!strcmp(c->model.name, "mlp-tiny")) fc_sweep_set_model(c, "mlp-micro");
+        else return 0;
+        break;
+    case 11:
+        if (c->model.kind == FC_MODEL_GPT2) return 0;  // some faults live in the tied embedding
+        if (!strcmp(c->model.name, "mlp-micro")) return 0;
+        fc_sweep_set_model(c, "mlp-micro");
+        break;
+    case 12:
+        if (c->steps <= 1) return 0;
+        c->steps--;
+        break;
+    case 13:
+        if (c->model.kind != FC_MODEL_GPT2 || c->seq_len <= 2) return 0;
+        c->seq_len /= 2;
+        break;
+    case 14:
+        if (c->optim.kind == FC_OPT_ADAMW) return 0;
+        c->optim = (fc_optim_config){0};
+        {
+            fc_run_config d;
+            fc_run_config_defaults(&d);
+            c->optim = d.optim;
+        }
+        break;
+    case 15:
+        if (m <= 1) return 0;
+        m = 1;
+        break;
+    case 17:
+        if (c->divide == FC_DIVIDE_PREPOST) return 0;
+        c->divide = FC_DIVIDE_PREPOST;
+        break;
+    case 16:  // the checkpoint round trip, or its other world size
+        if (!ck->on) return 0;
+        if (ck->W != *W) {
+            ck->W = *W;
+        } else {
+            ck->on = 0;
+            c->steps = 2;
+        }
+        break;
+    default:
+        return 0;
+    }
+    fc_sweep_set_batch(c, *W, m);
+    fc_error e;
+    return fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0;
+}
+
+#define N_SIMPLIFY 18
+
+void fc_sweep_shrink(const fc_sweep_ctx *x, fc_case_result *worst, int quiet) {
+    fc_run_config c = worst->cfg;
+    fc_case_ckpt ck = worst->ckpt;
+    int W = worst->W, tries = 0;
+    for (int progress = 1; progress && tries < 60;) {
+        progress = 0;
+        for (int k = 0; k < N_SIMPLIFY && tries < 60; k++) {
+            fc_run_config c2 = c;
+            fc_case_ckpt ck2 = ck;
+            int W2 = W;
+            if (!simplify(k, &c2, &W2, &ck2)) continue;
+            if (ck2.on && (ck2.at >= c2.steps || c2.global_batch % (ck2.W * c2.grad_accum))) continue;
+            fc_case_result r;
+            fc_sweep_run_case(x, &c2, W2, &ck2, &r);
+            tries++;
+            // a variant counts while it still fails, and, for an injected fault,
+            // while it still fails the property the catalogue expects to catch it
+            if (x->expect ? (r.v.failed >> x->expect) & 1 : r.v.failed != 0) {
+                c = c2, ck = ck2, W = W2, *worst = r, progress = 1;
+                if (!quiet && x->rank == 0) fprintf(stderr, "  shrunk (W=%d): %s\n", W, r.spec);
+            }
+        }
+    }
+}
+
