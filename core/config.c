@@ -29,6 +29,34 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
     "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail"};
 
+// The property of DESIGN §8 expected to catch each fault (the fault catalogue,
+// reference/faults/faults.c, has each bug beside the same number): the sweep
+// shrinks an injected fault's case while this property still fails, and the
+// gate's fault tests require it.
+static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
+    [FC_FAULT_NONE] = 0,
+    [FC_FAULT_NO_DIVIDE] = 1,             // gradients W times the local model's
+    [FC_FAULT_DIVIDE_TWICE] = 1,
+    [FC_FAULT_SHARD_OFFSET] = 2,          // a sharded layout that no_shard does not have
+    [FC_FAULT_PADDING_LEAK] = 5,          // padding exists only where shards are uneven
+    [FC_FAULT_STALE_GATHER] = 4,          // only prefetched gathers go stale
+    [FC_FAULT_SKIP_ROOT_REDUCE] = 1,
+    [FC_FAULT_HSDP_NO_REPLICATE] = 3,     // hybrid against full_shard over the same world
+    [FC_FAULT_NO_SYNC_OVERWRITE] = 6,     // accumulation against the joined batch
+    [FC_FAULT_CLIP_LOCAL_NORM] = 8,
+    [FC_FAULT_CLIP_DOUBLE_COUNT] = 8,
+    [FC_FAULT_CKPT_DROP_OPTIM] = 7,       // the checkpoint round trip
+    [FC_FAULT_CKPT_SWAP] = 7,
+    [FC_FAULT_TIED_UNTIED] = 1,
+    [FC_FAULT_BF16_TRUNCATE] = 9,         // mixed precision against DDP under the same policy
+    [FC_FAULT_REDUCE_DTYPE_IGNORED] = 9,
+    [FC_FAULT_ADAM_STEP_RESET] = 7,
+    [FC_FAULT_DATA_OVERLAP] = 1,
+    [FC_FAULT_AVG_TAIL] = 1,
+};
+
+int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }
+
 static int parse_name(const char *s, const char **names, int n) {
     if (!s) return -1;
     for (int i = 0; i < n; i++)

@@ -145,6 +145,8 @@ const char *fc_norm_name(fc_norm_type n);
 int fc_norm_parse(const char *s, fc_norm_type *out);
 const char *fc_fault_name(fc_fault f);
 int fc_fault_parse(const char *s, fc_fault *out);
+// The property (DESIGN §8, 1..14) expected to catch fault f; 0 for none.
+int fc_fault_property(fc_fault f);
 
 FC_END_DECLS
 

@@ -131,6 +131,7 @@ int fc_cmd_sweep(int argc, char **argv) {
     if (!x.tested) die_all(x.rank, e.msg);
     x.ref = fc_reference_impl();
     x.tested_is_ref = x.tested == x.ref;
+    x.expect = fc_fault_property(x.inject);
     if (x.inject != FC_FAULT_NONE && !x.tested_is_ref)
         die_all(x.rank, "sweep --inject: faults are injected into the reference only");
 
@@ -207,7 +208,8 @@ int fc_cmd_sweep(int argc, char **argv) {
         if (x.rank == 0) fprintf(stderr, "case %d failed (W=%d): %s\n  %s\n", failed_at, rep->shrunk.W,
                                  rep->shrunk.spec, rep->shrunk.v.detail);
         fc_sweep_shrink(&x, &rep->shrunk, quiet);
-        rep->caught_by = fc_props_lowest(rep->shrunk.v.failed);
+        // an injected fault is caught by the property the catalogue expects, if that failed
+        rep->caught_by = x.expect && (rep->shrunk.v.failed >> x.expect) & 1 ? x.expect : fc_props_lowest(rep->shrunk.v.failed);
         int n = snprintf(rep->repro, sizeof rep->repro, "mpiexec -n %d fsdpcheck sweep --replay '%s'", rep->shrunk.W,
                          rep->shrunk.spec);
         if (strcmp(impl, "reference")) n += snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --impl %s", impl);
@@ -223,6 +225,11 @@ int fc_cmd_sweep(int argc, char **argv) {
         if (rep->have_shrunk) {
             printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);
             printf("caught by P%d (%s)\n", rep->caught_by, fc_prop_name(rep->caught_by));
+            printf("failed properties:");
+            for (int p = 1; p < FC_NPROP; p++)
+                if ((rep->shrunk.v.failed >> p) & 1) printf(" P%d", p);
+            if (x.expect) printf("; the fault catalogue expects P%d for %s", x.expect, fc_fault_name(x.inject));
+            printf("\n");
             printf("reproduce: %s\n", rep->repro);
         }
         if (report && fc_report_markdown(rep, report, &e)) fprintf(stderr, "fsdpcheck: --report: %s\n", e.msg), rc = FC_EXIT_USAGE;
