@@ -23,6 +23,7 @@ static const char *PREFETCH_NAMES[] = {"none", "pre", "post"};
 static const char *OPT_NAMES[] = {"adamw", "sgd"};
 static const char *DIVIDE_NAMES[] = {"prepost", "avg", "sum-then-divide"};
 static const char *NORM_NAMES[] = {"1", "2", "inf"};
+static const char *COMM_NAMES[] = {"auto", "nccl", "mpi"};
 static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "none", "no_divide", "divide_twice", "shard_offset", "padding_leak", "stale_gather",
     "skip_root_reduce", "hsdp_no_replicate", "no_sync_overwrite", "clip_local_norm",
@@ -76,6 +77,7 @@ NAME_FUNCS(strategy, fc_strategy, STRATEGY_NAMES)
 NAME_FUNCS(prefetch, fc_prefetch, PREFETCH_NAMES)
 NAME_FUNCS(opt, fc_opt_kind, OPT_NAMES)
 NAME_FUNCS(divide, fc_divide, DIVIDE_NAMES)
+NAME_FUNCS(comm, fc_comm, COMM_NAMES)
 NAME_FUNCS(norm, fc_norm_type, NORM_NAMES)
 NAME_FUNCS(fault, fc_fault, FAULT_NAMES)
 
@@ -366,6 +368,9 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
     if (!(c->clip_grad_norm >= 0) || !isfinite(c->clip_grad_norm))
         return fc_fail(e, "--clip-grad-norm must be >= 0");
     if (c->shard_group < 0) return fc_fail(e, "--shard-group must be positive");
+    if (c->comm != FC_COMM_AUTO && !strcmp(c->impl, "reference"))
+        return fc_fail(e, "--comm %s chooses a port's collective backend (--impl cuda); the reference "
+                          "communicates through MPI only", fc_comm_name(c->comm));
     // Options that would change nothing under the chosen strategy are refused.
     int sharded = fc_strategy_sharded(c->strategy);
     int hybrid = fc_strategy_hybrid(c->strategy);
@@ -414,6 +419,7 @@ cJSON *fc_run_config_to_json(const fc_run_config *c) {
     if (!j) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
     cJSON_AddItemToObject(j, "model", fc_model_config_to_json(&c->model));
     cJSON_AddStringToObject(j, "impl", c->impl);
+    cJSON_AddStringToObject(j, "comm", fc_comm_name(c->comm));
     cJSON_AddStringToObject(j, "strategy", fc_strategy_name(c->strategy));
     cJSON_AddNumberToObject(j, "shard_group", c->shard_group);
     cJSON_AddStringToObject(j, "backward_prefetch", fc_prefetch_name(c->backward_prefetch));
@@ -505,6 +511,8 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
     const char *impl = jstr(j, "impl", e);
     if (!impl) return -1;
     snprintf(c->impl, sizeof c->impl, "%s", impl);
+    // "comm" is optional: configs written before the CUDA port have none (auto)
+    if (cJSON_GetObjectItemCaseSensitive(j, "comm")) JENUM(j, comm, "comm", &c->comm);
     JENUM(j, strategy, "strategy", &c->strategy);
     JENUM(j, prefetch, "backward_prefetch", &c->backward_prefetch);
     JENUM(j, prec, "param_dtype", &c->param_dtype);

@@ -98,9 +98,14 @@ typedef enum {
     FC_FAULT_COUNT
 } fc_fault;
 
+// The CUDA port's collective backend (--comm): NCCL when every rank has its
+// own GPU, host-staged MPI when ranks share one; auto picks.
+typedef enum { FC_COMM_AUTO, FC_COMM_NCCL, FC_COMM_MPI } fc_comm;
+
 typedef struct {
     fc_model_config model;
     char impl[256];            // "reference", "cuda" or a path to a .so
+    fc_comm comm;              // --comm: a port's backend choice (the reference has none)
     fc_strategy strategy;
     int shard_group;           // F; 0 = the whole world
     fc_prefetch backward_prefetch;
@@ -133,6 +138,8 @@ struct cJSON *fc_run_config_to_json(const fc_run_config *c);
 int fc_run_config_from_json(const struct cJSON *j, fc_run_config *c, fc_error *e);
 
 // Names <-> enums; parse returns -1 for an unknown name.
+const char *fc_comm_name(fc_comm c);
+int fc_comm_parse(const char *s, fc_comm *out);
 const char *fc_strategy_name(fc_strategy s);
 int fc_strategy_parse(const char *s, fc_strategy *out);
 const char *fc_prefetch_name(fc_prefetch p);

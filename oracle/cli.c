@@ -54,6 +54,7 @@ static const flag_spec FLAGS[] = {
     {"--state-dict", ARG_STR, NULL},
     {"--load", ARG_STR, NULL},
     {"--inject", ARG_STR, NULL},
+    {"--comm", ARG_STR, NULL},
 };
 
 void fc_cli_usage(FILE *f) {
@@ -63,7 +64,8 @@ void fc_cli_usage(FILE *f) {
           "  --shard-group F (hybrid)  --backward-prefetch pre|post|none  --forward-prefetch\n"
           "  --limit-all-gathers  --param-dtype fp32|bf16|fp16  --reduce-dtype fp32|bf16|fp16\n"
           "  --divide prepost|avg|sum-then-divide  --no-sync  --cpu-offload  --comm-log FILE\n"
-          "  --impl reference\n"
+          "  --impl reference|cuda|PATH.so  the implementation that runs (default reference)\n"
+          "  --comm auto|nccl|mpi      a port's collective backend (the CUDA port: NCCL, or host-staged MPI)\n"
           "  --steps N (3)  --seed S (1234)  --global-batch B (8)  --seq-len T (16, gpt2)\n"
           "  --optimizer adamw|sgd  --lr X (1e-3)  --weight-decay X (0.01)  --momentum X (0.9, sgd)\n"
           "  --grad-accum K (1)  --clip-grad-norm X (off)  --norm-type 1|2|inf (2)\n"
@@ -121,9 +123,11 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
     fc_run_config *c = &a->cfg;
     double d = 0;
     if (!strcmp(flag, "--impl")) {
-        if (strcmp(v, "reference") != 0)
-            return fc_fail(e, "--impl %s: only the reference implementation is in this build", v);
-        snprintf(c->impl, sizeof c->impl, "%s", v);
+        // resolved (and refused if it cannot be loaded) by the command, on every rank
+        if (snprintf(c->impl, sizeof c->impl, "%s", v) >= (int)sizeof c->impl)
+            return fc_fail(e, "--impl: path too long (%zu bytes)", strlen(v));
+    } else if (!strcmp(flag, "--comm")) {
+        if (fc_comm_parse(v, &c->comm)) return fc_fail(e, "--comm: unknown backend '%s' (auto, nccl, mpi)", v);
     } else if (!strcmp(flag, "--model")) {
         if (fc_model_config_load(v, &c->model, e)) return -1;
     } else if (!strcmp(flag, "--strategy")) {

@@ -178,7 +178,8 @@ int fc_cmd_run(int argc, char **argv) {
     if (rc) fail_all(rank, "", &e);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) fail_all(rank, "", &e);
 
-    const fc_impl_ops *ops = fc_impl_for(fc_reference_impl(), &a.cfg, &e);
+    const fc_impl_ops *ops = fc_impl_resolve(a.cfg.impl, &e);
+    if (ops) ops = fc_impl_for(ops, &a.cfg, &e);
     fc_impl *im = ops ? ops->create(&a.cfg, MPI_COMM_WORLD, &e) : NULL;
     if (!im) fail_all(rank, "", &e);
     fc_model m;  // the shared registry: names, shapes and layout of the trace

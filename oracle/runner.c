@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "mpicheck.h"
 #include "optim.h"
@@ -160,11 +161,41 @@ const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg,
     return fc_reference_faults_impl();
 }
 
+// The CUDA port is its own library (optimized/, libfsdpcheck_cuda.so), so the
+// fsdpcheck binary never depends on CUDA: `--impl cuda` finds it in
+// $FSDPCHECK_CUDA_LIB, beside the binary, in the build tree's optimized/, or
+// in the install tree's lib/fsdpcheck/, and loads it like any port.
+static int find_cuda_port(char *path, size_t cap) {
+    const char *env = getenv("FSDPCHECK_CUDA_LIB");
+    if (env && *env) {
+        snprintf(path, cap, "%s", env);
+        return 0;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return -1;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return -1;
+    *slash = '\0';
+    const char *rel[] = {"libfsdpcheck_cuda.so", "../optimized/libfsdpcheck_cuda.so", "../lib/fsdpcheck/libfsdpcheck_cuda.so"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(path, cap, "%s/%s", exe, rel[i]);
+        if (access(path, R_OK) == 0) return 0;
+    }
+    return -1;
+}
+
 const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e) {
     if (!impl[0] || strcmp(impl, "reference") == 0) return fc_reference_impl();
     if (strcmp(impl, "cuda") == 0) {
-        fc_fail(e, "--impl cuda: the CUDA implementation is not in this build (load a port with --impl PATH.so)");
-        return NULL;
+        char path[4200];
+        if (find_cuda_port(path, sizeof path)) {
+            fc_fail(e, "--impl cuda: the CUDA port is not built here (no libfsdpcheck_cuda.so beside fsdpcheck: "
+                       "build where nvcc is, or set FSDPCHECK_CUDA_LIB)");
+            return NULL;
+        }
+        return fc_impl_resolve(path, e);
     }
     if (!strchr(impl, '/')) {
         fc_fail(e, "--impl %s: not 'reference' and not a path to a shared library (use ./%s)", impl, impl);
