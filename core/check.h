@@ -19,7 +19,8 @@ FC_BEGIN_DECLS
 #define FC_EXIT_PASS 0
 #define FC_EXIT_FAIL 1      // a property or comparison failed
 #define FC_EXIT_USAGE 2     // bad input, bad flag, bad config
-#define FC_EXIT_INTERNAL 3  // out of memory, I/O failure on our own output
+#define FC_EXIT_TIMEOUT 3   // a hung rank or collective (core/watchdog.h)
+#define FC_EXIT_INTERNAL 4  // out of memory, I/O failure on our own output, an MPI error
 
 // An error message carried back to whoever can report it as one line.
 typedef struct {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "watchdog.h"
 
 static const char *OP_NAMES[FC_OP_COUNT] = {"all_gather", "reduce_scatter", "all_reduce", "wait",
                                             "forward", "backward", "free", "h2d", "d2h", "optim"};
@@ -43,6 +44,7 @@ void fc_log_add(fc_comm_log *log, fc_event ev) {
     ev.micro = log->micro;
     ev.order = log->order++;
     log->ev[log->n++] = ev;
+    fc_watchdog_event(&ev);  // every logged event is progress
 }
 
 void fc_log_write_jsonl(const fc_comm_log *log, int rank, FILE *f) {

@@ -17,8 +17,10 @@
 #include "mpicheck.h"
 #include "optim.h"
 #include "runner.h"
+#include "watchdog.h"
 
 static _Noreturn void die_all(int rank, const char *msg) {
+    fc_watchdog_stop();
     MPI_Finalize();
     if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
     exit(FC_EXIT_USAGE);
@@ -67,6 +69,7 @@ int fc_cmd_check(int argc, char **argv) {
     if (rc == 1) die_all(rank, "check: see fsdpcheck run --help for the config flags");
     if (rc) die_all(rank, e.msg);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) die_all(rank, e.msg);
+    if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) die_all(rank, e.msg);
     const fc_impl_ops *tested = fc_impl_resolve(impl, &e);
     if (tested) tested = fc_impl_for(tested, &a.cfg, &e);
     if (!tested) die_all(rank, e.msg);
@@ -107,7 +110,9 @@ int fc_cmd_check(int argc, char **argv) {
     int verdict = FC_EXIT_PASS;
     for (int t = 0; t < a.cfg.steps && verdict == FC_EXIT_PASS; t++) {
         fc_step_info ti_info, ei_info;
+        fc_watchdog_mark(t, "step");
         if (tested->step(ti, &ti_info, &e) || expected->step(ei, &ei_info, &e)) die_all(rank, e.msg);
+        fc_watchdog_mark(t, "export");
         export_all(tested, ti, n_state, &ts, rank);
         export_all(expected, ei, n_state, &es, rank);
         if (rank == 0) {
@@ -157,6 +162,7 @@ int fc_cmd_check(int argc, char **argv) {
         free(sets[k]->state[1]);
     }
     fc_model_free(&m);
+    fc_watchdog_stop();
     MPI_Finalize();
     return verdict;
 }

@@ -55,6 +55,7 @@ static const flag_spec FLAGS[] = {
     {"--load", ARG_STR, NULL},
     {"--inject", ARG_STR, NULL},
     {"--comm", ARG_STR, NULL},
+    {"--timeout", ARG_DOUBLE, NULL},
 };
 
 void fc_cli_usage(FILE *f) {
@@ -76,6 +77,8 @@ void fc_cli_usage(FILE *f) {
           "  --load DIR                resume from a checkpoint: weights, optimizer state, step, data\n"
           "  --fsdp-config FILE        a Hugging Face fsdp_config.json; applied where it stands:\n"
           "                            flags after it override it, flags before it are overridden\n"
+          "  --timeout S               abort every rank (exit 3) when no rank made progress for S\n"
+          "                            seconds: a hung rank or collective (default 600)\n"
           "  --quiet                   no per-step lines\n",
           f);
 }
@@ -156,6 +159,11 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
         if (parse_double(flag, v, &c->optim.weight_decay, e)) return -1;
     } else if (!strcmp(flag, "--momentum")) {
         if (parse_double(flag, v, &c->optim.momentum, e)) return -1;
+    } else if (!strcmp(flag, "--timeout")) {
+        if (parse_double(flag, v, &a->timeout, e)) return -1;
+        if (a->timeout < 1 || a->timeout > 604800)
+            return fc_fail(e, "--timeout: %s s is outside 1 s .. one week (the watchdog aborts every rank after "
+                              "that long without progress)", v);
     } else if (!strcmp(flag, "--clip-grad-norm")) {
         if (parse_double(flag, v, &d, e)) return -1;
         if (d == 0) return fc_fail(e, "--clip-grad-norm: max norm must be positive");
@@ -224,6 +232,7 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
 int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     memset(out, 0, sizeof *out);
     fc_run_config_defaults(&out->cfg);
+    out->timeout = FC_DEFAULT_TIMEOUT;
     int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0, seen_reduce = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];

@@ -18,7 +18,12 @@ typedef struct {
     int state_dict_set;
     char load_dir[1024];    // --load DIR, "" = none
     fc_fsdp_config fsdp;    // --fsdp-config FILE (fsdp.path "" = none)
+    double timeout;         // --timeout S: the watchdog's limit without progress (core/watchdog.h)
 } fc_run_args;
+
+// The watchdog's default: generous for a CPU step of gpt2-124m (~25 s) and a
+// GPU step of anything, short enough that a hung CI job says why.
+#define FC_DEFAULT_TIMEOUT 600.0
 
 // Parses `fsdpcheck run` flags (argv[0] is the first flag). Returns 0, or -1
 // with e naming the bad flag or value; 1 when --help was asked for.

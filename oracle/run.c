@@ -17,6 +17,7 @@
 #include "mpicheck.h"
 #include "runner.h"
 #include "trace.h"
+#include "watchdog.h"
 
 static double now_ms(void) {
     struct timespec ts;
@@ -32,6 +33,7 @@ static int agree(int ok) {
 
 // Ends the run on every rank with the usage exit code; rank 0 prints e.
 static _Noreturn void fail_all(int rank, const char *prefix, const fc_error *e) {
+    fc_watchdog_stop();
     if (rank == 0) {
         MPI_Finalize();
         fc_die(FC_EXIT_USAGE, "%s%s", prefix, e->msg);
@@ -128,6 +130,7 @@ static int load_checkpoint(const fc_impl_ops *ops, fc_impl *im, const fc_run_arg
     proc_usage(&kib, &rchar0);
     use[0] = kib;
     double t0 = now_ms();
+    fc_watchdog_mark(0, "load");
     if (ops->load(im, a->load_dir, e)) return -1;  // the same on every rank
     use[3] = (long long)((now_ms() - t0) * 1e3);
     proc_usage(&kib, &rchar1);
@@ -155,6 +158,7 @@ static int load_checkpoint(const fc_impl_ops *ops, fc_impl *im, const fc_run_arg
 static int save_checkpoint(const fc_impl_ops *ops, fc_impl *im, const fc_run_args *a, int rank, fc_error *e) {
     if (!ops->save) return fc_fail(e, "implementation %s does not save checkpoints", ops->name);
     double t0 = now_ms();
+    fc_watchdog_mark(ops->steps_done ? ops->steps_done(im) : 0, "save");
     if (ops->save(im, a->save_dir, a->state_dict, e)) return -1;
     if (!a->quiet && rank == 0)
         printf("checkpoint (%s state dict) saved to %s (%.1f ms)\n", fc_state_dict_name(a->state_dict), a->save_dir,
@@ -177,9 +181,11 @@ int fc_cmd_run(int argc, char **argv) {
     }
     if (rc) fail_all(rank, "", &e);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) fail_all(rank, "", &e);
+    if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) fail_all(rank, "", &e);
 
     const fc_impl_ops *ops = fc_impl_resolve(a.cfg.impl, &e);
     if (ops) ops = fc_impl_for(ops, &a.cfg, &e);
+    fc_watchdog_mark(0, "create");
     fc_impl *im = ops ? ops->create(&a.cfg, MPI_COMM_WORLD, &e) : NULL;
     if (!im) fail_all(rank, "", &e);
     fc_model m;  // the shared registry: names, shapes and layout of the trace
@@ -219,6 +225,7 @@ int fc_cmd_run(int argc, char **argv) {
     for (int t = 0; t < a.cfg.steps; t++) {
         double t0 = now_ms();
         fc_step_info info;
+        fc_watchdog_mark(first_step + t, "step");
         if (ops->step(im, &info, &e)) fail_all(rank, "", &e);
         double ms = now_ms() - t0;
         if (!a.quiet && rank == 0)
@@ -231,6 +238,7 @@ int fc_cmd_run(int argc, char **argv) {
         }
         if (!tracing) continue;
         // full tensors for the trace: outside the measured schedule and memory
+        fc_watchdog_mark(first_step + t, "export");
         if (ops->export_full(im, FC_EXPORT_GRADS, grads, 0, &e) ||
             ops->export_full(im, FC_EXPORT_PARAMS, params, 0, &e))
             fail_all(rank, "", &e);
@@ -269,6 +277,7 @@ int fc_cmd_run(int argc, char **argv) {
     fc_model_free(&m);
     fc_batch_free(&batch);
     free(buf);
+    fc_watchdog_stop();
     MPI_Finalize();
     return FC_EXIT_PASS;
 }

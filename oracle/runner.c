@@ -9,6 +9,7 @@
 
 #include "mpicheck.h"
 #include "optim.h"
+#include "watchdog.h"
 
 // Copies the full parameters, gradients and states of im to rank 0's buffers.
 static int export_step(const fc_impl_ops *ops, fc_impl *im, fc_run_result *r, fc_run_step *st, int rank,
@@ -60,6 +61,7 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     }
     for (int t = 0; t < cfg->steps && r->ok; t++) {
         fc_step_info info;
+        fc_watchdog_mark(r->first_step + t, "step");
         if (ops->step(im, &info, &e)) {
             snprintf(r->error, sizeof r->error, "step %d: %s", t, e.msg);
             r->ok = 0;
@@ -67,6 +69,7 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
         }
         r->step[t].loss = info.loss;
         r->step[t].norm = info.grad_norm;
+        fc_watchdog_mark(r->first_step + t, "export");
         if (export_step(ops, im, r, &r->step[t], rank, &e)) {
             snprintf(r->error, sizeof r->error, "export after step %d: %s", t, e.msg);
             r->ok = 0;

@@ -16,6 +16,7 @@
 #include "mpicheck.h"
 #include "runner.h"
 #include "sweep_internal.h"
+#include "watchdog.h"
 
 // ---------------------------------------------------------------------------
 // memory profile for the report's plot
@@ -58,13 +59,49 @@ static void memory_profile(const fc_sweep_ctx *x, fc_sweep_report *rep) {
 // the command
 
 static void usage(FILE *f) {
-    fputs("usage: mpiexec -n W fsdpcheck sweep [--impl reference|PATH.so] [--cases N] [--seed S]\n"
+    fputs("usage: mpiexec -n W fsdpcheck sweep [--impl reference|cuda|PATH.so] [--cases N] [--seed S]\n"
           "           [--inject FAULT] [--report FILE.md] [--junit FILE.xml] [--keep-going] [--quiet]\n"
-          "       mpiexec -n W fsdpcheck sweep --replay 'RUN FLAGS' [--impl X] [--inject FAULT]\n",
+          "           [--timeout S]\n"
+          "       mpiexec -n W fsdpcheck sweep --replay 'RUN FLAGS' [--impl X] [--inject FAULT] [--timeout S]\n"
+          "  --timeout S  a case in which no rank makes progress for S seconds (a hung rank or\n"
+          "               collective) fails as a timeout: the reports are written with it, one line\n"
+          "               names where it hung, and every rank exits 3 (default 600)\n",
           f);
 }
 
+// What the watchdog's hook needs when a case hangs (core/watchdog.h): the
+// case in progress fails as a timeout and the reports are written with it.
+static struct {
+    fc_sweep_report *rep;
+    int current;                 // index of the case running, -1 outside the loop
+    const char *report, *junit, *impl;
+    fc_fault inject;
+    double timeout;
+} g_sweep = {NULL, -1, NULL, NULL, NULL, FC_FAULT_NONE, 0};
+
+static void on_timeout(const char *line, void *ctx) {
+    (void)ctx;
+    fc_sweep_report *rep = g_sweep.rep;
+    if (!rep || g_sweep.current < 0) return;
+    fc_case_result *r = &rep->cases[g_sweep.current];
+    r->index = g_sweep.current;
+    r->v.failed |= 1u;  // bit 0: the case did not finish
+    snprintf(r->v.detail, sizeof r->v.detail, "timeout: %s", line);
+    rep->n = g_sweep.current + 1;
+    rep->n_failed++;
+    printf("case %d timed out (W=%d): %s\n", g_sweep.current, r->W, r->spec);
+    printf("reproduce: mpiexec -n %d fsdpcheck sweep --replay '%s' --timeout %g%s%s%s%s\n", r->W, r->spec,
+           g_sweep.timeout, strcmp(g_sweep.impl, "reference") ? " --impl " : "",
+           strcmp(g_sweep.impl, "reference") ? g_sweep.impl : "", g_sweep.inject ? " --inject " : "",
+           g_sweep.inject ? fc_fault_name(g_sweep.inject) : "");
+    fc_error e;
+    if (g_sweep.report && fc_report_markdown(rep, g_sweep.report, &e)) fprintf(stderr, "fsdpcheck: --report: %s\n", e.msg);
+    if (g_sweep.junit && fc_report_junit(rep, g_sweep.junit, &e)) fprintf(stderr, "fsdpcheck: --junit: %s\n", e.msg);
+    fflush(stdout);
+}
+
 static _Noreturn void die_all(int rank, const char *msg) {
+    fc_watchdog_stop();
     MPI_Finalize();
     if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
     exit(FC_EXIT_USAGE);
@@ -76,6 +113,7 @@ int fc_cmd_sweep(int argc, char **argv) {
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &x.rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &x.W));
     int cases = 300, keep_going = 0, quiet = 0;
+    double timeout = FC_DEFAULT_TIMEOUT;
     uint64_t seed = 1;
     const char *impl = "reference", *report = NULL, *junit = NULL, *replay = NULL;
     char msg[600];
@@ -121,12 +159,20 @@ int fc_cmd_sweep(int argc, char **argv) {
             junit = v, i++;
         } else if (!strcmp(a, "--replay")) {
             replay = v, i++;
+        } else if (!strcmp(a, "--timeout")) {
+            timeout = strtod(v, &end);
+            if (*end || !*v || !(timeout >= 1 && timeout <= 604800)) {
+                snprintf(msg, sizeof msg, "sweep --timeout: '%s' is not a number of seconds in 1..604800", v);
+                die_all(x.rank, msg);
+            }
+            i++;
         } else {
             snprintf(msg, sizeof msg, "sweep: unknown flag %s (see fsdpcheck sweep --help)", a);
             die_all(x.rank, msg);
         }
     }
     fc_error e;
+    if (fc_watchdog_start(MPI_COMM_WORLD, timeout, &e)) die_all(x.rank, e.msg);
     x.tested = fc_impl_resolve(impl, &e);
     if (!x.tested) die_all(x.rank, e.msg);
     x.ref = fc_reference_impl();
@@ -168,6 +214,7 @@ int fc_cmd_sweep(int argc, char **argv) {
             die_all(x.rank, "sweep --replay: --ckpt AT must be below --steps and W must divide the batch");
         fc_case_result r;
         fc_sweep_run_case(&x, &ra.cfg, x.W, &ck, &r);
+        fc_watchdog_stop();
         if (x.rank == 0) {
             for (int p = 1; p < FC_NPROP; p++)
                 if (r.v.checked & (1u << p))
@@ -179,6 +226,9 @@ int fc_cmd_sweep(int argc, char **argv) {
     }
 
     rep->cases = callocCheck((size_t)cases, sizeof(fc_case_result));
+    g_sweep.rep = rep, g_sweep.report = report, g_sweep.junit = junit, g_sweep.impl = impl;
+    g_sweep.inject = x.inject, g_sweep.timeout = timeout;
+    fc_watchdog_on_timeout(on_timeout, NULL);
     uint64_t s = seed;
     int tty = isatty(STDERR_FILENO);
     int failed_at = -1;
@@ -188,6 +238,9 @@ int fc_cmd_sweep(int argc, char **argv) {
         int W;
         fc_sweep_draw(&s, x.W, &c, &W, &ck);
         fc_case_result *r = &rep->cases[i];
+        r->W = W;
+        fc_sweep_case_spec(&c, &ck, r->spec, sizeof r->spec);
+        g_sweep.current = i;
         fc_sweep_run_case(&x, &c, W, &ck, r);
         r->index = i;
         rep->n = i + 1;
@@ -216,6 +269,8 @@ int fc_cmd_sweep(int argc, char **argv) {
         if (x.inject) snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --inject %s", fc_fault_name(x.inject));
     }
     if (report) memory_profile(&x, rep);
+    g_sweep.current = -1;  // a hang from here on is no case's
+    fc_watchdog_stop();
     rep->seconds = fc_sweep_now() - t0;
     int rc = rep->n_failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
     if (x.rank == 0) {
