@@ -60,41 +60,13 @@ static void describe_run(const fc_trace *t, char *buf, size_t cap) {
 
 // One step of a trace, read whole into the caller's buffers.
 typedef struct {
-    fc_trace *t;
-    fc_st_file f;
     fc_trace_step s;
     fc_batch batch;
 } step_reader;
 
-static _Noreturn void read_fail(const fc_trace *t, long step, const fc_error *e) {
-    fc_die(FC_EXIT_USAGE, "%s, step %ld: %s", t->dir, step, e->msg);
-}
-
-// bufs: grads, params, state 0, state 1 ([numel] each); prev: the parameters
-// before this step.
 static void reader_read(step_reader *r, fc_trace *t, long step, float *bufs[4], const float *prev) {
-    memset(r, 0, sizeof *r);
-    r->t = t;
     fc_error e;
-    if (fc_trace_step_open(t, step, &r->f, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
-    r->s.step = step;
-    if (fc_trace_read_loss(&r->f, &r->s.loss, &e) || fc_trace_read_batch(t, &r->f, &r->batch, &e))
-        read_fail(t, step, &e);
-    r->s.batch = &r->batch;
-    r->s.n_state = t->n_state;
-    r->s.prev_params = prev;
-    if (fc_trace_read_set(t, &r->f, "grad", bufs[0], &e) || fc_trace_read_set(t, &r->f, "param", bufs[1], &e))
-        read_fail(t, step, &e);
-    r->s.grads = bufs[0];
-    r->s.params = bufs[1];
-    for (int i = 0; i < t->n_state; i++) {
-        char prefix[64];
-        snprintf(prefix, sizeof prefix, "optim.%s", t->state_names[i]);
-        if (fc_trace_read_set(t, &r->f, prefix, bufs[2 + i], &e)) read_fail(t, step, &e);
-        r->s.state_names[i] = t->state_names[i];
-        r->s.state[i] = bufs[2 + i];
-    }
-    fc_st_close(&r->f);
+    if (fc_trace_read_step(t, step, bufs, prev, &r->s, &r->batch, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
 }
 
 static void reader_close(step_reader *r) { fc_batch_free(&r->batch); }

@@ -9,6 +9,7 @@ int fc_cmd_sweep(int argc, char **argv);
 int fc_cmd_compare(int argc, char **argv);
 int fc_cmd_ckpt(int argc, char **argv);
 int fc_cmd_check(int argc, char **argv);
+int fc_cmd_sensitivity(int argc, char **argv);
 
 static void usage(FILE *f) {
     fputs("usage: fsdpcheck <command> [flags]\n"
@@ -18,7 +19,9 @@ static void usage(FILE *f) {
           "  sweep     check random cases against the properties; shrink and report failures\n"
           "  compare   compare two traces step by step (fsdpcheck compare --help)\n"
           "  ckpt      inspect, verify or convert a checkpoint (fsdpcheck ckpt --help)\n"
-          "exit codes: 0 pass, 1 a property or comparison failed, 2 bad input or usage\n",
+          "  sensitivity  the smallest error compare catches between two traces, per kind\n"
+          "exit codes: 0 pass, 1 a property or comparison failed, 2 bad input or usage,\n"
+          "            3 a timeout (a hung rank or collective), 4 an internal error\n",
           f);
 }
 
@@ -34,5 +37,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "compare")) return fc_cmd_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return fc_cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return fc_cmd_check(argc - 2, argv + 2);
+    if (!strcmp(cmd, "sensitivity")) return fc_cmd_sensitivity(argc - 2, argv + 2);
     fc_die(FC_EXIT_USAGE, "unknown command '%s' (see fsdpcheck --help)", cmd);
 }

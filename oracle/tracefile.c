@@ -373,3 +373,34 @@ int fc_trace_read_init(const fc_trace *t, float *dst, fc_error *e) {
     fc_st_close(&f);
     return rc;
 }
+
+int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const float *prev, fc_trace_step *s,
+                       fc_batch *batch, fc_error *e) {
+    memset(s, 0, sizeof *s);
+    memset(batch, 0, sizeof *batch);
+    fc_st_file f;
+    if (fc_trace_step_open(t, step, &f, e)) return -1;
+    s->step = step;
+    s->prev_params = prev;
+    s->n_state = t->n_state;
+    int rc = fc_trace_read_loss(&f, &s->loss, e) || fc_trace_read_batch(t, &f, batch, e) ||
+             fc_trace_read_set(t, &f, "grad", bufs[0], e) || fc_trace_read_set(t, &f, "param", bufs[1], e);
+    for (int i = 0; !rc && i < t->n_state; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "optim.%s", t->state_names[i]);
+        rc = fc_trace_read_set(t, &f, prefix, bufs[2 + i], e);
+        s->state_names[i] = t->state_names[i];
+        s->state[i] = bufs[2 + i];
+    }
+    fc_st_close(&f);
+    if (rc) {
+        fc_batch_free(batch);
+        char msg[sizeof e->msg];
+        snprintf(msg, sizeof msg, "%s", e->msg);
+        return fc_fail(e, "%s, step %ld: %s", t->dir, step, msg);
+    }
+    s->batch = batch;
+    s->grads = bufs[0];
+    s->params = bufs[1];
+    return 0;
+}

@@ -60,6 +60,11 @@ int fc_trace_read_batch(const fc_trace *t, fc_st_file *f, fc_batch *b, fc_error 
 // Reads one full tensor set into dst[model.numel] in model layout: prefix is
 // "grad", "param" or "optim.<state>" (tensors "<prefix>.<name>").
 int fc_trace_read_set(const fc_trace *t, fc_st_file *f, const char *prefix, float *dst, fc_error *e);
+// Reads step `step` whole: bufs[0] gradients, bufs[1] parameters, bufs[2 + i]
+// optimizer state i ([model.numel] each); prev is the parameters before the
+// step (NULL: unknown). batch is allocated (fc_batch_free releases it).
+int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const float *prev, fc_trace_step *s,
+                       fc_batch *batch, fc_error *e);
 // Reads init.safetensors (the parameters the trace's first step starts from)
 // into dst[model.numel] in model layout.
 int fc_trace_read_init(const fc_trace *t, float *dst, fc_error *e);

@@ -1,0 +1,223 @@
+// oracle/sensitivity.c — `fsdpcheck sensitivity DIR_A DIR_B [--step N]`: the
+// smallest error the comparison engine catches, published (DESIGN §8).
+//
+// DIR_A and DIR_B are two traces of the same training that legitimately
+// differ (another world size, strategy, implementation): the noise the policy
+// must tolerate is there. For one step, and for each kind (loss, grad, param,
+// optim), B is perturbed in memory and compared with A by the same engine
+// `compare` uses; the smallest perturbation that fails is found by bisection
+// on a logarithmic scale:
+//   one element   b[i] += delta * scale (the tensor's scale, max |A|, |B|), at
+//                 the tensor's largest-magnitude element and at its median one
+//                 (for parameters also in units of lr: the optimizer allowance
+//                 is what an element may legitimately move by);
+//   whole tensor  b *= (1 + delta) for every element.
+// The tensor of each kind is the one with most elements (the loss: the loss).
+// A row reads "caught from delta = X": at X the comparison fails, at X / 1.26
+// (the bisection's resolution) it passes.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include "tracefile.h"
+
+typedef struct {
+    const fc_cmp_ctx *ctx;
+    const fc_trace_step *a, *b;
+} probe;
+
+// Does the comparison of this step fail (for the kind of tensor perturbed)?
+static int fails(const probe *p, fc_cmp_kind kind) {
+    fc_cmp_result r;
+    fc_cmp_result_init(&r, p->a->step);
+    fc_compare_add(p->ctx, p->a, p->b, FC_CMP_MASK(kind), &r);
+    int f = !r.pass;
+    fc_cmp_result_free(&r);
+    return f;
+}
+
+// The smallest delta in [1e-10, 1e2] for which apply(delta) makes the kind
+// fail; restore() undoes it. Returns INFINITY if even 1e2 passes.
+typedef struct {
+    float *x;          // the tensor perturbed (in B)
+    float *keep;       // its original values
+    size_t n, at;      // elements; the element perturbed (one-element mode)
+    double scale;
+    int whole;
+} perturbation;
+
+static void apply(const perturbation *q, double delta) {
+    if (q->whole)
+        for (size_t i = 0; i < q->n; i++) q->x[i] = (float)(q->keep[i] * (1.0 + delta));
+    else
+        q->x[q->at] = (float)(q->keep[q->at] + delta * q->scale);
+}
+
+static void restore(const perturbation *q) { memcpy(q->x, q->keep, q->n * sizeof(float)); }
+
+static double smallest(const probe *p, fc_cmp_kind kind, const perturbation *q) {
+    if (fails(p, kind)) return -1;  // it fails unperturbed: nothing to measure
+    double lo = -10, hi = 2;         // log10 of delta
+    apply(q, pow(10, hi));
+    int f = fails(p, kind);
+    restore(q);
+    if (!f) return INFINITY;
+    while (hi - lo > 0.1) {  // 10^0.1 = 1.26: the resolution
+        double mid = 0.5 * (lo + hi);
+        apply(q, pow(10, mid));
+        f = fails(p, kind);
+        restore(q);
+        if (f) hi = mid;
+        else lo = mid;
+    }
+    return pow(10, hi);
+}
+
+static int cmp_abs(const void *x, const void *y) {
+    float a = fabsf(*(const float *)x), b = fabsf(*(const float *)y);
+    return (a > b) - (a < b);
+}
+
+static void print_delta(double d) {
+    if (d < 0) printf("%12s", "fails as is");
+    else if (isinf(d)) printf("%12s", "> 1e2");
+    else printf("%12.2g", d);
+}
+
+// One kind: its largest tensor in B, perturbed at its largest and median element and whole.
+static void measure(const probe *p, fc_cmp_kind kind, float *base, const fc_model *m, const char *prefix,
+                    double lr) {
+    int best = -1;
+    for (int i = 0; i < m->n_params; i++)
+        if (best < 0 || m->params[i].numel > m->params[best].numel) best = i;
+    const fc_param *par = &m->params[best];
+    perturbation q = {base + par->offset, NULL, par->numel, 0, 0, 0};
+    q.keep = mallocCheck(q.n * sizeof(float));
+    memcpy(q.keep, q.x, q.n * sizeof(float));
+    for (size_t i = 0; i < q.n; i++) q.scale = fmax(q.scale, fabs((double)q.keep[i]));
+    // the elements: the largest |b| and the median |b|
+    float *sorted = mallocCheck(q.n * sizeof(float));
+    memcpy(sorted, q.keep, q.n * sizeof(float));
+    qsort(sorted, q.n, sizeof(float), cmp_abs);
+    float median = sorted[q.n / 2];
+    size_t at_max = 0, at_med = 0;
+    for (size_t i = 0; i < q.n; i++) {
+        if (fabsf(q.keep[i]) > fabsf(q.keep[at_max])) at_max = i;
+        if (q.keep[i] == median) at_med = i;
+    }
+    free(sorted);
+    char name[160];
+    snprintf(name, sizeof name, "%s.%s", prefix, par->name);
+    printf("%-6s %-44.44s %10zu", fc_cmp_kind_name(kind), name, q.n);
+    double d[3];
+    q.at = at_max;
+    d[0] = smallest(p, kind, &q);
+    q.at = at_med;
+    d[1] = smallest(p, kind, &q);
+    q.whole = 1;
+    d[2] = smallest(p, kind, &q);
+    for (int i = 0; i < 3; i++) {
+        printf("  ");
+        print_delta(d[i]);
+    }
+    if (kind == FC_CMP_PARAM && lr > 0 && d[0] >= 0 && !isinf(d[0]))
+        printf("   (one element: %.2g lr at the largest, %.2g lr at the median)", d[0] * q.scale / lr,
+               d[1] * q.scale / lr);
+    printf("\n");
+    free(q.keep);
+}
+
+int fc_cmd_sensitivity(int argc, char **argv) {
+    const char *dirs[2] = {NULL, NULL};
+    long step = -1;
+    int n = 0;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) {
+            printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N]\n"
+                   "  the smallest perturbation of B that the comparison engine catches, per kind\n");
+            return FC_EXIT_PASS;
+        }
+        if (!strcmp(argv[i], "--step") && i + 1 < argc) {
+            char *end;
+            step = strtol(argv[++i], &end, 10);
+            if (*end || step < 0) fc_die(FC_EXIT_USAGE, "sensitivity --step: '%s' is not a step number", argv[i]);
+        } else if (argv[i][0] == '-') {
+            fc_die(FC_EXIT_USAGE, "sensitivity: unknown flag %s", argv[i]);
+        } else if (n < 2) {
+            dirs[n++] = argv[i];
+        } else {
+            fc_die(FC_EXIT_USAGE, "sensitivity: unexpected argument '%s'", argv[i]);
+        }
+    }
+    if (n != 2) fc_die(FC_EXIT_USAGE, "sensitivity needs two trace directories, DIR_A and DIR_B");
+    fc_trace ta, tb;
+    fc_error e;
+    if (fc_trace_open(dirs[0], &ta, &e) || fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model))
+        fc_die(FC_EXIT_USAGE, "%s and %s trained different models", dirs[0], dirs[1]);
+    long lo = ta.first_step > tb.first_step ? ta.first_step : tb.first_step;
+    if (step < 0) step = lo;
+    if (step < lo || step >= ta.first_step + ta.steps || step >= tb.first_step + tb.steps)
+        fc_die(FC_EXIT_USAGE, "sensitivity --step %ld: not in both traces", step);
+    size_t numel = ta.model.numel;
+    float *mem = mallocCheck(10 * numel * sizeof(float));
+    float *ba[4] = {mem, mem + numel, mem + 2 * numel, mem + 3 * numel};
+    float *bb[4] = {mem + 5 * numel, mem + 6 * numel, mem + 7 * numel, mem + 8 * numel};
+    float *prev[2] = {mem + 4 * numel, mem + 9 * numel};
+    fc_trace *tr[2] = {&ta, &tb};
+    fc_trace_step sa, sb;
+    fc_batch bat[2];
+    for (int side = 0; side < 2; side++) {
+        fc_trace *t = tr[side];
+        if (step == t->first_step) {
+            if (fc_trace_read_init(t, prev[side], &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+        } else {
+            fc_trace_step ps;
+            fc_batch pb;
+            float *const pbufs[4] = {side ? bb[0] : ba[0], prev[side], side ? bb[2] : ba[2], side ? bb[3] : ba[3]};
+            if (fc_trace_read_step(t, step - 1, pbufs, NULL, &ps, &pb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+            fc_batch_free(&pb);
+        }
+    }
+    if (fc_trace_read_step(&ta, step, ba, prev[0], &sa, &bat[0], &e) ||
+        fc_trace_read_step(&tb, step, bb, prev[1], &sb, &bat[1], &e))
+        fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    fc_cmp_policy pol;
+    fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
+    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim};
+    probe p = {&ctx, &sa, &sb};
+    fc_cmp_result r;
+    fc_cmp_result_init(&r, step);
+    fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL, &r);
+    printf("fsdpcheck sensitivity: %s vs %s, step %ld, %s, model %s (%zu parameters)\n", dirs[0], dirs[1], step,
+           r.lockstep ? "lockstep row" : "diverged row", ta.model.cfg.name, numel);
+    printf("the smallest delta caught (the comparison of A with B perturbed fails; resolution 1.26x):\n");
+    printf("%-6s %-44s %10s  %12s  %12s  %12s\n", "kind", "tensor", "elements", "elem@max", "elem@median",
+           "whole tensor");
+    // the loss: a scalar, relative
+    {
+        float keep = sb.loss;
+        perturbation q = {&sb.loss, &keep, 1, 0, fabs((double)keep), 0};
+        printf("%-6s %-44s %10d  ", "loss", "loss", 1);
+        print_delta(smallest(&p, FC_CMP_LOSS, &q));
+        printf("\n");
+    }
+    measure(&p, FC_CMP_GRAD, bb[0], &tb.model, "grad", 0);
+    measure(&p, FC_CMP_PARAM, bb[1], &tb.model, "param", ta.cfg.optim.lr);
+    for (int i = 0; i < sb.n_state; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "optim.%s", sb.state_names[i]);
+        measure(&p, FC_CMP_OPTIM, bb[2 + i], &tb.model, name, 0);
+    }
+    int pass = r.pass;
+    fc_cmp_result_free(&r);
+    fc_batch_free(&bat[0]);
+    fc_batch_free(&bat[1]);
+    free(mem);
+    fc_trace_close(&ta);
+    fc_trace_close(&tb);
+    if (!pass) printf("note: A and B differ beyond the policy at this step already (compare says FAIL)\n");
+    return FC_EXIT_PASS;
+}
