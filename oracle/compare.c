@@ -12,32 +12,74 @@
 // ---------------------------------------------------------------------------
 // the tolerance policy
 //
-// CALIBRATION: see the table below; every constant is a measured noise floor
-// times a stated margin (bench/calibrate.sh reproduces the measurements).
+// Every constant is a measured noise floor times a stated margin. The floors
+// are the largest legitimate differences bench/calibrate.sh found: the
+// reference against itself over world sizes 1..8, full_shard, no_shard,
+// shard_grad_op with prefetch, hybrid trees (W, F) = (4,2) (6,2) (6,3) (8,2)
+// (8,4), accumulation with and without no_sync, clipping with norm types 1, 2
+// and inf, the three divide modes, FULL and SHARDED checkpoints loaded at
+// another W and strategy, seeds 1, 7 and 1234, gpt2-tiny and mlp-tiny, 4 AdamW
+// steps: 648 runs, 10752 per-step comparisons (2026-11-23); plus PyTorch FSDP1
+// and FSDP2 (adapters/torch, torch 2.15 on the CPU) against the reference, and
+// one gpt2-124m step. "err" is the largest element error over its tensor's
+// scale, "norm" the largest ||A - B|| / ||A||.
+//
+// fp32, margin 10x over the largest floor of every source:
+//   kind   reference (err / norm)    torch (err)   gpt2-124m (err / norm)   rtol / ntol
+//   loss   1.18e-07                  1.0e-07       -                        1.2e-6
+//   grad   3.56e-06 / 1.49e-06       2.2e-06       see FP32_124M            3.6e-5 / 1.5e-5
+//   param  3.25e-07 / 9.38e-08 (*)   -             see FP32_124M            3.3e-6 / 9.4e-7
+//   optim  3.95e-06 / 2.35e-06       2.6e-06       see FP32_124M            4.0e-5 / 2.4e-5
+//   norm   (the gradients' noise: it is their norm)                         3.6e-5
+// (*) beyond what the optimizer explains (compare.h): without that allowance
+// an AdamW element whose gradient sits at rounding noise moves by up to 2 lr.
+//
+// bf16 and fp16: the floors are the arithmetic of 16-bit rounding itself.
+// Every partial sum of a 16-bit reduction, and every per-rank gradient
+// produced in param_dtype, rounds at 2^-9 (bf16) or 2^-12 (fp16) of its own
+// magnitude, which cancellation across ranks makes several times the
+// tensor's; AdamW then turns noise-level gradients into parameter
+// differences that 16-bit compute carries into every later step; and a real
+// 16-bit implementation (torch) rounds every activation too, where the
+// reference emulates the casts FSDP makes. Measured:
+//   bf16   reference (err / norm)    torch (err)   rtol / ntol (2x)
+//   loss   1.26e-05                  2.1e-05       5e-5
+//   grad   6.92e-02 / 3.86e-02       5.1e-02       0.15 / 0.08
+//   param  2.53e-07 / 1.07e-07       -             3.3e-6 / 9.4e-7 (fp32's: the optimizer explains the rest)
+//   optim  7.17e-02 / 3.95e-02       6.0e-02       0.15 / 0.08
+//   fp16
+//   loss   5.14e-06                  2.5e-06       1.2e-5
+//   grad   3.36e-02 / 1.21e-02       1.6e-02       0.07 / 0.025
+//   optim  3.10e-02 / 9.45e-03       1.2e-02       0.07 / 0.02
+// The 16-bit margin is 2x, not 10x: 10x would pass errors of 70% of a
+// tensor's scale, no check at all. What keeps 16-bit runs judged tightly is
+// that two runs which share their per-rank arithmetic (P9: an implementation
+// against its own no_shard under the same policy; P3, P4, P14) are judged by
+// their reduce_dtype while they stay in lockstep (fc_cmp_policy_same_compute):
+// measured there, bf16 params with fp32 reduce differ by 1.75e-07 (grad) and
+// 3.24e-07 (optim) of the scale, inside the fp32 row.
+//
+// A step is judged in lockstep when the parameters both runs start it from
+// differ by at most the parameter rtol of each tensor's scale; otherwise by
+// the diverged row. For fp32 and for the 16-bit envelopes the two rows are
+// the same measurements (the lockstep floors are included in the maxima); the
+// rows differ for same-compute comparisons, whose lockstep row is the
+// reduce_dtype's.
 #define EXACT {0, 0, 0, 1}
 #define TOL(r, n) {r, 0, n, 0}
+#define FP32_ROW                                                                                                     \
+    {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1.2e-6, 0), [FC_CMP_NORM] = TOL(3.6e-5, 0),                         \
+     [FC_CMP_GRAD] = TOL(3.6e-5, 1.5e-5), [FC_CMP_PARAM] = TOL(3.3e-6, 9.4e-7), [FC_CMP_OPTIM] = TOL(4e-5, 2.4e-5)}
+#define BF16_ROW                                                                                                     \
+    {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(5e-5, 0), [FC_CMP_NORM] = TOL(0.15, 0),                             \
+     [FC_CMP_GRAD] = TOL(0.15, 0.08), [FC_CMP_PARAM] = TOL(3.3e-6, 9.4e-7), [FC_CMP_OPTIM] = TOL(0.15, 0.08)}
+#define FP16_ROW                                                                                                     \
+    {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1.2e-5, 0), [FC_CMP_NORM] = TOL(0.07, 0),                           \
+     [FC_CMP_GRAD] = TOL(0.07, 0.025), [FC_CMP_PARAM] = TOL(3.3e-6, 9.4e-7), [FC_CMP_OPTIM] = TOL(0.07, 0.02)}
 const fc_tol FC_CMP_LOCKSTEP[3][FC_CMP_KIND_COUNT] = {
-    [FC_PREC_FP32] = {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1e-6, 0), [FC_CMP_NORM] = TOL(1e-6, 0),
-                      [FC_CMP_GRAD] = TOL(4e-5, 1.5e-5), [FC_CMP_PARAM] = TOL(4e-6, 1e-6),
-                      [FC_CMP_OPTIM] = TOL(4e-5, 2.5e-5)},
-    [FC_PREC_BF16] = {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1e-2, 0), [FC_CMP_NORM] = TOL(1e-2, 0),
-                      [FC_CMP_GRAD] = TOL(5e-2, 5e-2), [FC_CMP_PARAM] = TOL(4e-6, 1e-6),
-                      [FC_CMP_OPTIM] = TOL(5e-2, 5e-2)},
-    [FC_PREC_FP16] = {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1e-3, 0), [FC_CMP_NORM] = TOL(1e-3, 0),
-                      [FC_CMP_GRAD] = TOL(1e-2, 1e-2), [FC_CMP_PARAM] = TOL(4e-6, 1e-6),
-                      [FC_CMP_OPTIM] = TOL(1e-2, 1e-2)},
-};
+    [FC_PREC_FP32] = FP32_ROW, [FC_PREC_BF16] = BF16_ROW, [FC_PREC_FP16] = FP16_ROW};
 const fc_tol FC_CMP_DIVERGED[3][FC_CMP_KIND_COUNT] = {
-    [FC_PREC_FP32] = {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1e-6, 0), [FC_CMP_NORM] = TOL(1e-6, 0),
-                      [FC_CMP_GRAD] = TOL(4e-5, 1.5e-5), [FC_CMP_PARAM] = TOL(4e-6, 1e-6),
-                      [FC_CMP_OPTIM] = TOL(4e-5, 2.5e-5)},
-    [FC_PREC_BF16] = {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1e-2, 0), [FC_CMP_NORM] = TOL(1e-2, 0),
-                      [FC_CMP_GRAD] = TOL(2e-1, 1e-1), [FC_CMP_PARAM] = TOL(4e-6, 1e-6),
-                      [FC_CMP_OPTIM] = TOL(2e-1, 1e-1)},
-    [FC_PREC_FP16] = {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(1e-3, 0), [FC_CMP_NORM] = TOL(1e-3, 0),
-                      [FC_CMP_GRAD] = TOL(1e-1, 5e-2), [FC_CMP_PARAM] = TOL(4e-6, 1e-6),
-                      [FC_CMP_OPTIM] = TOL(1e-1, 5e-2)},
-};
+    [FC_PREC_FP32] = FP32_ROW, [FC_PREC_BF16] = BF16_ROW, [FC_PREC_FP16] = FP16_ROW};
 
 static const char *KIND_NAMES[FC_CMP_KIND_COUNT] = {"batch", "loss", "norm", "grad", "param", "optim"};
 
@@ -572,7 +614,10 @@ static double *optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
 void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, unsigned kinds,
                     fc_cmp_result *r) {
     if (r->n_tensors == 0) judge_lockstep(c, a, b, r);
-    if (kinds & FC_CMP_MASK(FC_CMP_BATCH)) cmp_batch(c, r, a->batch, b->batch);
+    if (kinds & FC_CMP_MASK(FC_CMP_BATCH)) {
+        if (a->batch && b->batch) cmp_batch(c, r, a->batch, b->batch);
+        else fail_note(c, r, FC_CMP_BATCH, "batch", "the batch was asked for but one side has none");
+    }
     where_info scalar = {0, {0, 0}, -1, 0, NULL};
     if (kinds & FC_CMP_MASK(FC_CMP_LOSS)) cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, NULL);
     if ((kinds & FC_CMP_MASK(FC_CMP_NORM)) && a->has_norm && b->has_norm) cmp_norm(c, r, a->grad_norm, b->grad_norm);

@@ -71,8 +71,9 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
     for (int k = 0; k < n && ok; k++) {
         fc_trace_step a = fc_run_trace_step(expected, e0 + k), b = fc_run_trace_step(tested, t0 + k);
         b.step = a.step;  // judged as the same step (a resumed run numbers its own)
-        fc_cmp_result res;
-        fc_compare_step(&ctx, &a, &b, &res);
+        fc_cmp_result res;  // runs in memory carry no batch: the data are core/data.c's, shared
+        fc_cmp_result_init(&res, a.step);
+        fc_compare_add(&ctx, &a, &b, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &res);
         for (int kind = 0; kind < FC_CMP_KIND_COUNT; kind++) {
             const fc_cmp_kind_stats *s = &res.kinds[kind];
             r->max_abs[p] = dmax(r->max_abs[p], s->max_abs);
