@@ -251,10 +251,19 @@ int fc_cmd_sweep(int argc, char **argv) {
                     c.model.name, tty ? "   " : "\n");
             fflush(stderr);
         }
-        if (r->v.failed && failed_at < 0) failed_at = i;
-        if (r->v.failed && !keep_going) break;
+        // With a fault injected, the failure the gate is after is the one the
+        // catalogue expects to catch it: cases that fail only other
+        // properties are counted, and the sweep goes on to one that fails it.
+        int decisive = x.expect ? (r->v.failed >> x.expect) & 1 : r->v.failed != 0;
+        if (decisive && failed_at < 0) failed_at = i;
+        if (decisive && !keep_going) break;
     }
     if (!quiet && x.rank == 0 && tty) fputc('\n', stderr);
+    if (failed_at < 0 && x.expect && rep->n_failed) {
+        // no case failed the expected property: shrink the first failure anyway
+        for (int i = 0; i < rep->n && failed_at < 0; i++)
+            if (rep->cases[i].v.failed) failed_at = i;
+    }
     if (failed_at >= 0) {
         rep->have_shrunk = 1;
         rep->shrunk = rep->cases[failed_at];
