@@ -174,6 +174,9 @@ endforeach()
 # the port template, for a team that has only the package
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/plugin/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/plugin)
 
+# ---- the tests of the package (labels mpi, unit) -----------------------------
+add_subdirectory(${PROJECT_SOURCE_DIR}/tests/abi ${PROJECT_BINARY_DIR}/tests/abi)
+
 # ---- cpack -G DEB: the Debian 12 package ------------------------------------
 # Configure with -DCMAKE_INSTALL_PREFIX=/usr (ci/package.sh does) so the
 # libraries go to the multiarch libdir. It carries the binary, the headers,
