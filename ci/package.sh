@@ -21,6 +21,17 @@ cases=${FSDPCHECK_GATE_CASES:-20}
 seed=${FSDPCHECK_GATE_SEED:-1}
 faults=${FSDPCHECK_GATE_FAULTS:-no_divide;ckpt_swap;no_sync_overwrite;stale_gather}
 bash ci/setup.sh >/dev/null
+# what packaging needs beyond ci/setup.sh: pkg-config (the .pc check), file
+# (cpack's dpkg-shlibdeps step), dpkg-dev
+missing=()
+for p in pkg-config file dpkg-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 command -v dpkg-deb >/dev/null || { echo "ci/package.sh: dpkg-deb is required (Debian)" >&2; exit 2; }
 
 # 1. Release build of what the package holds, installed under /usr. No CUDA:

@@ -195,8 +195,10 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION devel)
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "mpich, libmpich-dev, libcjson-dev, libssl-dev")
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "cmake (>= 3.25), pkg-config")
+# (dpkg-shlibdeps is dpkg-dev's; CPack also needs `file` for it)
 find_program(FSDPCHECK_DPKG_SHLIBDEPS dpkg-shlibdeps)
-if(FSDPCHECK_DPKG_SHLIBDEPS)
+find_program(FSDPCHECK_FILE file)
+if(FSDPCHECK_DPKG_SHLIBDEPS AND FSDPCHECK_FILE)
   # adds libc6, libmpich12, libcjson1, libssl3 with their versions; our own
   # libfsdpcheck_core is resolved inside the package
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)

