@@ -74,8 +74,25 @@ foreach(t fsdpcheck_core fsdpcheck_core_static fsdpcheck_reference fsdpcheck_ref
   # shared libraries' own business, link-only for the static ones
   target_link_libraries(${t} PUBLIC MPI::MPI_C)
 endforeach()
-target_link_libraries(fsdpcheck_core PRIVATE cjson OpenSSL::Crypto m)
-target_link_libraries(fsdpcheck_core_static PUBLIC cjson OpenSSL::Crypto m)
+# fc_core's own dependencies, by the names the package config finds them
+# (a dependency added to fc_core and not known here stops the configure, so
+# the installed libraries never miss one)
+get_target_property(_fc_core_deps fc_core INTERFACE_LINK_LIBRARIES)
+set(_fc_core_link)
+foreach(d ${_fc_core_deps})
+  if(d STREQUAL "${CJSON_LIB}")
+    list(APPEND _fc_core_link cjson)
+  elseif(d STREQUAL "${M_LIB}")
+    list(APPEND _fc_core_link m)
+  elseif(d MATCHES "^(OpenSSL::Crypto|Threads::Threads)$")
+    list(APPEND _fc_core_link ${d})
+  elseif(NOT d STREQUAL "MPI::MPI_C")
+    message(FATAL_ERROR "cmake/install.cmake: fc_core links ${d}, unknown to the installed libraries: "
+                        "map it here and find it in cmake/fsdpcheckConfig.cmake.in")
+  endif()
+endforeach()
+target_link_libraries(fsdpcheck_core PRIVATE ${_fc_core_link})
+target_link_libraries(fsdpcheck_core_static PUBLIC ${_fc_core_link})
 target_link_libraries(fsdpcheck_reference PUBLIC fsdpcheck_core PRIVATE m)
 target_link_libraries(fsdpcheck_reference_static PUBLIC fsdpcheck_core_static m)
 set_target_properties(fsdpcheck_core PROPERTIES EXPORT_NAME core VERSION ${PROJECT_VERSION} SOVERSION ${_fc_soversion})
