@@ -3,7 +3,8 @@
 #
 #   fsdpcheck_add_gate(NAME <name> IMPL <target | /path/lib.so | reference>
 #                      [WORLD 4] [CASES 300] [SEED 1] [JUNIT <file.xml>]
-#                      [FAULTS [<fault>...]] [TIMEOUT <s>] [ENVIRONMENT <VAR=value>...])
+#                      [FAULTS [<fault>...]] [TIMEOUT <s>] [ENVIRONMENT <VAR=value>...]
+#                      [LABELS <label>...])
 #
 # registers, labelled `gate` and run under FindMPI's MPIEXEC_EXECUTABLE:
 #
@@ -27,12 +28,13 @@
 # IMPL is a SHARED or MODULE library target of this project (the tests then
 # depend on its file), a path to a shared library, or `reference`. WORLD
 # ranks need WORLD processes (PROCESSORS is set, so `ctest -j` schedules
-# them). ENVIRONMENT is added to every test's environment.
+# them). ENVIRONMENT is added to every test's environment; LABELS are added to
+# `gate` (e.g. gpu, for a port that needs a device).
 include_guard(GLOBAL)
 set(_FSDPCHECK_GATE_DIR ${CMAKE_CURRENT_LIST_DIR})
 
 function(fsdpcheck_add_gate)
-  cmake_parse_arguments(PARSE_ARGV 0 G "" "NAME;IMPL;WORLD;CASES;SEED;JUNIT;TIMEOUT" "FAULTS;ENVIRONMENT")
+  cmake_parse_arguments(PARSE_ARGV 0 G "" "NAME;IMPL;WORLD;CASES;SEED;JUNIT;TIMEOUT" "FAULTS;ENVIRONMENT;LABELS")
   if(G_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "fsdpcheck_add_gate: unknown arguments ${G_UNPARSED_ARGUMENTS}")
   endif()
@@ -73,7 +75,7 @@ function(fsdpcheck_add_gate)
 
   set(bin $<TARGET_FILE:fsdpcheck::fsdpcheck>)
   set(mpirun ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${G_WORLD} ${MPIEXEC_PREFLAGS})
-  set(props LABELS gate PROCESSORS ${G_WORLD})
+  set(props PROCESSORS ${G_WORLD})
   if(G_TIMEOUT)
     list(APPEND props TIMEOUT ${G_TIMEOUT})
   endif()
@@ -96,6 +98,8 @@ function(fsdpcheck_add_gate)
     list(APPEND tests ${G_NAME}.fault.${f})
   endforeach()
   set_tests_properties(${tests} PROPERTIES ${props})
+  set(labels gate ${G_LABELS})
+  set_tests_properties(${tests} PROPERTIES LABELS "${labels}")
   if(G_ENVIRONMENT)
     set_tests_properties(${tests} PROPERTIES ENVIRONMENT "${G_ENVIRONMENT}")
   endif()
