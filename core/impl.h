@@ -27,6 +27,40 @@
 
 FC_BEGIN_DECLS
 
+// The contract's ABI version. A port's table carries the FC_IMPL_ABI_VERSION
+// it was compiled against (abi_version); fsdpcheck loads a port only when it
+// equals its own, and otherwise refuses it with one line and exit 2 ("contract
+// version N, this fsdpcheck speaks M"), as it refuses a library without the
+// entry point FC_IMPL_ENTRY and a table with NULL where create, step,
+// export_full, comm_log, memory or destroy belongs. `fsdpcheck --version`
+// prints it; the installed CMake package sets fsdpcheck_IMPL_ABI_VERSION.
+//
+// What bumps it: any change after which a port compiled against the old
+// headers would be called wrongly or would compute something else:
+//  - fc_impl_ops: a member added, removed, reordered or retyped;
+//  - a type that crosses the contract changes layout or meaning: fc_run_config
+//    and what it holds (config.h: fc_model_config, the optimizer config, the
+//    order of every enum such as fc_strategy, fc_prec, fc_fault, fc_comm),
+//    fc_step_info, fc_export, fc_error, fc_state_dict, fc_comm_log / its
+//    events, fc_mem_stats and its categories (schedule.h);
+//  - what a port must compute changes: the model layout and parameter order
+//    of model.h, what export_full copies, the checkpoint files a port writes
+//    (checkpoint.h), the collective semantics below.
+// It does not bump for the oracle (new properties, tolerances, CLI flags),
+// for core functions the contract does not use, or for the reference's
+// internals. It is bumped together with the package's version (0.x: the minor,
+// so find_package(fsdpcheck 0.N) never hands a port another contract), and
+// FC_IMPL_ENTRY keeps its name, so an old port gets the version line above
+// rather than "no entry point".
+//
+// What a port does on a bump: read what changed (the release notes name the
+// types above that did), build against the new package (find_package(fsdpcheck
+// 0.N)), adapt its functions, and run the gate again; until then every
+// fsdpcheck of the new version refuses its old library with exit 2, so a CI
+// gate fails loudly instead of comparing through a mismatched table. The port
+// template pins the version it implements (a static assertion in plugin.c and
+// a check of fsdpcheck_IMPL_ABI_VERSION in its CMakeLists.txt), so the build
+// itself says which contract it was written for.
 #define FC_IMPL_ABI_VERSION 1
 #define FC_IMPL_ENTRY "fsdpcheck_impl_v1"
 

@@ -3,6 +3,12 @@
 #include <string.h>
 
 #include "check.h"
+#include "impl.h"  // FC_IMPL_ABI_VERSION
+
+// the package version (the CMake project version, cmake/install.cmake)
+#ifndef FSDPCHECK_VERSION
+#define FSDPCHECK_VERSION "unknown"
+#endif
 
 int fc_cmd_run(int argc, char **argv);
 int fc_cmd_sweep(int argc, char **argv);
@@ -20,6 +26,7 @@ static void usage(FILE *f) {
           "  compare   compare two traces step by step (fsdpcheck compare --help)\n"
           "  ckpt      inspect, verify or convert a checkpoint (fsdpcheck ckpt --help)\n"
           "  sensitivity  the smallest error compare catches between two traces, per kind\n"
+          "  --version    the package version and the implementation contract's ABI version\n"
           "exit codes: 0 pass, 1 a property or comparison failed, 2 bad input or usage,\n"
           "            3 a timeout (a hung rank or collective), 4 an internal error\n",
           f);
@@ -30,6 +37,11 @@ int main(int argc, char **argv) {
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
         usage(stdout);
+        return FC_EXIT_PASS;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("fsdpcheck %s (implementation contract ABI %d, entry point %s)\n", FSDPCHECK_VERSION,
+               FC_IMPL_ABI_VERSION, FC_IMPL_ENTRY);
         return FC_EXIT_PASS;
     }
     if (!strcmp(cmd, "run")) return fc_cmd_run(argc - 2, argv + 2);

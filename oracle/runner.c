@@ -223,8 +223,11 @@ const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e) {
         dlclose(h);
         return NULL;
     }
-    if (!ops->create || !ops->step || !ops->export_full || !ops->comm_log || !ops->memory || !ops->destroy) {
-        fc_fail(e, "--impl %s: the operations table lacks a required function", impl);
+    const char *null_fn = !ops->create ? "create" : !ops->step ? "step" : !ops->export_full ? "export_full"
+                        : !ops->comm_log ? "comm_log" : !ops->memory ? "memory" : !ops->destroy ? "destroy" : NULL;
+    if (null_fn) {
+        fc_fail(e, "--impl %s: the operations table's %s is NULL (create, step, export_full, comm_log, memory and "
+                   "destroy are required)", impl, null_fn);
         dlclose(h);
         return NULL;
     }
