@@ -16,8 +16,8 @@
 //  - bytes and dtypes: all_gather P_u in param_dtype, reduce_scatter P_u in
 //    reduce_dtype (both move equal chunks, so padding is on the wire);
 //    no_shard's all_reduce N_u or its world-padded size, the replica
-//    all_reduce the chunk S_u (or its valid part), both in reduce_dtype; the
-//    norm one scalar (4 or 8 bytes).
+//    all_reduce the chunk S_u (or its valid part), both in reduce_dtype and
+//    backward; the norm one fp32 scalar (4 bytes, or 8 for an fp64 partial).
 //  - every collective issue is completed by a later wait in the same step;
 //    compute runs only on a unit whose all-gather was waited; a unit is freed
 //    only once gathered, and is not gathered twice at once.
@@ -30,7 +30,10 @@
 //    With the policy on, its all-gather is issued in that stage's window and
 //    flagged prefetch; otherwise at need, after the stage ended, unflagged.
 //  - the limiter: a prefetch is issued only while fc_limiter_allows_prefetch,
-//    and one is held back only when it does not.
+//    and one is held back (gathered at need, unflagged) only when it does not.
+// Where FSDP leaves a choice to the implementation, the theory accepts each
+// choice (e.g. BACKWARD_POST may free the unit before or after prefetching
+// the next, as PyTorch frees first and the reference after).
 #include "theory.h"
 
 #include <stdarg.h>
@@ -212,33 +215,40 @@ static int wait_of(const step_view *x, int i) { return i >= 0 ? x->waited_by[i] 
 // the gather state of each unit, the limiter, h2d before all-gather
 
 // The all_reduce of unit u (not the norm): no_shard's gradient, or a hybrid
-// replica's. Returns the per-unit slot kind, or -1 after a finding.
+// replica's, in backward and reduce_dtype. Returns the per-unit slot kind, or
+// -1 after a finding.
 static int classify_all_reduce(const step_view *x, int i) {
     const theory *t = x->t;
     const fc_event *v = &x->ev[i];
     const fc_unit_layout *l = &t->lay[v->unit];
-    const char *rd = fc_prec_name(t->cfg->reduce_dtype);
+    int kind;
+    fc_group group;
+    size_t a, b;  // the bytes it may carry
     if (!t->g.sharded) {
         // a real all_reduce needs no padding; the reference's is a padded reduce_scatter + all_gather
-        size_t a = l->numel * t->rsz, b = l->padded * t->rsz;
-        EXPECT(t, v->group == FC_GROUP_WORLD && (v->bytes == a || v->bytes == b) && v->dtype == t->cfg->reduce_dtype,
-               "step %ld #%d: gradient all_reduce of unit %d: expected group world, %zu or %zu bytes %s; got group "
-               "%s, %zu bytes %s",
-               x->step, i, v->unit, a, b, rd, fc_group_name(v->group), v->bytes, fc_prec_name(v->dtype));
-        return AR_WORLD;
+        kind = AR_WORLD, group = FC_GROUP_WORLD, a = l->numel * t->rsz, b = l->padded * t->rsz;
+    } else if (t->g.hybrid && t->g.R > 1) {
+        // this rank's chunk across the replicas, whole or its valid part
+        kind = AR_REPL, group = FC_GROUP_REPLICATE, a = l->shard * t->rsz, b = l->own_valid * t->rsz;
+    } else {
+        fc_findings_add(t->out, "step %ld #%d: all_reduce of unit %d over %s, which %s has none of", x->step, i,
+                        v->unit, fc_group_name(v->group), fc_strategy_name(t->cfg->strategy));
+        return -1;
     }
-    if (t->g.hybrid && t->g.R > 1) {
-        size_t a = l->shard * t->rsz, b = l->own_valid * t->rsz;
-        EXPECT(t,
-               v->group == FC_GROUP_REPLICATE && (v->bytes == a || v->bytes == b) && v->dtype == t->cfg->reduce_dtype,
-               "step %ld #%d: replica all_reduce of unit %d: expected group replicate, %zu (or valid %zu) bytes %s; "
-               "got group %s, %zu bytes %s",
-               x->step, i, v->unit, a, b, rd, fc_group_name(v->group), v->bytes, fc_prec_name(v->dtype));
-        return AR_REPL;
-    }
-    fc_findings_add(t->out, "step %ld #%d: all_reduce of unit %d in group %s, which %s has none of", x->step, i,
-                    v->unit, fc_group_name(v->group), fc_strategy_name(t->cfg->strategy));
-    return -1;
+    EXPECT(t,
+           v->group == group && (v->bytes == a || v->bytes == b) && v->dtype == t->cfg->reduce_dtype &&
+               v->phase == FC_PHASE_BACKWARD,
+           "step %ld #%d: %s of unit %d: expected %zu or %zu bytes %s over %s in backward; got %zu bytes %s over %s "
+           "in %s",
+           x->step, i, PER_UNIT_NAME[kind], v->unit, a, b, fc_prec_name(t->cfg->reduce_dtype), fc_group_name(group),
+           v->bytes, fc_prec_name(v->dtype), fc_group_name(v->group), fc_phase_name(v->phase));
+    return kind;
+}
+
+// Every enum of the event within its range.
+static int well_formed(const fc_event *v) {
+    return (unsigned)v->op < FC_OP_COUNT && (unsigned)v->of < FC_OP_COUNT && (unsigned)v->group <= FC_GROUP_REPLICATE &&
+           (unsigned)v->phase <= FC_PHASE_OPTIM && (unsigned)v->dtype <= FC_PREC_FP16;
 }
 
 // Returns the number of events of no expected kind.
@@ -253,6 +263,12 @@ static int scan_events(step_view *x) {
         const fc_event *v = &x->ev[i];
         x->alive_before[i] = alive;
         EXPECT(t, v->order == i, "step %ld: event %d has order %d", step, i, v->order);
+        if (!well_formed(v)) {  // a port's log is input: no name lookup out of range
+            fc_findings_add(t->out, "step %ld #%d: malformed event (op %d, of %d, group %d, phase %d, dtype %d)", step,
+                            i, (int)v->op, (int)v->of, (int)v->group, (int)v->phase, (int)v->dtype);
+            other++;
+            continue;
+        }
         int u = v->unit, k = v->micro;
         // compute, gathers, frees and gradient traffic belong to one micro-batch and one unit
         int per_micro = v->op != FC_OP_OPTIM && v->op != FC_OP_WAIT && v->op != FC_OP_H2D &&
@@ -353,14 +369,15 @@ static int scan_events(step_view *x) {
         }
         case FC_OP_ALL_REDUCE:
             if (u == -1) {
-                // the total norm: one scalar (an fp32 value or an fp64 partial sum)
+                // the total norm: one scalar (an fp32 value, or an fp64 partial sum as the reference sends)
                 fc_group want = t->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD;
                 EXPECT(t,
-                       v->phase == FC_PHASE_CLIP && (v->bytes == 4 || v->bytes == 8) &&
+                       v->phase == FC_PHASE_CLIP && (v->bytes == 4 || v->bytes == 8) && v->dtype == FC_PREC_FP32 &&
                            (v->group == want || v->group == FC_GROUP_WORLD),
-                       "step %ld #%d: norm all_reduce: expected phase clip, 4 or 8 bytes over %s; got phase %s, %zu "
-                       "bytes over %s",
-                       step, i, fc_group_name(want), fc_phase_name(v->phase), v->bytes, fc_group_name(v->group));
+                       "step %ld #%d: norm all_reduce: expected phase clip, 4 or 8 bytes fp32 over %s; got phase %s, "
+                       "%zu bytes %s over %s",
+                       step, i, fc_group_name(want), fc_phase_name(v->phase), v->bytes, fc_prec_name(v->dtype),
+                       fc_group_name(v->group));
                 put(&x->norm, i);
             } else if (!valid_unit(t, u)) {
                 fc_findings_add(t->out, "step %ld #%d: all_reduce of unit %d", step, i, u);
@@ -426,8 +443,7 @@ static int scan_events(step_view *x) {
                    fc_phase_name(v->phase));
             put(&x->optim[u], i);
             break;
-        default:
-            fc_findings_add(t->out, "step %ld #%d: unknown op %d", step, i, (int)v->op);
+        default:  // COUNT; well_formed excludes it
             other++;
         }
     }
@@ -591,31 +607,43 @@ static void check_free_order(step_view *x, int k) {
     }
 }
 
-// One prefetchable all-gather at `ag`: with the policy on (`on`), expected in
-// the window (lo, hi) and flagged; with the limiter, an all-gather outside the
-// window is one the limiter held back, allowed only if it had to (two units
-// alive at the opportunity `opp`) and then gathered at need (after need_lo).
-// With the policy off, at need and unflagged.
+// A position in the step for a message: "#12", or "the start" for -1.
+static const char *pos(char buf[24], int i) {
+    if (i < 0) return "the start";
+    snprintf(buf, 24, "#%d", i);
+    return buf;
+}
+
+// One prefetchable all-gather at `ag`. With the policy on (`on`), a flagged
+// prefetch in the window (lo, hi). With the limiter, an unflagged all-gather
+// is one the limiter held back: allowed only where it had to (two units
+// gathered at the opportunity `opp`), and then gathered at need (after
+// need_lo). The flag decides which, as a held-back unit gathered at need may
+// sit where a prefetch could. With the policy off, at need and unflagged.
 static void check_prefetch(step_view *x, int k, const char *what, int v, int ag, int on, int lo, int hi, int opp,
                            int need_lo) {
     const theory *t = x->t;
-    int pf = x->ev[ag].prefetch, inwin = ag > lo && ag < hi;
+    int pf = x->ev[ag].prefetch, alive = x->alive_before[opp];
+    char a[24], b[24];
     if (!on) {
         EXPECT(t, ag > need_lo && !pf,
-               "step %ld micro %d: %s off: all_gather of unit %d (#%d, prefetch=%d) expected at need, after #%d, "
-               "not flagged",
-               x->step, k, what, v, ag, pf, need_lo);
-    } else if (!t->cfg->limit_all_gathers || inwin) {
-        EXPECT(t, inwin && pf,
-               "step %ld micro %d: %s: all_gather of unit %d (#%d, prefetch=%d) expected between #%d and #%d, flagged "
-               "prefetch",
-               x->step, k, what, v, ag, pf, lo, hi);
+               "step %ld micro %d: %s off: all_gather of unit %d (#%d, prefetch=%d) expected at need, after %s, not "
+               "flagged",
+               x->step, k, what, v, ag, pf, pos(a, need_lo));
+    } else if (pf || !t->cfg->limit_all_gathers) {
+        EXPECT(t, ag > lo && ag < hi && pf,
+               "step %ld micro %d: %s: all_gather of unit %d (#%d, prefetch=%d) expected after %s and before #%d, "
+               "flagged prefetch",
+               x->step, k, what, v, ag, pf, pos(a, lo), hi);
     } else {
-        int alive = x->alive_before[opp];
-        EXPECT(t, !fc_limiter_allows_prefetch(t->cfg, alive) && ag > need_lo && !pf,
-               "step %ld micro %d: %s with limit_all_gathers: all_gather of unit %d (#%d, prefetch=%d) not prefetched "
-               "between #%d and #%d although only %d unit(s) were gathered",
-               x->step, k, what, v, ag, pf, lo, hi, alive);
+        EXPECT(t, !fc_limiter_allows_prefetch(t->cfg, alive),
+               "step %ld micro %d: %s with limit_all_gathers: unit %d not prefetched (after %s, before #%d) although "
+               "only %d unit(s) were gathered",
+               x->step, k, what, v, pos(a, lo), hi, alive);
+        EXPECT(t, ag > need_lo,
+               "step %ld micro %d: %s with limit_all_gathers: unit %d held back, so expected at need after %s; its "
+               "all_gather is #%d",
+               x->step, k, what, v, pos(b, need_lo), ag);
     }
 }
 
