@@ -1,13 +1,17 @@
 // tests/mpi/mpitest.c — see mpitest.h.
 #include "mpitest.h"
 
-#include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mpicheck.h"
 
 int mt_errs = 0;
+
+static const fc_impl_ops *g_impl;
+static const char *g_impl_name = "reference";
+static int g_verbose;
 
 int mt_rank(void) {
     int r = 0, init = 0;
@@ -16,7 +20,44 @@ int mt_rank(void) {
     return r;
 }
 
-void mt_init(int *argc, char ***argv) { mpiCheck(MPI_Init(argc, argv)); }
+// A usage error: every rank leaves with 2, rank 0 prints the one line.
+static _Noreturn void usage_fail(const char *msg) {
+    int rank = mt_rank();
+    MPI_Finalize();
+    if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
+    exit(FC_EXIT_USAGE);
+}
+
+void mt_init(int *argc, char ***argv) {
+    mpiCheck(MPI_Init(argc, argv));
+    char msg[700];
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = (*argv)[i];
+        if (!strcmp(a, "--impl")) {
+            if (i + 1 >= *argc) usage_fail("--impl needs a value (reference or PATH.so)");
+            g_impl_name = (*argv)[++i];
+        } else if (!strncmp(a, "--impl=", 7)) {
+            g_impl_name = a + 7;
+        } else {
+            snprintf(msg, sizeof msg, "%s: unknown argument %.200s (usage: %s [--impl reference|PATH.so])",
+                     (*argv)[0], a, (*argv)[0]);
+            usage_fail(msg);
+        }
+    }
+    (*argv)[out] = NULL;
+    *argc = out;
+    fc_error e = {{0}};
+    g_impl = fc_impl_resolve(g_impl_name, &e);
+    if (!g_impl) usage_fail(e.msg);
+    const char *v = getenv("MT_VERBOSE");
+    g_verbose = v && *v && strcmp(v, "0");
+    if (mt_rank() == 0 && !mt_tested_is_ref()) {
+        printf("testing --impl %s (%s): bitwise claims of the reference are judged by the default policy\n",
+               g_impl_name, g_impl->name);
+        fflush(stdout);
+    }
+}
 
 int mt_finalize(void) {
     int total = 0;
@@ -32,6 +73,21 @@ int mt_finalize(void) {
     return total ? 1 : 0;
 }
 
+const fc_impl_ops *mt_impl(void) { return g_impl ? g_impl : fc_reference_impl(); }
+const char *mt_impl_name(void) { return g_impl_name; }
+int mt_tested_is_ref(void) { return mt_impl() == fc_reference_impl(); }
+
+void mt_skip(const char *fmt, ...) {
+    if (mt_rank() != 0) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    printf("SKIP: %s\n", msg);
+    fflush(stdout);
+}
+
 fc_run_config mt_config(const char *model, fc_strategy s, int W, int steps) {
     fc_run_config c;
     fc_run_config_defaults(&c);
@@ -45,41 +101,56 @@ fc_run_config mt_config(const char *model, fc_strategy s, int W, int steps) {
     return c;
 }
 
-int mt_run(const fc_run_config *cfg, MPI_Comm comm, mt_result *r) {
-    fc_runner_run(fc_reference_impl(), cfg, comm, r);
-    MT_CHECK(r->ok, "run failed: %s", r->error);
+static int run_with(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, mt_result *r) {
+    fc_runner_run(ops, cfg, comm, r);  // fc_runner_run routes an injected fault through fc_impl_for
+    MT_CHECK(r->ok, "run (%s %s, impl %s) failed: %s", fc_strategy_name(cfg->strategy), cfg->model.name, ops->name,
+             r->error);
     return r->ok ? 0 : -1;
+}
+
+int mt_run(const fc_run_config *cfg, MPI_Comm comm, mt_result *r) { return run_with(mt_impl(), cfg, comm, r); }
+
+int mt_run_ref(const fc_run_config *cfg, MPI_Comm comm, mt_result *r) {
+    return run_with(fc_reference_impl(), cfg, comm, r);
 }
 
 void mt_result_free(mt_result *r) { fc_runner_free(r); }
 
-size_t mt_compare(const char *what, const fc_model *m, const float *a, const float *b, int bitwise,
-                  double rtol, double atol) {
-    if (!a || !b) {
-        MT_CHECK(0, "%s: missing result", what);
-        return 1;
-    }
-    size_t bad = 0, first = 0;
-    double max_abs = 0;
-    for (size_t i = 0; i < m->numel; i++) {
-        int same = bitwise ? memcmp(&a[i], &b[i], sizeof(float)) == 0
-                           : fabs((double)a[i] - b[i]) <= atol + rtol * fabs((double)b[i]);
-        double d = fabs((double)a[i] - b[i]);
-        if (d > max_abs) max_abs = d;
-        if (!same && bad++ == 0) first = i;
-    }
-    if (bad) {
-        // name the parameter that holds the first divergent element
-        const char *name = "?";
-        size_t idx = first;
-        for (int p = 0; p < m->n_params; p++)
-            if (first >= m->params[p].offset && first < m->params[p].offset + m->params[p].numel) {
-                name = m->params[p].name;
-                idx = first - m->params[p].offset;
-            }
-        MT_CHECK(0, "%s: %zu of %zu elements differ (%s); first: %s[%zu] %.9g vs %.9g; max abs %.3g", what,
-                 bad, m->numel, bitwise ? "bitwise" : "tolerance", name, idx, (double)a[first],
-                 (double)b[first], max_abs);
-    }
-    return bad;
+static int compare(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
+                   const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
+                   int same_compute, fc_props *v) {
+    memset(v, 0, sizeof *v);
+    int exact = bitwise == MT_BITWISE_ANY || (bitwise == MT_BITWISE_REF && mt_tested_is_ref());
+    fc_props_pair pair = {cfg, W, against, same_compute};
+    int ok = fc_props_compare(v, p, &pair, tested, t0, expected, e0, n, exact, what);
+    if (g_verbose)
+        printf("  P%-2d %-60.60s %s: max err/scale %.3g, %.3g ULP at scale, %.3g of tolerance\n", p, what,
+               exact ? "bitwise" : "policy", v->max_scaled[p], v->max_ulp[p], v->headroom[p]);
+    return ok;
+}
+
+int mt_judge(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
+             const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
+             int same_compute) {
+    fc_props v;
+    int ok = compare(p, what, cfg, W, tested, t0, against, expected, e0, n, bitwise, same_compute, &v);
+    MT_CHECK(ok, "[%s] %s", cfg->model.name, v.detail);
+    return ok;
+}
+
+int mt_judge_all(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested,
+                 const fc_run_config *against, const mt_result *expected, int bitwise, int same_compute) {
+    int n = tested->steps < expected->steps ? tested->steps : expected->steps;
+    MT_CHECK(!tested->ok || !expected->ok || tested->steps == expected->steps,
+             "%s: %d steps against %d", what, tested->steps, expected->steps);
+    return mt_judge(p, what, cfg, W, tested, 0, against, expected, 0, n, bitwise, same_compute);
+}
+
+int mt_agrees(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
+              const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
+              int same_compute, char *detail, size_t cap) {
+    fc_props v;
+    int ok = compare(p, what, cfg, W, tested, t0, against, expected, e0, n, bitwise, same_compute, &v);
+    if (detail && cap) snprintf(detail, cap, "%s", v.detail);
+    return ok;
 }

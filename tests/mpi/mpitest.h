@@ -1,8 +1,21 @@
 // tests/mpi/mpitest.h — the MPICH test-suite conventions for fsdpcheck's MPI
 // programs: every rank counts its own failures, the counts are summed, rank 0
 // prints " No Errors" or " Found N errors", and the exit code is non-zero if
-// any rank failed. Plus a harness that runs an implementation through the
-// contract and collects what the properties compare.
+// any rank failed. A part of a test that cannot run says so in one
+// "SKIP: reason" line: no test silently does nothing.
+//
+// Every program takes `--impl reference|PATH.so` (default reference): mt_run
+// runs the implementation under test, mt_run_ref the reference (the local
+// ground truth and other baselines). Both go through fc_impl_for, so a config
+// with `inject` set runs the reference's fault-catalogue build.
+//
+// Every numerical judgement goes through the one comparison engine
+// (oracle/props.h fc_props_compare, oracle/compare.h): mt_judge turns a failed
+// property into an MT_CHECK failure that prints the first divergence (step,
+// tensor, element, both values with their bits, error relative to the
+// tensor's scale, owning rank). A bitwise claim holds only for the reference
+// (its canonical reductions); another implementation is judged by the default
+// policy of the comparison's precision instead.
 #ifndef FC_MPITEST_H
 #define FC_MPITEST_H
 
@@ -12,6 +25,7 @@
 #include "config.h"
 #include "impl.h"
 #include "model.h"
+#include "props.h"
 #include "runner.h"
 
 extern int mt_errs;
@@ -29,27 +43,57 @@ int mt_rank(void);
         }                                                                       \
     } while (0)
 
-// MPI_Init with the world size checks done, and the matching finish: reduces
-// the error counts, prints the verdict on rank 0, finalizes, returns the exit code.
+// MPI_Init, then the program's flags: `--impl reference|PATH.so`. A bad flag
+// or an implementation that cannot be loaded: one "fsdpcheck: " line on
+// stderr, exit 2. The matching finish reduces the error counts, prints the
+// verdict on rank 0, finalizes and returns the exit code.
 void mt_init(int *argc, char ***argv);
 int mt_finalize(void);
 
-// What one run produced (oracle/runner.h): full tensors on rank 0 of the
-// run's communicator.
+// The implementation under test, its name as given to --impl, and whether it
+// is the reference (bitwise claims apply).
+const fc_impl_ops *mt_impl(void);
+const char *mt_impl_name(void);
+int mt_tested_is_ref(void);
+
+// Prints "SKIP: <reason>" on rank 0 of MPI_COMM_WORLD.
+void mt_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// What one run produced (oracle/runner.h): every step's full tensors on rank 0
+// of the run's communicator.
 typedef fc_run_result mt_result;
 
-// Runs cfg on comm with the reference (collective over comm; ranks outside
-// comm must not call). A failure to create or step counts as an error.
+// Runs cfg on comm (collective over comm; ranks outside comm must not call).
+// mt_run: the implementation under test; mt_run_ref: the reference. A failure
+// to create or step counts as an error. Returns 0 or -1.
 int mt_run(const fc_run_config *cfg, MPI_Comm comm, mt_result *r);
+int mt_run_ref(const fc_run_config *cfg, MPI_Comm comm, mt_result *r);
 void mt_result_free(mt_result *r);
 
 // A base config: model preset, strategy, small batch divisible by W*K.
 fc_run_config mt_config(const char *model, fc_strategy s, int W, int steps);
 
-// Compares a and b over n elements: bitwise, or |a-b| <= atol + rtol*|b|.
-// Counts one error (with the first divergence: tensor name, element, both
-// values) if any element differs. Returns the number of differing elements.
-size_t mt_compare(const char *what, const fc_model *m, const float *a, const float *b, int bitwise,
-                  double rtol, double atol);
+// How a judgement treats bits: the default policy of the precision; bitwise
+// for the reference only (its canonical reductions; another implementation gets
+// the default policy); bitwise for every implementation (P12, determinism).
+enum { MT_POLICY = 0, MT_BITWISE_REF = 1, MT_BITWISE_ANY = 2 };
+
+// Judges property p through the engine: the tested run (config cfg at world
+// size W, steps [t0, t0+n)) against the expected run (config against, steps
+// [e0, e0+n)). bitwise: MT_POLICY, MT_BITWISE_REF or MT_BITWISE_ANY. same_compute: both runs share their per-rank
+// arithmetic (fc_cmp_policy_same_compute). On failure, one MT_CHECK error
+// naming `what` with the props detail. Call on the rank holding both runs'
+// full tensors (rank 0 of their communicators). Returns 1 if they agree.
+int mt_judge(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
+             const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
+             int same_compute);
+// The same over every step of both runs (t0 = e0 = 0, n = the tested run's steps).
+int mt_judge_all(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested,
+                 const fc_run_config *against, const mt_result *expected, int bitwise, int same_compute);
+// The same comparison without counting anything: 1 if they agree; the detail
+// (or "") in detail. For tests that must see a comparison fail.
+int mt_agrees(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
+              const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
+              int same_compute, char *detail, size_t cap);
 
 #endif

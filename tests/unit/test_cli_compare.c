@@ -18,6 +18,8 @@
 #include <criterion/criterion.h>
 
 #include <cJSON.h>
+#include <dirent.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +113,38 @@ static void expect_out(const char *frag) {
     cr_expect_not_null(strstr(R.out, frag), "stdout lacks '%s':\n%s", frag, R.out);
 }
 
+// A row of the per-step table: some stdout line whose whitespace-separated
+// fields start with want's ("0 lock grad 6 0 0 0 0 0 pass"), whatever the
+// column widths.
+static void squeeze(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    int space = 1;
+    for (size_t i = 0; i < n && k + 1 < cap; i++) {
+        if (s[i] == ' ' || s[i] == '\t') {
+            if (!space) out[k++] = ' ';
+            space = 1;
+        } else {
+            out[k++] = s[i];
+            space = 0;
+        }
+    }
+    out[k] = '\0';
+}
+
+static void expect_row(const char *want) {
+    char w[512];
+    squeeze(want, strlen(want), w, sizeof w);
+    for (const char *l = R.out; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        char got[512];
+        squeeze(l, n, got, sizeof got);
+        if (!strncmp(got, w, strlen(w))) return;
+        l += n + (e ? 1 : 0);
+    }
+    cr_expect_fail("no row '%s' in stdout:\n%s", w, R.out);
+}
+
 // exit 2, nothing on stdout, one "fsdpcheck: " line on stderr holding frag.
 static void expect_usage(const char *frag) {
     cr_expect_eq(R.code, 2, "exit %d, want 2; stdout:\n%s\nstderr:\n%s", R.code, R.out, R.err);
@@ -130,6 +164,9 @@ typedef struct {
     const char *add;      // a tensor to add (F32 [1])
     const char *reshape;  // a 2-D tensor to transpose
     long step;            // the step written into the metadata
+    const char *scale[2]; // F32 tensors to tamper with: multiplied by factor,
+    long long index;      // element `index` only, or every element when index < 0
+    double factor;
 } edit;
 
 static void rewrite_step(const char *in, const char *out, const edit *ed) {
@@ -144,6 +181,14 @@ static void rewrite_step(const char *in, const char *out, const edit *ed) {
         if (ed->drop && !strcmp(t->name, ed->drop)) continue;
         data[n] = malloc(t->end - t->begin + 1);
         cr_assert_eq(fc_st_read(&f, t, 0, t->numel, data[n], &e), 0, "%s", e.msg);
+        for (int k = 0; k < 2; k++) {
+            if (!ed->scale[k] || strcmp(t->name, ed->scale[k])) continue;
+            cr_assert_eq(t->dtype, FC_DT_F32, "%s is not F32", t->name);
+            cr_assert_lt(ed->index, (long long)t->numel);
+            float *v = data[n];
+            for (uint64_t i = 0; i < t->numel; i++)
+                if (ed->index < 0 || (uint64_t)ed->index == i) v[i] = (float)(v[i] * ed->factor);
+        }
         ent[n] = (fc_st_entry){t->name, t->dtype, t->ndim, {0}, data[n]};
         for (int d = 0; d < t->ndim; d++) ent[n].shape[d] = t->shape[d];
         if (ed->reshape && !strcmp(t->name, ed->reshape)) {
@@ -209,8 +254,9 @@ Test(compare, the_same_config_twice_passes) {
     cr_expect_eq(R.err[0], '\0', "stderr: %s", R.err);
     expect_out("comparing steps 0..2");
     expect_out("policy: fp32");
-    expect_out("     2  optim       12            0            0           0  pass\n");
-    expect_out("     0  batch        2");
+    expect_out("policy: fp32 (A is expected; per element |A - B| <= atol + rtol * scale");
+    expect_row("2 lock optim 12 0 0 0 0 0 pass");
+    expect_row("0 lock batch 2 0 0 0 0 - pass");
     expect_out("PASS: 3 steps agree within the policy");
     cr_expect_null(strstr(R.out, "FAIL"), "%s", R.out);
     cr_expect_eq(fsdpcheck(ARGS("compare", "--bitwise", a, b)), 0, "the same run is bitwise the same (P12):\n%s", R.out);
@@ -232,10 +278,10 @@ Test(compare, a_different_seed_diverges_at_the_data) {
 Test(compare, a_different_lr_diverges_at_the_first_update) {
     const char *a = trace("a", NULL), *b = trace("b", ARGS("--lr", "0.002"));
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
-    expect_out("     0  batch        2            0            0           0  pass\n");
-    expect_out("     0  loss         1            0            0           0  pass\n");
-    expect_out("     0  grad         6            0            0           0  pass\n");
-    expect_out("     0  param        6");
+    expect_row("0 lock batch 2 0 0 0 0 - pass");
+    expect_row("0 lock loss 1 0 0 0 0 0 pass");
+    expect_row("0 lock grad 6 0 0 0 0 0 pass");
+    expect_row("0 lock param 6");
     expect_out("FAIL (6 of 6 tensors)");
     expect_out("first divergence: step 0, tensor param.layers.0.weight, element 0 [0, 0] of shape [17, 13]\n");
     expect_out("owner under B's layout: every rank (replicated: local holds full parameters on all 1 rank;");
@@ -267,7 +313,7 @@ Test(compare, the_owner_of_a_patched_element_under_full_shard) {
     expect_out("first divergence: step 1, tensor param.layers.0.bias, element 16 [16] of shape [17]\n");
     expect_out("  B = 1000 (0x447a0000)\n");
     expect_out("owner under B's layout: rank 1 (full_shard shard 1 of 2; unit layers.0, element 237 of 238, shard size 119)");
-    expect_out("     1  param        6");
+    expect_row("1 lock param 6");
     expect_out("FAIL (1 of 6 tensors)");
     expect_out("FAIL: 1 of 3 steps differ");
     // the other way round, B is local: every rank holds it
@@ -293,10 +339,12 @@ Test(compare, report_file) {
     char md[65536];
     slurp(rep, md, sizeof md);
     const char *want[] = {"# fsdpcheck compare\n", "**Result: FAIL**", "| strategy | local | local |",
-                          "## Tolerance policy (fp32)", "| batch | exact |", "| grad | rtol 1.3e-06 atol 1e-05 |",
-                          "## First divergence", "tensor param.layers.0.weight", "## Per step",
-                          "| 0 | grad | 6 | 0 | 0 | 0 | pass |", "| 0 | param | 6 |", "**FAIL**", "## Per tensor",
-                          "| 2 | optim.exp_avg_sq.layers.2.bias | 7 |"};
+                          "## Tolerance policy (fp32)", "| kind | lockstep (fp32) | diverged (fp32) |",
+                          "| batch | exact | exact |", "| grad | rtol 4e-05 ntol 1.5e-05 | rtol 4e-05 ntol 1.5e-05 |",
+                          "## First divergence", "tensor param.layers.0.weight", "of the tensor's scale", "## Per step",
+                          "| step | kind | tensors | max abs err | max err/scale | ULP at scale | norm ratio | of tolerance |",
+                          "| 0 | grad | 6 | 0 | 0 | 0 | 0 | 0 | lockstep | pass |", "| 0 | param | 6 |", "**FAIL**",
+                          "## Per tensor", "| 2 | optim.exp_avg_sq.layers.2.bias | 7 |"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_expect_not_null(strstr(md, want[i]), "report lacks '%s':\n%s", want[i], md);
     // the report of a pass says so
@@ -312,7 +360,7 @@ Test(compare, only_common_steps_are_compared) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
     // B becomes steps 1..3: its files renamed (and their metadata rewritten) one up
     for (int s = 2; s >= 0; s--) {
-        edit ed = {NULL, NULL, NULL, s + 1};
+        edit ed = {.step = s + 1};
         rewrite_step(tmp_path("b/step-%06d.safetensors", s), tmp_path("b/step-%06d.safetensors", s + 1), &ed);
     }
     cr_assert_eq(unlink(tmp_path("b/step-000000.safetensors")), 0);
@@ -322,13 +370,102 @@ Test(compare, only_common_steps_are_compared) {
     cr_expect_null(strstr(R.out, "\n     0  "), "step 0 is not in B:\n%s", R.out);
     // no step in common (B starts right after A ends): bad input
     for (int s = 3; s >= 1; s--) {
-        edit ed = {NULL, NULL, NULL, s + 2};
+        edit ed = {.step = s + 2};
         rewrite_step(tmp_path("b/step-%06d.safetensors", s), tmp_path("b/step-%06d.safetensors", s + 2), &ed);
     }
     for (int s = 1; s <= 2; s++) cr_assert_eq(unlink(tmp_path("b/step-%06d.safetensors", s)), 0);
     set_trace_field(b, "first_step", 3);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("no step in common");
+}
+
+// ----------------------------------------------------------------------------
+// tampered traces: an error a fixed absolute tolerance lets through is caught
+// against the tensor's scale, and the noise of another W is not
+
+// Copies the files of trace directory src into a new directory dst.
+static void copy_trace(const char *src, const char *dst) {
+    make_dir(dst);
+    DIR *d = opendir(src);
+    cr_assert_not_null(d, "cannot open %s", src);
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        if (ent->d_name[0] == '.') continue;
+        char a[1024], b[1024];
+        snprintf(a, sizeof a, "%s/%s", src, ent->d_name);
+        snprintf(b, sizeof b, "%s/%s", dst, ent->d_name);
+        size_t n;
+        unsigned char *data = read_all(a, &n);
+        write_file(b, data, n);
+        free(data);
+    }
+    closedir(d);
+}
+
+// The two tamperings of step 1: one gradient element times 1.01, and both
+// blocks' ln_1.weight gradients, every element, times 1.05.
+#define ONE_ELEMENT {.step = 1, .scale = {"grad.transformer.h.1.mlp.c_fc.bias", NULL}, .index = 7, .factor = 1.01}
+#define TWO_TENSORS                                                                                             \
+    {.step = 1, .scale = {"grad.transformer.h.0.ln_1.weight", "grad.transformer.h.1.ln_1.weight"}, .index = -1, \
+     .factor = 1.05}
+
+// Prints the first divergence's lines up to its owner (for the test log).
+static void show_divergence(const char *what) {
+    const char *d = strstr(R.out, "first divergence:"), *o = d ? strstr(d, "  owner") : NULL;
+    if (d) printf("%s:\n%.*s", what, (int)(o ? o - d : (ptrdiff_t)strlen(d)), d);
+}
+
+// A copy of the trace orig with step 1 tampered by ed.
+static const char *tampered(const char *orig, const char *name, const edit *ed) {
+    const char *dir = trace_dir(name);
+    copy_trace(orig, dir);
+    char step1[1100];
+    snprintf(step1, sizeof step1, "%s/step-000001.safetensors", dir);
+    rewrite_step(step1, step1, ed);
+    return dir;
+}
+
+Test(compare, one_gradient_element_off_by_one_percent_is_caught) {
+    const char *a = trace_w2("fs2", ARGS("--model", "gpt2-tiny", "--strategy", "full_shard"));
+    edit ed = ONE_ELEMENT;
+    const char *b = tampered(a, "tampered", &ed);
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    cr_expect_eq(R.err[0], '\0', "%s", R.err);
+    expect_out("first divergence: step 1, tensor grad.transformer.h.1.mlp.c_fc.bias, element 7 [7] of shape [64]\n");
+    expect_out("of the tensor's scale");
+    expect_out("owner under B's layout: rank ");
+    expect_out("FAIL (1 of 28 tensors)");
+    expect_out("FAIL: 1 of 3 steps differ");
+    cr_expect_null(strstr(R.out, "its largest error"), "one element, not the tensor as a whole:\n%s", R.out);
+    show_divergence("tampered (i): grad.transformer.h.1.mlp.c_fc.bias[7] x 1.01");
+}
+
+Test(compare, two_whole_layer_norm_gradients_off_by_five_percent_are_caught) {
+    const char *a = trace_w2("fs2", ARGS("--model", "gpt2-tiny", "--strategy", "full_shard"));
+    edit ed = TWO_TENSORS;
+    const char *b = tampered(a, "tampered", &ed);
+    cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("first divergence: step 1, tensor grad.transformer.h.0.ln_1.weight, element ");
+    expect_out("of shape [16]\n");
+    expect_out("FAIL (2 of 28 tensors)");
+    expect_out("FAIL: 1 of 3 steps differ");
+    show_divergence("tampered (ii): grad.transformer.h.{0,1}.ln_1.weight x 1.05");
+}
+
+Test(compare, the_noise_of_another_world_size_passes_and_the_tampering_does_not) {
+    const char *l = trace("local", ARGS("--model", "gpt2-tiny"));
+    const char *a = trace_w2("fs2", ARGS("--model", "gpt2-tiny", "--strategy", "full_shard"));
+    cr_expect_eq(fsdpcheck(ARGS("compare", l, a)), 0, "legitimate noise (local vs W=2 full_shard):\n%s\n%s", R.out,
+                 R.err);
+    expect_out("PASS: 3 steps agree within the policy");
+    edit one = ONE_ELEMENT;
+    const char *b = tampered(a, "tampered1", &one);
+    cr_expect_eq(fsdpcheck(ARGS("compare", l, b)), 1, "%s", R.out);
+    expect_out("first divergence: step 1, tensor grad.transformer.h.1.mlp.c_fc.bias, element 7 [7] of shape [64]\n");
+    edit two = TWO_TENSORS;
+    b = tampered(a, "tampered2", &two);
+    cr_expect_eq(fsdpcheck(ARGS("compare", l, b)), 1, "%s", R.out);
+    expect_out("first divergence: step 1, tensor grad.transformer.h.0.ln_1.weight, element ");
 }
 
 // ----------------------------------------------------------------------------
@@ -395,25 +532,25 @@ Test(compare, trace_json_fields_are_validated) {
 Test(compare, tensors_must_match_the_registry) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
     const char *s1 = tmp_path("b/step-000001.safetensors");
-    edit drop = {"grad.layers.1.bias", NULL, NULL, 1};
+    edit drop = {.drop = "grad.layers.1.bias", .step = 1};
     rewrite_step(s1, s1, &drop);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("missing tensor \"grad.layers.1.bias\"");
 
     b = trace("b", NULL);
-    edit add = {NULL, "grad.layers.9.weight", NULL, 1};
+    edit add = {.add = "grad.layers.9.weight", .step = 1};
     rewrite_step(s1, s1, &add);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("unexpected tensor \"grad.layers.9.weight\"");
 
     b = trace("b", NULL);
-    edit shape = {NULL, NULL, "optim.exp_avg.layers.0.weight", 1};
+    edit shape = {.reshape = "optim.exp_avg.layers.0.weight", .step = 1};
     rewrite_step(s1, s1, &shape);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("tensor \"optim.exp_avg.layers.0.weight\" has shape [13, 17], expected [17, 13]");
 
     b = trace("b", NULL);
-    edit meta = {NULL, NULL, NULL, 7};
+    edit meta = {.step = 7};
     rewrite_step(s1, s1, &meta);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("metadata says step \"7\"");
@@ -421,7 +558,7 @@ Test(compare, tensors_must_match_the_registry) {
 
 Test(compare, a_stray_step_file) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
-    edit ed = {NULL, NULL, NULL, 5};
+    edit ed = {.step = 5};
     rewrite_step(tmp_path("b/step-000002.safetensors"), tmp_path("b/step-000005.safetensors"), &ed);
     fsdpcheck(ARGS("compare", a, b));
     expect_usage("step-000005.safetensors: not one of the steps 0..2");

@@ -251,8 +251,8 @@ static void t_case(fc_case_result *c, int index, fc_strategy s, int W, unsigned 
     c->W = W;
     fc_run_config_defaults(&c->cfg);
     c->cfg.strategy = s;
-    c->checked = checked;
-    c->failed = failed;
+    c->v.checked = checked;
+    c->v.failed = failed;
     snprintf(c->spec, sizeof c->spec, "%s", spec);
     c->seconds = 0.25 + index;
 }
@@ -273,14 +273,14 @@ static fc_sweep_report *t_report(void) {
     fc_case_result *c = r->cases;
     t_case(&c[0], 0, FC_STRATEGY_NO_SHARD, 1, P(1) | P(2) | P(12), 0, "--strategy no_shard --steps 2");
     t_case(&c[1], 1, FC_STRATEGY_FULL_SHARD, 2, P(2) | P(4) | P(10) | P(11), 0, "--strategy full_shard --steps 3");
-    c[1].max_abs[2] = 1e-7, c[1].max_rel[2] = 2e-6, c[1].max_ulp[2] = 3;
+    c[1].v.max_abs[2] = 1e-7, c[1].v.max_scaled[2] = 2e-6, c[1].v.max_ulp[2] = 3.5, c[1].v.headroom[2] = 0.05;
     t_case(&c[2], 2, FC_STRATEGY_SHARD_GRAD_OP, 2, P(2) | P(11), P(2), SPEC_NASTY);
-    c[2].max_abs[2] = 0.25, c[2].max_rel[2] = 1, c[2].max_ulp[2] = 8388608;
-    snprintf(c[2].detail, sizeof c[2].detail, "P2 step 1 tensor fc_0.weight[3]: 0.5 vs 0.25 (rank 1) *bad*");
+    c[2].v.max_abs[2] = 0.25, c[2].v.max_scaled[2] = 1, c[2].v.max_ulp[2] = 8388608, c[2].v.headroom[2] = 25000;
+    snprintf(c[2].v.detail, sizeof c[2].v.detail, "P2 step 1 tensor fc_0.weight[3]: 0.5 vs 0.25 (rank 1) *bad*");
     t_case(&c[3], 3, FC_STRATEGY_FULL_SHARD, 2, P(2) | P(11), 0, "--strategy full_shard --steps 1");
-    c[3].max_abs[2] = 3e-7, c[3].max_rel[2] = 1e-6, c[3].max_ulp[2] = 2;
+    c[3].v.max_abs[2] = 3e-7, c[3].v.max_scaled[2] = 1e-6, c[3].v.max_ulp[2] = 2, c[3].v.headroom[2] = 0.025;
     t_case(&c[4], 4, FC_STRATEGY_FULL_SHARD, 3, P(5), P(5) | P(11), "--strategy full_shard --global-batch 6");
-    snprintf(c[4].detail, sizeof c[4].detail, "P5 step 0 loss: 1.5 vs 1.25");
+    snprintf(c[4].v.detail, sizeof c[4].v.detail, "P5 step 0 loss: 1.5 vs 1.25");
     t_case(&c[5], 5, FC_STRATEGY_HYBRID_SHARD, 4, P(3), 0, "--strategy hybrid_shard --shard-group 2");
     t_case(&c[6], 6, FC_STRATEGY_LOCAL, 1, P(1) | P(13), 0, "--strategy local");
     // comm: the two full_shard W=2 cases average to 200 / 100 / 8
@@ -295,7 +295,7 @@ static fc_sweep_report *t_report(void) {
 
     r->have_shrunk = 1;
     t_case(&r->shrunk, 2, FC_STRATEGY_SHARD_GRAD_OP, 1, P(2), P(2), "--strategy shard_grad_op --steps 1 --model mlp-tiny");
-    snprintf(r->shrunk.detail, sizeof r->shrunk.detail, "P2 step 0 tensor fc_0.bias[0]: 1 vs 2 (rank 0)");
+    snprintf(r->shrunk.v.detail, sizeof r->shrunk.v.detail, "P2 step 0 tensor fc_0.bias[0]: 1 vs 2 (rank 0)");
     r->caught_by = 2;
     snprintf(r->repro, sizeof r->repro,
              "mpiexec -n 1 fsdpcheck sweep --replay '--strategy shard_grad_op --steps 1 --model mlp-tiny'");
@@ -465,16 +465,32 @@ Test(report, markdown_error_magnitudes) {
     fc_sweep_report *r = t_report();
     t_out o = t_write(r);
     const char *H = "Error magnitudes";
+    char *sec = t_section(o.md, H);
+    cr_assert_not_null(strstr(sec, "| property | cases | failed | max abs | max error / tensor scale | "
+                                   "max ULP at scale | of tolerance | case of max ULP |"), "%s", sec);
+    cr_assert_not_null(strstr(sec, "relative to each tensor's scale"), "%s", sec);
+    free(sec);
     cr_assert_str_eq(t_cell(o.md, H, "P2", "cases"), "4");
     cr_assert_str_eq(t_cell(o.md, H, "P2", "failed"), "1");
     cr_assert_str_eq(t_cell(o.md, H, "P2", "max abs"), "0.25");
-    cr_assert_str_eq(t_cell(o.md, H, "P2", "max rel"), "1");
-    cr_assert_str_eq(t_cell(o.md, H, "P2", "max ULP"), "8388608");
+    cr_assert_str_eq(t_cell(o.md, H, "P2", "max error / tensor scale"), "1");
+    cr_assert_str_eq(t_cell(o.md, H, "P2", "max ULP at scale"), "8388608");
+    cr_assert_str_eq(t_cell(o.md, H, "P2", "of tolerance"), "2.5e+04");
     cr_assert_str_eq(t_cell(o.md, H, "P2", "case of max ULP"), "2");
-    cr_assert_str_eq(t_cell(o.md, H, "P1", "max ULP"), "0");
+    cr_assert_str_eq(t_cell(o.md, H, "P1", "max ULP at scale"), "0");
+    cr_assert_str_eq(t_cell(o.md, H, "P1", "of tolerance"), "0");
+    cr_assert_str_eq(t_cell(o.md, H, "P1", "case of max ULP"), "—");
+    t_out_free(&o);
+    // ULPs at a scale are not whole numbers: three digits
+    r->cases[2].v.max_ulp[2] = 0;
+    r->cases[2].v.headroom[2] = 0.5;
+    o = t_write(r);
+    cr_assert_str_eq(t_cell(o.md, H, "P2", "max ULP at scale"), "3.5");
+    cr_assert_str_eq(t_cell(o.md, H, "P2", "case of max ULP"), "1");
+    cr_assert_str_eq(t_cell(o.md, H, "P2", "of tolerance"), "0.5");
     t_out_free(&o);
     // NaN is the loudest error: it wins over any number
-    r->cases[3].max_abs[2] = NAN;
+    r->cases[3].v.max_abs[2] = NAN;
     o = t_write(r);
     cr_assert_str_eq(t_cell(o.md, H, "P2", "max abs"), "nan");
     t_out_free(&o);
@@ -640,7 +656,7 @@ Test(report, junit_escapes_spec_and_control_bytes) {
     cr_assert_eq(t_count(o.xml, "\x01"), 0, "raw control byte");
     t_out_free(&o);
     // invalid UTF-8 is made visible, valid UTF-8 passes through
-    snprintf(r->cases[2].detail, sizeof r->cases[2].detail, "bad \xff\xfe ok \xce\xa8 end\nline2");
+    snprintf(r->cases[2].v.detail, sizeof r->cases[2].v.detail, "bad \xff\xfe ok \xce\xa8 end\nline2");
     o = t_write(r);
     char why[256] = "";
     cr_assert(t_xml_ok(o.xml, why, sizeof why), "JUnit not well-formed: %s", why);
@@ -651,7 +667,7 @@ Test(report, junit_escapes_spec_and_control_bytes) {
 
 Test(report, pass_verdict_and_uncaught_fault) {
     fc_sweep_report *r = t_report();
-    for (int i = 0; i < r->n; i++) r->cases[i].failed = 0;
+    for (int i = 0; i < r->n; i++) r->cases[i].v.failed = 0;
     r->n_failed = 0;
     r->have_shrunk = 0;
     r->caught_by = 0;
@@ -733,7 +749,7 @@ Test(report, full_fields_without_terminator_and_bad_enums) {
     fc_sweep_report *r = t_report();
     fc_case_result *c = &r->cases[2];
     memset(c->spec, 'x', sizeof c->spec);      // no NUL anywhere: read only within the field
-    memset(c->detail, 'y', sizeof c->detail);
+    memset(c->v.detail, 'y', sizeof c->v.detail);
     memset(r->impl, 'z', sizeof r->impl);
     memset(r->repro, 'r', sizeof r->repro);
     memset(r->plot_model, 'm', sizeof r->plot_model);
