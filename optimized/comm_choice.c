@@ -1,0 +1,54 @@
+// optimized/comm_choice.c — see comm_choice.h.
+#include "comm_choice.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *fc_comm_kind_name(fc_comm_kind k) { return k == FC_COMM_NCCL ? "nccl" : "mpi"; }
+
+int fc_device_for_rank(int local_rank, int device_count) {
+    if (device_count <= 0 || local_rank < 0) return -1;
+    return local_rank % device_count;
+}
+
+int fc_count_distinct_ids(const char *ids, int n) {
+    int distinct = 0;
+    for (int i = 0; i < n; i++) {
+        const char *a = ids + (size_t)i * FC_BUS_ID_LEN;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = strncmp(a, ids + (size_t)j * FC_BUS_ID_LEN, FC_BUS_ID_LEN) == 0;
+        distinct += !seen;
+    }
+    return distinct;
+}
+
+int fc_comm_choose(const char *forced, int shared, int node_ranks, int node_devices, fc_comm_kind *out, char *why,
+                   size_t whysz, fc_error *e) {
+    if (forced && forced[0]) {
+        if (strcmp(forced, "mpi") == 0) {
+            *out = FC_COMM_MPI;
+            snprintf(why, whysz, "forced by %s=mpi", FC_COMM_ENV);
+            return 0;
+        }
+        if (strcmp(forced, "nccl") != 0)
+            return fc_fail(e, "%s=%s: not a collective backend (nccl or mpi)", FC_COMM_ENV, forced);
+        if (shared)
+            return fc_fail(e,
+                           "%s=nccl: ranks share a GPU (%d rank(s) on %d device(s) on this node) and NCCL refuses two "
+                           "ranks on one device; use %s=mpi or one GPU per rank",
+                           FC_COMM_ENV, node_ranks, node_devices, FC_COMM_ENV);
+        *out = FC_COMM_NCCL;
+        snprintf(why, whysz, "forced by %s=nccl", FC_COMM_ENV);
+        return 0;
+    }
+    if (shared) {
+        *out = FC_COMM_MPI;
+        snprintf(why, whysz, "ranks share a GPU (%d rank(s) on %d device(s) on this node): host-staged MPI", node_ranks,
+                 node_devices);
+    } else {
+        *out = FC_COMM_NCCL;
+        snprintf(why, whysz, "every rank has its own GPU (%d rank(s), %d device(s) on this node)", node_ranks,
+                 node_devices);
+    }
+    return 0;
+}

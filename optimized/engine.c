@@ -1,0 +1,628 @@
+// optimized/engine.c — the CUDA port's FSDP engine. See engine.h.
+//
+// One training step, top to bottom (the reference's, reference/fsdp.c):
+//   1. this rank's slice of the global batch (core/data.h) goes to the device;
+//   2. forward, stage by stage: a unit's parameters are all-gathered (on the
+//      COMM stream) before its first stage runs, earlier with forward_prefetch,
+//      and freed after its last forward stage when the strategy reshards;
+//   3. backward in reverse: gathered again if freed, the unsharded gradient
+//      (param_dtype) accumulates, and after the unit's last backward stage it
+//      is pre-divided into reduce_dtype and reduced (reduce-scatter, or
+//      all-reduce for no_shard, then the replica all-reduce for hybrid), and
+//      post-divided into the fp32 gradient shard;
+//   4. clip_grad_norm over the owned gradient elements (core/clip.h), then the
+//      optimizer over this rank's shard (core/optim.h), on the device or, under
+//      cpu_offload, on the host.
+// Every collective, wait, compute, free, copy and optimizer step is logged
+// where it is issued (core/schedule.h), with the reference's vocabulary and
+// bytes. Streams (exec.h): a gather's pack and collective run on COMM; the
+// compute stream waits for it only where the unit is first needed, so a
+// prefetched gather overlaps the compute issued before that wait.
+//
+// `local` (one process, the whole batch) runs the no_shard path with no
+// collective and an empty comm log.
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_collective.h"
+#include "clip.h"
+#include "init.h"
+#include "mpicheck.h"
+#include "optim.h"
+#include "weights.h"
+
+typedef struct {
+    size_t numel, shard, padded, own_off, own_valid, store;  // fc_unit_layout
+    float *param;        // [store] fp32 master parameters (device, or pinned host under cpu_offload)
+    float *grad;         // [store] fp32 reduced gradient, accumulated over micro-batches
+    float *state[2];     // [store] optimizer state
+    void *gathered;      // [P] sharded, [N] no_shard: compute parameters in param_dtype; NULL when freed
+    int gathered_owned;  // gathered is an allocation (not param itself: no_shard in fp32)
+    int ag_pending;      // its all-gather is in flight
+    fcx_req ag_req;
+    void *ag_send;       // [S] param_dtype: the packed shard the all-gather sends
+    void *full_grad;     // [P] param_dtype: the unsharded gradient, first backward stage to reduction
+    int reshard_after_forward;
+} cu_unit;
+
+struct fce {
+    fc_run_config cfg;
+    fc_model m;
+    fce_comms c;
+    fc_groups g;
+    int local;           // strategy local: no collectives, no log
+    fcx *x;
+    float pre, post;     // gradient divide factors (core/layout.h)
+    cu_unit *u;          // [n_units]
+    fc_unit_stages *st;  // [n_units]
+    int alive;           // units whose gathered parameters exist (sharded)
+    int rs_unit;         // the reduction in flight, -1 if none
+    fcx_req rs_req;
+    void *rs_send;       // [P] reduce_dtype: pre-divided gradient (no_shard: reduced in place)
+    void *rs_out;        // [S] reduce_dtype: this rank's reduced chunk (sharded)
+    fc_batch batch;      // this rank's samples of the step (host)
+    int micro, rows;     // samples and rows (samples * T) per micro-batch
+    void **up, **ug;     // [n_units] stage parameter / gradient tables
+    int n_state;
+    const char *state_names[2];
+    long step;
+    fc_comm_log log;
+};
+
+static size_t prec_bytes(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
+
+void fce_comms_make(const fc_run_config *cfg, MPI_Comm comm, fce_comms *c) {
+    int W, rank;
+    mpiCheck(MPI_Comm_size(comm, &W));
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    c->g = fc_groups_of(cfg, W, rank);
+    mpiCheck(MPI_Comm_dup(comm, &c->world));
+    // the G ranks of one reduction layout are consecutive; the ranks at the
+    // same position in every group hold the same chunk (hybrid replicas)
+    mpiCheck(MPI_Comm_split(comm, rank / c->g.G, rank, &c->shard));
+    mpiCheck(MPI_Comm_split(comm, rank % c->g.G, rank, &c->replica));
+}
+
+void fce_comms_free(fce_comms *c) {
+    if (c->world == MPI_COMM_NULL) return;
+    mpiCheck(MPI_Comm_free(&c->shard));
+    mpiCheck(MPI_Comm_free(&c->replica));
+    mpiCheck(MPI_Comm_free(&c->world));
+    c->world = MPI_COMM_NULL;
+}
+
+// Every rank returns the same verdict: on failure, the lowest failing rank's
+// message (collective over the world).
+static int agree(fce *f, int rc, fc_error *e) {
+    int W = f->g.W, mine = rc ? f->g.rank : W, lowest = W;
+    mpiCheck(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, f->c.world));
+    if (lowest == W) return 0;
+    mpiCheck(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, lowest, f->c.world));
+    return -1;
+}
+
+// ---------------------------------------------------------------------------
+// the comm log
+
+static void log_ev(fce *f, fc_op op, fc_op of, int unit, int stage, fc_group g, size_t bytes, fc_prec dt, fc_phase ph,
+                   int prefetch) {
+    if (f->local) return;  // one process: nothing scheduled, nothing logged
+    fc_event e = {0};
+    e.op = op;
+    e.of = of;
+    e.unit = unit;
+    e.stage = stage;
+    e.group = g;
+    e.bytes = bytes;
+    e.dtype = dt;
+    e.phase = ph;
+    e.prefetch = prefetch;
+    fc_log_add(&f->log, e);
+}
+
+// ---------------------------------------------------------------------------
+// all-gather, free, prefetch
+
+static void issue_all_gather(fce *f, int u, fc_phase ph, int prefetch) {
+    cu_unit *U = &f->u[u];
+    fc_prec pd = f->cfg.param_dtype;
+    size_t pb = prec_bytes(pd);
+    if (f->cfg.cpu_offload)  // the fp32 shard comes to the device: the pack reads it from pinned host memory
+        log_ev(f, FC_OP_H2D, FC_OP_H2D, u, -1, FC_GROUP_NONE, U->shard * sizeof(float), FC_PREC_FP32, ph, 0);
+    U->gathered = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->padded * pb, FCX_COMM);
+    U->gathered_owned = 1;
+    U->ag_send = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, FCX_COMM);
+    fcx_cast(f->x, U->ag_send, pd, U->param, U->shard, FCX_COMM);
+    // 16-bit gathers send 16-bit data, straight into the compute buffer
+    fcx_all_gather(f->x, FCX_GROUP_SHARD, U->ag_send, U->gathered, U->shard, pd, &U->ag_req);
+    U->ag_pending = 1;
+    f->alive++;
+    log_ev(f, FC_OP_ALL_GATHER, FC_OP_ALL_GATHER, u, -1, FC_GROUP_SHARD, U->padded * pb, pd, ph, prefetch);
+}
+
+static void wait_all_gather(fce *f, int u, fc_phase ph) {
+    cu_unit *U = &f->u[u];
+    fcx_wait(f->x, &U->ag_req);  // COMPUTE now runs after the gather
+    fcx_free(f->x, U->ag_send, FCX_COMM);  // its uses (pack, collective) were all on COMM
+    U->ag_send = NULL;
+    U->ag_pending = 0;
+    log_ev(f, FC_OP_WAIT, FC_OP_ALL_GATHER, u, -1, FC_GROUP_SHARD, 0, f->cfg.param_dtype, ph, 0);
+}
+
+// Makes unit u's compute parameters available to COMPUTE.
+static void ensure_gathered(fce *f, int u, fc_phase ph) {
+    cu_unit *U = &f->u[u];
+    if (!f->g.sharded) {
+        if (U->gathered) return;
+        if (f->cfg.param_dtype == FC_PREC_FP32) {
+            U->gathered = U->param;  // DDP computes on its own full copy
+            U->gathered_owned = 0;
+        } else {  // a param_dtype compute copy, as DDP under mixed precision
+            U->gathered = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->numel * prec_bytes(f->cfg.param_dtype),
+                                    FCX_COMPUTE);
+            U->gathered_owned = 1;
+            fcx_cast(f->x, U->gathered, f->cfg.param_dtype, U->param, U->numel, FCX_COMPUTE);
+        }
+        return;
+    }
+    if (!U->gathered) issue_all_gather(f, u, ph, 0);
+    if (U->ag_pending) wait_all_gather(f, u, ph);
+}
+
+static void free_gathered(fce *f, int u, fc_phase ph) {
+    cu_unit *U = &f->u[u];
+    if (!U->gathered) return;
+    // every use is on COMPUTE, which waited for the gather that wrote it
+    if (U->gathered_owned) fcx_free(f->x, U->gathered, FCX_COMPUTE);
+    if (f->g.sharded) {
+        f->alive--;
+        log_ev(f, FC_OP_FREE, FC_OP_FREE, u, -1, FC_GROUP_NONE, 0, f->cfg.param_dtype, ph, 0);
+    }
+    U->gathered = NULL;
+    U->gathered_owned = 0;
+}
+
+// Issues unit v's all-gather ahead of need; with limit_all_gathers only while
+// fewer than two units' gathered parameters exist (core/layout.h).
+static void prefetch(fce *f, int v, fc_phase ph) {
+    if (v < 0 || !f->g.sharded || f->u[v].gathered) return;
+    if (!fc_limiter_allows_prefetch(&f->cfg, f->alive)) return;
+    issue_all_gather(f, v, ph, 1);
+}
+
+// ---------------------------------------------------------------------------
+// gradient reduction (one in flight, as FSDP's post-backward stream)
+
+// Finishes the reduction in flight: the replica all-reduce (hybrid), the
+// post-divide and the accumulation into the fp32 gradient shard.
+static void complete_reduce(fce *f) {
+    int u = f->rs_unit;
+    if (u < 0) return;
+    cu_unit *U = &f->u[u];
+    fc_prec rd = f->cfg.reduce_dtype;
+    size_t rb = prec_bytes(rd), S = U->shard;
+    if (!f->local) fcx_wait(f->x, &f->rs_req);
+    if (f->g.sharded) {
+        log_ev(f, FC_OP_WAIT, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, 0, rd, FC_PHASE_BACKWARD, 0);
+        if (f->g.hybrid && f->g.R > 1) {
+            log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, S * rb, rd, FC_PHASE_BACKWARD, 0);
+            fcx_req r = {0};
+            fcx_all_reduce(f->x, FCX_GROUP_REPLICA, f->rs_out, S, rd, &r);
+            fcx_wait(f->x, &r);
+            log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, 0, rd, FC_PHASE_BACKWARD, 0);
+        }
+        // padding never reaches the gradient: only the chunk's valid elements
+        fcx_accumulate(f->x, U->grad, f->rs_out, rd, U->own_valid, f->post, FCX_COMPUTE);
+    } else {
+        log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_WORLD, 0, rd, FC_PHASE_BACKWARD, 0);
+        fcx_accumulate(f->x, U->grad, f->rs_send, rd, U->numel, f->post, FCX_COMPUTE);
+    }
+    if (f->cfg.cpu_offload)  // the accumulation wrote the fp32 gradient shard into pinned host memory
+        log_ev(f, FC_OP_D2H, FC_OP_D2H, u, -1, FC_GROUP_NONE, U->own_valid * sizeof(float), FC_PREC_FP32,
+               FC_PHASE_BACKWARD, 0);
+    // COMPUTE waited for the collective: every use of both buffers is behind it
+    fcx_free(f->x, f->rs_send, FCX_COMPUTE);
+    if (f->rs_out) fcx_free(f->x, f->rs_out, FCX_COMPUTE);
+    f->rs_send = f->rs_out = NULL;
+    f->rs_unit = -1;
+}
+
+// Starts reducing unit u's unsharded gradient: pre-divide into reduce_dtype
+// on COMPUTE, free the unsharded gradient, then the collective on COMM.
+static void issue_reduce(fce *f, int u) {
+    complete_reduce(f);
+    cu_unit *U = &f->u[u];
+    fc_prec rd = f->cfg.reduce_dtype;
+    size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
+    f->rs_send = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, FCX_COMPUTE);
+    fcx_predivide(f->x, f->rs_send, rd, U->full_grad, f->cfg.param_dtype, P, f->pre, FCX_COMPUTE);
+    fcx_free(f->x, U->full_grad, FCX_COMPUTE);
+    U->full_grad = NULL;
+    f->rs_unit = u;
+    if (f->local) return;  // one process: the pre-divided gradient is the reduced one
+    fcx_order(f->x, FCX_COMM, FCX_COMPUTE);  // the collective reads what COMPUTE wrote
+    if (f->g.sharded) {
+        f->rs_out = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, S * rb, FCX_COMM);
+        fcx_reduce_scatter(f->x, FCX_GROUP_SHARD, f->rs_send, f->rs_out, S, rd, &f->rs_req);
+        log_ev(f, FC_OP_REDUCE_SCATTER, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, P * rb, rd, FC_PHASE_BACKWARD, 0);
+    } else {
+        fcx_all_reduce(f->x, FCX_GROUP_SHARD, f->rs_send, P, rd, &f->rs_req);  // no_shard: the shard group is the world
+        log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_WORLD, P * rb, rd, FC_PHASE_BACKWARD, 0);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// one micro-batch
+
+static void forward(fce *f, int k) {
+    const fc_model *m = &f->m;
+    float scale = 1.0f / (float)f->rows / (float)f->cfg.grad_accum;  // d loss / d row loss
+    for (int s = 0; s < m->n_stages; s++) {
+        int u = m->stages[s].unit;
+        cu_unit *U = &f->u[u];
+        if (s == f->st[u].first_fwd) ensure_gathered(f, u, FC_PHASE_FORWARD);
+        // FSDP's forward prefetch: the next unit's all-gather goes out before this compute
+        if (f->cfg.forward_prefetch) prefetch(f, fc_next_forward_unit(m, f->st, s), FC_PHASE_FORWARD);
+        log_ev(f, FC_OP_FORWARD, FC_OP_FORWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_FORWARD, 0);
+        f->up[u] = U->gathered;
+        fcx_forward(f->x, s, k, f->up, scale);
+        f->up[u] = NULL;
+        if (s == f->st[u].last_fwd && U->reshard_after_forward) free_gathered(f, u, FC_PHASE_FORWARD);
+    }
+}
+
+static void backward(fce *f, int k, int sync) {
+    const fc_model *m = &f->m;
+    size_t pb = prec_bytes(f->cfg.param_dtype);
+    for (int s = m->n_stages - 1; s >= 0; s--) {
+        int u = m->stages[s].unit;
+        cu_unit *U = &f->u[u];
+        if (s == f->st[u].first_bwd) {
+            ensure_gathered(f, u, FC_PHASE_BACKWARD);
+            if (!U->full_grad) {  // survives across micro-batches under no_sync
+                U->full_grad = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * pb, FCX_COMPUTE);
+                fcx_zero(f->x, U->full_grad, U->padded * pb, FCX_COMPUTE);
+            }
+            // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
+            if (f->cfg.backward_prefetch == FC_PREFETCH_PRE)
+                prefetch(f, fc_next_backward_unit(m, f->st, s), FC_PHASE_BACKWARD);
+        }
+        log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
+        f->up[u] = U->gathered;
+        f->ug[u] = U->full_grad;
+        fcx_backward(f->x, s, k, f->up, f->ug);
+        f->up[u] = NULL;
+        f->ug[u] = NULL;
+        if (s == f->st[u].last_bwd) {
+            // BACKWARD_POST: after this gradient compute, before its reduction
+            if (f->cfg.backward_prefetch == FC_PREFETCH_POST)
+                prefetch(f, fc_next_backward_unit(m, f->st, s), FC_PHASE_BACKWARD);
+            free_gathered(f, u, FC_PHASE_BACKWARD);
+            if (sync) issue_reduce(f, u);
+        }
+    }
+    complete_reduce(f);
+}
+
+// ---------------------------------------------------------------------------
+// clip_grad_norm and the optimizer
+
+// Total gradient norm: each rank's partial over its own chunk of every unit
+// (no_shard: the chunk it would own sharded over W), gathered over the shard
+// group and combined in rank order (core/clip.h).
+static double grad_norm(fce *f) {
+    int nu = f->m.n_units, G = f->g.G;
+    float **g = mallocCheck((size_t)nu * sizeof *g);
+    size_t *n = mallocCheck((size_t)nu * sizeof *n);
+    for (int u = 0; u < nu; u++) {
+        const cu_unit *U = &f->u[u];
+        g[u] = f->g.sharded ? U->grad : U->grad + U->own_off;
+        n[u] = U->own_valid;  // padding is never normed
+    }
+    double part = fcx_norm_part(f->x, g, n, nu, f->cfg.norm_type, f->cfg.cpu_offload);
+    double *parts = mallocCheck((size_t)G * sizeof(double));
+    fc_group grp = f->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD;
+    log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, -1, -1, grp, sizeof(double), FC_PREC_FP32, FC_PHASE_CLIP, 0);
+    if (f->local)
+        parts[0] = part;
+    else
+        fcx_gather_doubles(f->x, part, parts);
+    log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, -1, -1, grp, 0, FC_PREC_FP32, FC_PHASE_CLIP, 0);
+    double total = fc_grad_norm_combine(parts, G, f->cfg.norm_type);
+    free(parts);
+    free(g);
+    free(n);
+    return total;
+}
+
+// The optimizer over this rank's own elements, the clip coefficient applied
+// on the way in (the stored gradient stays unclipped for export).
+static void optimizer_step(fce *f, float coef) {
+    int nu = f->m.n_units;
+    float **p = mallocCheck((size_t)nu * sizeof *p), **g = mallocCheck((size_t)nu * sizeof *g);
+    float **s0 = mallocCheck((size_t)nu * sizeof *s0), **s1 = mallocCheck((size_t)nu * sizeof *s1);
+    size_t *n = mallocCheck((size_t)nu * sizeof *n);
+    for (int u = 0; u < nu; u++) {
+        cu_unit *U = &f->u[u];
+        n[u] = f->g.sharded ? U->own_valid : U->numel;
+        p[u] = U->param;
+        g[u] = U->grad;
+        s0[u] = U->state[0];
+        s1[u] = U->state[1];
+        log_ev(f, FC_OP_OPTIM, FC_OP_OPTIM, u, -1, FC_GROUP_NONE, n[u] * sizeof(float), FC_PREC_FP32, FC_PHASE_OPTIM, 0);
+    }
+    fcx_optim(f->x, &f->cfg.optim, f->step, coef, fc_clip_applies(f->cfg.clip_grad_norm, coef), p, g, s0, s1, n, nu,
+              f->cfg.cpu_offload);
+    fcx_order(f->x, FCX_COMM, FCX_COMPUTE);  // the next gathers pack the updated shards
+    free(p);
+    free(g);
+    free(s0);
+    free(s1);
+    free(n);
+}
+
+int fce_step(fce *f, fc_step_info *out, fc_error *e) {
+    const fc_run_config *c = &f->cfg;
+    fc_log_begin_step(&f->log, f->step);
+    for (int u = 0; u < f->m.n_units; u++) {
+        size_t bytes = f->u[u].store * sizeof(float);
+        if (c->cpu_offload)
+            memset(f->u[u].grad, 0, bytes);  // pinned host; the device is idle between steps
+        else
+            fcx_zero(f->x, f->u[u].grad, bytes, FCX_COMPUTE);
+    }
+    // this rank's samples of the global batch: [r B/W, (r+1) B/W)
+    int first, count;
+    fc_rank_samples(c, f->g.W, f->g.rank, &first, &count);
+    fc_data_fill(&f->batch, &c->model, c->seed, f->step, (int64_t)first);
+    fcx_set_batch(f->x, &f->batch);
+    for (int k = 0; k < c->grad_accum; k++) {
+        f->log.micro = k;
+        forward(f, k);
+        // with no_sync, only the last micro-batch communicates gradients
+        backward(f, k, !c->no_sync || k == c->grad_accum - 1);
+    }
+    fcx_sync(f->x);  // the losses, and under cpu_offload the host gradients, are complete
+    double loss = 0;
+    for (int k = 0; k < c->grad_accum; k++) loss += fcx_loss_sum(f->x, k) / (float)f->rows;
+    double norm = grad_norm(f);
+    float coef = c->clip_grad_norm > 0 ? fc_clip_coef(c->clip_grad_norm, norm) : 1.0f;
+    f->step++;
+    optimizer_step(f, coef);
+    fcx_sync(f->x);
+    // the reported loss is a metric, not part of FSDP: kept out of the comm log
+    double local_loss = loss / c->grad_accum, global_loss = 0;
+    mpiCheck(MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, f->c.world));
+    out->loss = (float)(global_loss / f->g.W);
+    out->grad_norm = norm;
+    return agree(f, fcx_crosscheck(f->x, e), e);
+}
+
+// ---------------------------------------------------------------------------
+// create / export / destroy
+
+// The initial values of this rank's stored elements of unit u (host [store]):
+// counter-based init is a pure function of (seed, name, index), so each rank
+// makes only its own shard; from a file, the rank keeps its range.
+static void init_unit(const fce *f, int u, const float *from_file, float *out) {
+    const fc_model *m = &f->m;
+    const cu_unit *U = &f->u[u];
+    size_t lo = f->g.sharded ? U->own_off : 0, hi = lo + (f->g.sharded ? U->own_valid : U->numel);
+    const fc_unit *unit = &m->units[u];
+    for (int k = 0; k < unit->n_params; k++) {
+        const fc_param *p = &m->params[m->unit_params[unit->first_param + k]];
+        size_t a = p->unit_offset, b = p->unit_offset + p->numel;  // p's range in the unit
+        size_t s = a > lo ? a : lo, t = b < hi ? b : hi;
+        if (s >= t) continue;
+        if (from_file)
+            memcpy(out + (s - lo), from_file + p->offset + (s - a), (t - s) * sizeof(float));
+        else
+            fc_init_range(p, f->cfg.seed, s - a, t - s, out + (s - lo));
+    }
+}
+
+fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
+    fce *f = callocCheck(1, sizeof *f);
+    f->cfg = *cfg;
+    f->x = x;
+    f->g = c->g;
+    f->local = cfg->strategy == FC_STRATEGY_LOCAL;
+    double pre, post;  // over the whole data-parallel world (as FSDP does for HSDP too)
+    fc_divide_factors(cfg->divide, f->g.W, &pre, &post);
+    f->pre = (float)pre;
+    f->post = (float)post;
+    fc_model_build(&f->m, &cfg->model);
+    const fc_model *m = &f->m;
+    f->n_state = fc_optim_state_names(&cfg->optim, f->state_names);
+    float *from_file = NULL;
+    if (cfg->init_path[0]) {
+        from_file = mallocCheck(m->numel * sizeof(float));
+        if (fc_weights_load(m, cfg->init_path, from_file, e)) {
+            free(from_file);
+            fc_model_free(&f->m);
+            free(f);
+            return NULL;
+        }
+    }
+    f->c = *c;  // the engine owns the communicators from here
+    c->world = MPI_COMM_NULL;
+    f->u = callocCheck((size_t)m->n_units, sizeof(cu_unit));
+    f->st = callocCheck((size_t)m->n_units, sizeof(fc_unit_stages));
+    fc_mem_loc loc = cfg->cpu_offload ? FC_LOC_HOST : FC_LOC_DEVICE;
+    for (int u = 0; u < m->n_units; u++) {
+        cu_unit *U = &f->u[u];
+        fc_unit_layout l = fc_unit_layout_of(m->units[u].numel, &f->g);
+        U->numel = l.numel;
+        U->shard = l.shard;
+        U->padded = l.padded;
+        U->own_off = l.own_off;
+        U->own_valid = l.own_valid;
+        U->store = l.store;
+        size_t bytes = U->store * sizeof(float);
+        U->param = fcx_alloc(x, loc, FC_MEM_PARAM_SHARD, bytes, FCX_COMPUTE);
+        U->grad = fcx_alloc(x, loc, FC_MEM_GRAD_SHARD, bytes, FCX_COMPUTE);
+        for (int i = 0; i < f->n_state; i++) {
+            U->state[i] = fcx_alloc(x, loc, FC_MEM_OPTIM_STATE, bytes, FCX_COMPUTE);
+            fcx_zero(x, U->state[i], bytes, FCX_COMPUTE);
+        }
+        f->st[u] = fc_unit_stages_of(m, u);
+        U->reshard_after_forward = fc_reshard_after_forward(cfg->strategy, m, u);
+        float *init = callocCheck(U->store ? U->store : 1, sizeof(float));  // padding stays 0
+        init_unit(f, u, from_file, init);
+        fcx_upload(x, U->param, init, bytes);
+        free(init);
+    }
+    free(from_file);
+    fcx_sync(x);  // the zeroed states are in place before anything reads them
+    f->rs_unit = -1;
+    int first, local;
+    fc_rank_samples(cfg, f->g.W, f->g.rank, &first, &local);
+    f->micro = local / cfg->grad_accum;
+    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    f->rows = f->micro * (T ? T : 1);
+    fc_batch_alloc(&f->batch, &cfg->model, local, T);
+    f->up = callocCheck((size_t)m->n_units, sizeof *f->up);
+    f->ug = callocCheck((size_t)m->n_units, sizeof *f->ug);
+    fc_log_init(&f->log);
+    return f;
+}
+
+int fce_export(fce *f, fc_export what, float *dst, int root, fc_error *e) {
+    int si = what == FC_EXPORT_STATE0 ? 0 : what == FC_EXPORT_STATE1 ? 1 : -1;
+    if (si >= f->n_state) return fc_fail(e, "export: the optimizer keeps no state %d", si);
+    if (root != 0) return fc_fail(e, "export: root must be rank 0");
+    fcx_sync(f->x);
+    for (int u = 0; u < f->m.n_units; u++) {
+        cu_unit *U = &f->u[u];
+        const float *src = what == FC_EXPORT_PARAMS ? U->param : what == FC_EXPORT_GRADS ? U->grad : U->state[si];
+        float *out = dst ? dst + f->m.units[u].offset : NULL;
+        if (!f->g.sharded) {
+            if (f->g.rank == 0) fcx_download(f->x, out, src, U->numel * sizeof(float));
+            continue;
+        }
+        // shard-group rank 0 of every group gathers its group's shards; world
+        // rank 0 is shard rank 0 of group 0, and replicas hold the same values
+        float *mine = mallocCheck(U->shard * sizeof(float));
+        fcx_download(f->x, mine, src, U->shard * sizeof(float));
+        float *full = f->g.shard_rank == 0 ? mallocCheck(U->padded * sizeof(float)) : NULL;
+        mpiCheck(MPI_Gather(mine, (int)U->shard, MPI_FLOAT, full, (int)U->shard, MPI_FLOAT, 0, f->c.shard));
+        if (f->g.rank == 0) memcpy(out, full, U->numel * sizeof(float));
+        free(full);
+        free(mine);
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// checkpoints: host views of this rank's shards for the core protocol
+// (core/ckpt_collective.h). Device shards are staged through host copies;
+// offloaded ones are host memory already.
+
+typedef struct {
+    fc_ckpt_unit_view *units;
+    float **stage;  // [n_units * 3]: host copies of param, state0, state1 (NULL where not staged)
+} ckpt_views;
+
+static float *view_of(fce *f, ckpt_views *cv, int u, int t, float *src, int download) {
+    if (!src) return NULL;
+    if (f->cfg.cpu_offload) return src;
+    size_t bytes = f->u[u].store * sizeof(float);
+    float *h = mallocCheck(bytes ? bytes : 1);
+    if (download) fcx_download(f->x, h, src, bytes);
+    cv->stage[u * 3 + t] = h;
+    return h;
+}
+
+static void ckpt_view(fce *f, ckpt_views *cv, fc_ckpt_rank_view *v, int download) {
+    int nu = f->m.n_units;
+    cv->units = callocCheck((size_t)nu, sizeof *cv->units);
+    cv->stage = callocCheck((size_t)nu * 3, sizeof *cv->stage);
+    fcx_sync(f->x);
+    for (int u = 0; u < nu; u++) {
+        cu_unit *U = &f->u[u];
+        cv->units[u] = (fc_ckpt_unit_view){U->numel,
+                                           U->own_off,
+                                           U->own_valid,
+                                           U->store,
+                                           !f->g.sharded,
+                                           view_of(f, cv, u, 0, U->param, download),
+                                           {view_of(f, cv, u, 1, U->state[0], download),
+                                            view_of(f, cv, u, 2, U->state[1], download)}};
+    }
+    // the chunks of replica 0 of every shard group tile each unit once (for
+    // no_shard, every rank's W-way chunk of its full copy)
+    *v = (fc_ckpt_rank_view){f->c.world, &f->cfg, &f->m, f->cfg.strategy, f->step,
+                             f->g.sharded ? f->g.replica == 0 : 1, cv->units};
+}
+
+static void ckpt_views_free(fce *f, ckpt_views *cv) {
+    for (int i = 0; i < f->m.n_units * 3; i++) free(cv->stage[i]);
+    free(cv->stage);
+    free(cv->units);
+}
+
+int fce_save(fce *f, const char *dir, fc_state_dict kind, fc_error *e) {
+    ckpt_views cv;
+    fc_ckpt_rank_view v;
+    ckpt_view(f, &cv, &v, 1);
+    int rc = fc_ckpt_save_collective(&v, dir, kind, e);
+    ckpt_views_free(f, &cv);
+    return rc;
+}
+
+int fce_load(fce *f, const char *dir, fc_error *e) {
+    ckpt_views cv;
+    fc_ckpt_rank_view v;
+    ckpt_view(f, &cv, &v, 0);
+    long step = 0;
+    int rc = fc_ckpt_load_collective(&v, dir, NULL, NULL, &step, e);
+    if (rc == 0) {
+        for (int u = 0; u < f->m.n_units; u++) {  // staged copies back to the device
+            cu_unit *U = &f->u[u];
+            float *dev[3] = {U->param, U->state[0], U->state[1]};
+            for (int t = 0; t < 3; t++)
+                if (cv.stage[u * 3 + t]) fcx_upload(f->x, dev[t], cv.stage[u * 3 + t], U->store * sizeof(float));
+        }
+        // the step count drives AdamW's bias correction, SGD's first momentum
+        // step and the data position
+        f->step = step;
+    }
+    ckpt_views_free(f, &cv);
+    return rc;
+}
+
+long fce_steps(const fce *f) { return f->step; }
+const fc_comm_log *fce_log(const fce *f) { return &f->log; }
+void fce_memory(const fce *f, fc_mem_stats *out) { fcx_memory(f->x, out); }
+
+void fce_destroy(fce *f) {
+    if (!f) return;
+    if (f->u) {
+        for (int u = 0; u < f->m.n_units; u++) {
+            cu_unit *U = &f->u[u];
+            if (U->ag_pending) fcx_wait(f->x, &U->ag_req);
+            if (U->ag_send) fcx_free(f->x, U->ag_send, FCX_COMM);
+            if (U->gathered_owned) fcx_free(f->x, U->gathered, FCX_COMPUTE);
+            if (U->full_grad) fcx_free(f->x, U->full_grad, FCX_COMPUTE);
+            fcx_free(f->x, U->param, FCX_COMPUTE);
+            fcx_free(f->x, U->grad, FCX_COMPUTE);
+            for (int i = 0; i < 2; i++)
+                if (U->state[i]) fcx_free(f->x, U->state[i], FCX_COMPUTE);
+        }
+    }
+    if (f->rs_unit >= 0 && !f->local) fcx_wait(f->x, &f->rs_req);
+    if (f->rs_send) fcx_free(f->x, f->rs_send, FCX_COMPUTE);
+    if (f->rs_out) fcx_free(f->x, f->rs_out, FCX_COMPUTE);
+    fcx_sync(f->x);
+    free(f->u);
+    free(f->st);
+    free(f->up);
+    free(f->ug);
+    fc_batch_free(&f->batch);
+    fc_log_free(&f->log);
+    fc_model_free(&f->m);
+    fce_comms_free(&f->c);
+    free(f);
+}

@@ -1,0 +1,320 @@
+// optimized/tests/exec_host.c — see exec_host.h.
+#include "exec_host.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc_book.h"
+#include "clip.h"
+#include "forward.h"
+#include "mpicheck.h"
+#include "optim.h"
+#include "staged.h"
+
+typedef struct {
+    void *result;  // the collective's result, delivered at fcx_wait
+    void *dst;
+    size_t bytes;
+} host_req;
+
+struct fcx {
+    fc_run_config cfg;
+    fc_model m;
+    fc_groups g;
+    MPI_Comm shard, replica;
+    fc_book book;
+    const fc_batch *batch;  // this rank's samples of the step
+    int micro, K;
+    float *act_mem;
+    fc_acts acts;
+    float loss_scale;
+    float *loss_sum;        // [K]
+    int violations;
+    char first[400];
+};
+
+static void violation(fcx *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void violation(fcx *x, const char *fmt, ...) {
+    if (x->violations++ == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(x->first, sizeof x->first, fmt, ap);
+        va_end(ap);
+    }
+}
+
+// [p, p + bytes) must lie in a live allocation
+static void need(fcx *x, const void *p, size_t bytes, const char *what) {
+    if (!bytes) return;
+    if (!p || !fc_book_find(&x->book, p, bytes)) violation(x, "%s: %zu bytes at %p are not inside a live allocation", what, bytes, p);
+}
+
+static size_t esize(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
+
+static float load(fc_prec p, const void *b, size_t i) {
+    if (p == FC_PREC_FP32) return ((const float *)b)[i];
+    uint16_t h = ((const uint16_t *)b)[i];
+    return p == FC_PREC_BF16 ? fc_bf16_to_f32(h) : fc_f16_to_f32(h);
+}
+
+static void store(fc_prec p, void *b, size_t i, float v) {
+    if (p == FC_PREC_FP32)
+        ((float *)b)[i] = v;
+    else
+        ((uint16_t *)b)[i] = p == FC_PREC_BF16 ? fc_f32_to_bf16(v) : fc_f32_to_f16(v);
+}
+
+void *fcx_alloc(fcx *x, fc_mem_loc loc, fc_mem_cat cat, size_t bytes, fcx_stream s) {
+    (void)s;
+    void *p = callocCheck(bytes ? bytes : 1, 1);
+    fc_error e;
+    if (fc_book_add(&x->book, p, bytes, loc, cat, &e)) violation(x, "%s", e.msg);
+    return p;
+}
+
+void fcx_free(fcx *x, void *p, fcx_stream s) {
+    (void)s;
+    if (!p) return;
+    fc_error e;
+    if (fc_book_remove(&x->book, p, NULL, &e)) {
+        violation(x, "%s", e.msg);
+        return;
+    }
+    free(p);
+}
+
+void fcx_memory(const fcx *x, fc_mem_stats *out) { *out = x->book.stats; }
+int fcx_crosscheck(fcx *x, fc_error *e) {
+    (void)x;
+    (void)e;
+    return 0;
+}
+
+void fcx_upload(fcx *x, void *dst, const void *src, size_t bytes) {
+    need(x, dst, bytes, "upload");
+    memcpy(dst, src, bytes);
+}
+void fcx_download(fcx *x, void *dst, const void *src, size_t bytes) {
+    need(x, src, bytes, "download");
+    memcpy(dst, src, bytes);
+}
+void fcx_sync(fcx *x) { (void)x; }
+void fcx_order(fcx *x, fcx_stream waiter, fcx_stream signaler) {
+    (void)x;
+    (void)waiter;
+    (void)signaler;
+}
+
+void fcx_zero(fcx *x, void *p, size_t bytes, fcx_stream s) {
+    (void)s;
+    need(x, p, bytes, "zero");
+    memset(p, 0, bytes);
+}
+
+void fcx_cast(fcx *x, void *dst, fc_prec p, const float *src, size_t n, fcx_stream s) {
+    (void)s;
+    need(x, dst, n * esize(p), "cast dst");
+    need(x, src, n * 4, "cast src");
+    for (size_t i = 0; i < n; i++) store(p, dst, i, src[i]);
+}
+
+void fcx_predivide(fcx *x, void *dst, fc_prec rd, const void *g, fc_prec pd, size_t n, float pre, fcx_stream s) {
+    (void)s;
+    need(x, dst, n * esize(rd), "predivide dst");
+    need(x, g, n * esize(pd), "predivide src");
+    for (size_t i = 0; i < n; i++) store(rd, dst, i, fc_round(rd, load(pd, g, i)) / pre);
+}
+
+void fcx_accumulate(fcx *x, float *grad, const void *src, fc_prec rd, size_t n, float post, fcx_stream s) {
+    (void)s;
+    need(x, grad, n * 4, "accumulate dst");
+    need(x, src, n * esize(rd), "accumulate src");
+    for (size_t i = 0; i < n; i++) grad[i] += fc_round(rd, load(rd, src, i) / post);
+}
+
+// ---------------------------------------------------------------------------
+// collectives: MPI now, delivered at the wait
+
+static MPI_Comm comm_of(fcx *x, fcx_group g) { return g == FCX_GROUP_SHARD ? x->shard : x->replica; }
+static MPI_Datatype type_of(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+static void defer(fcx_req *r, void *result, void *dst, size_t bytes) {
+    host_req *h = mallocCheck(sizeof *h);
+    h->result = result;
+    h->dst = dst;
+    h->bytes = bytes;
+    r->impl = h;
+}
+
+void fcx_all_gather(fcx *x, fcx_group g, const void *send, void *recv, size_t count, fc_prec p, fcx_req *r) {
+    MPI_Comm c = comm_of(x, g);
+    int G;
+    mpiCheck(MPI_Comm_size(c, &G));
+    size_t es = esize(p);
+    need(x, send, count * es, "all_gather send");
+    need(x, recv, count * G * es, "all_gather recv");
+    void *out = mallocCheck(count * G * es + 1);
+    mpiCheck(MPI_Allgather(send, (int)count, type_of(p), out, (int)count, type_of(p), c));
+    defer(r, out, recv, count * G * es);
+}
+
+void fcx_reduce_scatter(fcx *x, fcx_group g, const void *send, void *recv, size_t count, fc_prec p, fcx_req *r) {
+    MPI_Comm c = comm_of(x, g);
+    int G;
+    mpiCheck(MPI_Comm_size(c, &G));
+    size_t es = esize(p);
+    need(x, send, count * G * es, "reduce_scatter send");
+    need(x, recv, count * es, "reduce_scatter recv");
+    void *ex = mallocCheck(count * G * es + 1), *out = mallocCheck(count * es + 1);
+    mpiCheck(MPI_Alltoall(send, (int)count, type_of(p), ex, (int)count, type_of(p), c));
+    fc_staged_sum(p, ex, G, count, out);
+    free(ex);
+    defer(r, out, recv, count * es);
+}
+
+void fcx_all_reduce(fcx *x, fcx_group g, void *buf, size_t count, fc_prec p, fcx_req *r) {
+    MPI_Comm c = comm_of(x, g);
+    int G;
+    mpiCheck(MPI_Comm_size(c, &G));
+    size_t es = esize(p), S = (count + (size_t)G - 1) / (size_t)G, P = S * (size_t)G;
+    need(x, buf, count * es, "all_reduce buf");
+    void *pad = callocCheck(P * es + 1, 1), *ex = mallocCheck(P * es + 1), *acc = mallocCheck(S * es + 1);
+    memcpy(pad, buf, count * es);
+    mpiCheck(MPI_Alltoall(pad, (int)S, type_of(p), ex, (int)S, type_of(p), c));
+    fc_staged_sum(p, ex, G, S, acc);
+    mpiCheck(MPI_Allgather(acc, (int)S, type_of(p), pad, (int)S, type_of(p), c));
+    free(ex);
+    free(acc);
+    defer(r, pad, buf, count * es);
+}
+
+void fcx_wait(fcx *x, fcx_req *r) {
+    host_req *h = r->impl;
+    if (!h) return;
+    need(x, h->dst, h->bytes, "wait: the collective's destination");
+    if (fc_book_find(&x->book, h->dst, h->bytes)) memcpy(h->dst, h->result, h->bytes);
+    free(h->result);
+    free(h);
+    r->impl = NULL;
+}
+
+void fcx_gather_doubles(fcx *x, double mine, double *all) {
+    mpiCheck(MPI_Allgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, x->shard));
+}
+
+// ---------------------------------------------------------------------------
+// the model: the reference's stages on fp32 copies of the param_dtype buffers
+
+void fcx_set_batch(fcx *x, const fc_batch *b) { x->batch = b; }
+
+// fp32 view of unit u's param_dtype buffer (a copy unless fp32)
+static float *widen(fcx *x, int u, const void *buf, const char *what) {
+    size_t n = x->m.units[u].numel;
+    fc_prec p = x->cfg.param_dtype;
+    need(x, buf, n * esize(p), what);
+    if (p == FC_PREC_FP32) return (float *)buf;
+    float *w = mallocCheck(n * sizeof(float) + 1);
+    for (size_t i = 0; i < n; i++) w[i] = load(p, buf, i);
+    return w;
+}
+
+void fcx_forward(fcx *x, int s, int k, void *const *up, float loss_scale) {
+    int u = x->m.stages[s].unit;
+    const float **tab = callocCheck((size_t)x->m.n_units, sizeof *tab);
+    tab[u] = widen(x, u, up[u], "forward parameters");
+    fc_batch mb = fc_batch_slice(x->batch, k * x->micro, x->micro);
+    fc_stage_forward(&x->m, s, tab, &mb, &x->acts);
+    if (s == x->m.n_stages - 1) x->loss_sum[k] = x->acts.loss_sum;
+    x->loss_scale = loss_scale;
+    if (tab[u] != up[u]) free((void *)tab[u]);
+    free(tab);
+}
+
+void fcx_backward(fcx *x, int s, int k, void *const *up, void *const *ug) {
+    int u = x->m.stages[s].unit;
+    const float **tab = callocCheck((size_t)x->m.n_units, sizeof *tab);
+    float **gtab = callocCheck((size_t)x->m.n_units, sizeof *gtab);
+    tab[u] = widen(x, u, up[u], "backward parameters");
+    gtab[u] = widen(x, u, ug[u], "backward gradients");
+    fc_batch mb = fc_batch_slice(x->batch, k * x->micro, x->micro);
+    fc_stage_backward(&x->m, s, tab, &mb, &x->acts, gtab, x->loss_scale);
+    if (gtab[u] != ug[u]) {  // back into param_dtype
+        for (size_t i = 0; i < x->m.units[u].numel; i++) store(x->cfg.param_dtype, ug[u], i, gtab[u][i]);
+        free(gtab[u]);
+    }
+    if (tab[u] != up[u]) free((void *)tab[u]);
+    free(tab);
+    free(gtab);
+}
+
+float fcx_loss_sum(fcx *x, int k) { return x->loss_sum[k]; }
+
+double fcx_norm_part(fcx *x, float *const *g, const size_t *n, int nu, fc_norm_type t, int host) {
+    (void)host;
+    double part = 0;
+    for (int u = 0; u < nu; u++) {
+        need(x, g[u], n[u] * 4, "norm");
+        part = fc_grad_norm_accumulate(part, g[u], n[u], t);
+    }
+    return part;
+}
+
+void fcx_optim(fcx *x, const fc_optim_config *c, long step, float coef, int clip, float *const *p, float *const *g,
+               float *const *s0, float *const *s1, const size_t *n, int nu, int host) {
+    (void)host;
+    enum { CHUNK = 1024 };
+    float buf[CHUNK];
+    for (int u = 0; u < nu; u++) {
+        need(x, p[u], n[u] * 4, "optim param");
+        need(x, g[u], n[u] * 4, "optim grad");
+        if (s0[u]) need(x, s0[u], n[u] * 4, "optim state0");
+        if (s1[u]) need(x, s1[u], n[u] * 4, "optim state1");
+        for (size_t i = 0; i < n[u]; i += CHUNK) {
+            size_t m = n[u] - i < CHUNK ? n[u] - i : CHUNK;
+            for (size_t k = 0; k < m; k++) buf[k] = clip ? g[u][i + k] * coef : g[u][i + k];
+            fc_optim_update(c, step, p[u] + i, buf, s0[u] ? s0[u] + i : NULL, s1[u] ? s1[u] + i : NULL, m);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+fcx *fcx_host_create(const fc_run_config *cfg, const fce_comms *c) {
+    fcx *x = callocCheck(1, sizeof *x);
+    x->cfg = *cfg;
+    x->g = c->g;
+    mpiCheck(MPI_Comm_dup(c->shard, &x->shard));
+    mpiCheck(MPI_Comm_dup(c->replica, &x->replica));
+    fc_model_build(&x->m, &cfg->model);
+    fc_book_init(&x->book);
+    int first, local;
+    fc_rank_samples(cfg, c->g.W, c->g.rank, &first, &local);
+    x->K = cfg->grad_accum;
+    x->micro = local / x->K;
+    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    size_t an = fc_acts_numel(&x->m, x->micro, T);
+    x->act_mem = mallocCheck(an * sizeof(float));
+    fc_acts_init(&x->acts, &x->m, x->micro, T, x->act_mem);
+    x->loss_sum = callocCheck((size_t)x->K, sizeof(float));
+    return x;
+}
+
+void fcx_host_destroy(fcx *x) {
+    if (!x) return;
+    fc_book_free(&x->book);
+    free(x->act_mem);
+    free(x->loss_sum);
+    fc_model_free(&x->m);
+    mpiCheck(MPI_Comm_free(&x->shard));
+    mpiCheck(MPI_Comm_free(&x->replica));
+    free(x);
+}
+
+size_t fcx_host_live(const fcx *x) { return x->book.n; }
+
+int fcx_host_violations(const fcx *x, const char **first) {
+    if (first) *first = x->first;
+    return x->violations;
+}
