@@ -8,7 +8,7 @@
 #include "mpicheck.h"
 #include "staged.h"
 
-struct fc_comm {
+struct fc_cucomm {
     fc_comm_kind kind;
     MPI_Comm mpi;      // the group (a duplicate)
     int G, rank;
@@ -19,7 +19,7 @@ struct fc_comm {
 typedef enum { OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_ALL_REDUCE } op_kind;
 
 struct fc_comm_op {
-    fc_comm *c;
+    fc_cucomm *c;
     op_kind kind;
     cudaEvent_t done;   // the result is on the device after this (on `s`)
     cudaStream_t s;
@@ -39,21 +39,21 @@ static ncclDataType_t nccl_type(fc_prec p) {
 }
 
 // host staging, counted as host comm_buffers
-static void *stage(fc_comm *c, size_t bytes) {
+static void *stage(fc_cucomm *c, size_t bytes) {
     void *h = mallocCheck(bytes ? bytes : 1);
     fc_error e;
     if (fc_book_add(c->book, h, bytes, FC_LOC_HOST, FC_MEM_COMM_BUFFERS, &e)) fc_die(FC_EXIT_INTERNAL, "%s", e.msg);
     return h;
 }
-static void unstage(fc_comm *c, void *h) {
+static void unstage(fc_cucomm *c, void *h) {
     if (!h) return;
     fc_error e;
     if (fc_book_remove(c->book, h, NULL, &e)) fc_die(FC_EXIT_INTERNAL, "%s", e.msg);
     free(h);
 }
 
-fc_comm *fc_comm_create(fc_comm_kind kind, MPI_Comm mc, fc_book *book) {
-    fc_comm *c = callocCheck(1, sizeof *c);
+fc_cucomm *fc_comm_create(fc_comm_kind kind, MPI_Comm mc, fc_book *book) {
+    fc_cucomm *c = callocCheck(1, sizeof *c);
     c->kind = kind;
     c->book = book;
     mpiCheck(MPI_Comm_dup(mc, &c->mpi));
@@ -68,16 +68,16 @@ fc_comm *fc_comm_create(fc_comm_kind kind, MPI_Comm mc, fc_book *book) {
     return c;
 }
 
-void fc_comm_destroy(fc_comm *c) {
+void fc_comm_destroy(fc_cucomm *c) {
     if (!c) return;
     if (c->kind == FC_COMM_NCCL) ncclCheck(ncclCommDestroy(c->nccl));
     mpiCheck(MPI_Comm_free(&c->mpi));
     free(c);
 }
 
-int fc_comm_size(const fc_comm *c) { return c->G; }
+int fc_comm_size(const fc_cucomm *c) { return c->G; }
 
-static fc_comm_op *op_new(fc_comm *c, op_kind k, void *dst, size_t count, fc_prec p, cudaStream_t s) {
+static fc_comm_op *op_new(fc_cucomm *c, op_kind k, void *dst, size_t count, fc_prec p, cudaStream_t s) {
     fc_comm_op *op = callocCheck(1, sizeof *op);
     op->c = c;
     op->kind = k;
@@ -90,7 +90,7 @@ static fc_comm_op *op_new(fc_comm *c, op_kind k, void *dst, size_t count, fc_pre
 }
 
 // the device buffer src [n elements] into a new host staging buffer of cap elements (zero beyond n)
-static void *download(fc_comm *c, const void *src, size_t n, size_t cap, fc_prec p, cudaStream_t s) {
+static void *download(fc_cucomm *c, const void *src, size_t n, size_t cap, fc_prec p, cudaStream_t s) {
     size_t es = esize(p);
     void *h = stage(c, cap * es);
     if (cap > n) memset((char *)h + n * es, 0, (cap - n) * es);
@@ -99,7 +99,7 @@ static void *download(fc_comm *c, const void *src, size_t n, size_t cap, fc_prec
     return h;
 }
 
-fc_comm_op *fc_comm_all_gather(fc_comm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s) {
+fc_comm_op *fc_comm_all_gather(fc_cucomm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s) {
     fc_comm_op *op = op_new(c, OP_ALL_GATHER, recv, count, p, s);
     if (c->kind == FC_COMM_NCCL) {
         ncclCheck(ncclAllGather(send, recv, count, nccl_type(p), c->nccl, s));
@@ -113,7 +113,7 @@ fc_comm_op *fc_comm_all_gather(fc_comm *c, const void *send, void *recv, size_t 
     return op;
 }
 
-fc_comm_op *fc_comm_reduce_scatter(fc_comm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s) {
+fc_comm_op *fc_comm_reduce_scatter(fc_cucomm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s) {
     fc_comm_op *op = op_new(c, OP_REDUCE_SCATTER, recv, count, p, s);
     if (c->kind == FC_COMM_NCCL) {
         ncclCheck(ncclReduceScatter(send, recv, count, nccl_type(p), ncclSum, c->nccl, s));
@@ -128,7 +128,7 @@ fc_comm_op *fc_comm_reduce_scatter(fc_comm *c, const void *send, void *recv, siz
     return op;
 }
 
-fc_comm_op *fc_comm_all_reduce(fc_comm *c, void *buf, size_t count, fc_prec p, cudaStream_t s) {
+fc_comm_op *fc_comm_all_reduce(fc_cucomm *c, void *buf, size_t count, fc_prec p, cudaStream_t s) {
     fc_comm_op *op = op_new(c, OP_ALL_REDUCE, buf, count, p, s);
     if (c->kind == FC_COMM_NCCL) {
         ncclCheck(ncclAllReduce(buf, buf, count, nccl_type(p), ncclSum, c->nccl, s));
@@ -152,7 +152,7 @@ fc_comm_op *fc_comm_all_reduce(fc_comm *c, void *buf, size_t count, fc_prec p, c
 }
 
 void fc_comm_wait(fc_comm_op *op, cudaStream_t consumer) {
-    fc_comm *c = op->c;
+    fc_cucomm *c = op->c;
     if (op->pending) {
         size_t es = esize(op->p);
         mpiCheck(MPI_Wait(&op->req, MPI_STATUS_IGNORE));
@@ -176,7 +176,7 @@ void fc_comm_wait(fc_comm_op *op, cudaStream_t consumer) {
     free(op);
 }
 
-void fc_comm_gather_doubles(fc_comm *c, double mine, double *all, double *dev, cudaStream_t s) {
+void fc_comm_gather_doubles(fc_cucomm *c, double mine, double *all, double *dev, cudaStream_t s) {
     if (c->kind == FC_COMM_MPI) {
         mpiCheck(MPI_Allgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->mpi));
         return;

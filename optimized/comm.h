@@ -28,24 +28,24 @@
 
 FC_BEGIN_DECLS
 
-typedef struct fc_comm fc_comm;
+typedef struct fc_cucomm fc_cucomm;
 typedef struct fc_comm_op fc_comm_op;
 
 // Collective over c (the device must be set). The book outlives the comm.
-fc_comm *fc_comm_create(fc_comm_kind kind, MPI_Comm c, fc_book *book);
-void fc_comm_destroy(fc_comm *c);
-int fc_comm_size(const fc_comm *c);
+fc_cucomm *fc_comm_create(fc_comm_kind kind, MPI_Comm c, fc_book *book);
+void fc_comm_destroy(fc_cucomm *c);
+int fc_comm_size(const fc_cucomm *c);
 
 // count: elements per rank; recv [count * G] (all-gather), send [count * G]
 // (reduce-scatter); s: the stream the collective runs on.
-fc_comm_op *fc_comm_all_gather(fc_comm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s);
-fc_comm_op *fc_comm_reduce_scatter(fc_comm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s);
-fc_comm_op *fc_comm_all_reduce(fc_comm *c, void *buf, size_t count, fc_prec p, cudaStream_t s);
+fc_comm_op *fc_comm_all_gather(fc_cucomm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s);
+fc_comm_op *fc_comm_reduce_scatter(fc_cucomm *c, const void *send, void *recv, size_t count, fc_prec p, cudaStream_t s);
+fc_comm_op *fc_comm_all_reduce(fc_cucomm *c, void *buf, size_t count, fc_prec p, cudaStream_t s);
 // Completes op (and frees it): `consumer` runs after the result.
 void fc_comm_wait(fc_comm_op *op, cudaStream_t consumer);
 // all [G] = every rank's `mine`, on the host (synchronous). dev: 1 + G
 // doubles of device scratch (NCCL).
-void fc_comm_gather_doubles(fc_comm *c, double mine, double *all, double *dev, cudaStream_t s);
+void fc_comm_gather_doubles(fc_cucomm *c, double mine, double *all, double *dev, cudaStream_t s);
 
 FC_END_DECLS
 

@@ -4,8 +4,6 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *fc_comm_kind_name(fc_comm_kind k) { return k == FC_COMM_NCCL ? "nccl" : "mpi"; }
-
 int fc_device_for_rank(int local_rank, int device_count) {
     if (device_count <= 0 || local_rank < 0) return -1;
     return local_rank % device_count;
@@ -22,23 +20,21 @@ int fc_count_distinct_ids(const char *ids, int n) {
     return distinct;
 }
 
-int fc_comm_choose(const char *forced, int shared, int node_ranks, int node_devices, fc_comm_kind *out, char *why,
+int fc_comm_choose(fc_comm forced, int shared, int node_ranks, int node_devices, fc_comm_kind *out, char *why,
                    size_t whysz, fc_error *e) {
-    if (forced && forced[0]) {
-        if (strcmp(forced, "mpi") == 0) {
-            *out = FC_COMM_MPI;
-            snprintf(why, whysz, "forced by %s=mpi", FC_COMM_ENV);
-            return 0;
-        }
-        if (strcmp(forced, "nccl") != 0)
-            return fc_fail(e, "%s=%s: not a collective backend (nccl or mpi)", FC_COMM_ENV, forced);
+    if (forced == FC_COMM_MPI) {
+        *out = FC_COMM_MPI;
+        snprintf(why, whysz, "forced by --comm mpi");
+        return 0;
+    }
+    if (forced == FC_COMM_NCCL) {
         if (shared)
             return fc_fail(e,
-                           "%s=nccl: ranks share a GPU (%d rank(s) on %d device(s) on this node) and NCCL refuses two "
-                           "ranks on one device; use %s=mpi or one GPU per rank",
-                           FC_COMM_ENV, node_ranks, node_devices, FC_COMM_ENV);
+                           "--comm nccl: ranks share a GPU (%d rank(s) on %d device(s) on this node) and NCCL refuses "
+                           "two ranks on one device; use --comm mpi or one GPU per rank",
+                           node_ranks, node_devices);
         *out = FC_COMM_NCCL;
-        snprintf(why, whysz, "forced by %s=nccl", FC_COMM_ENV);
+        snprintf(why, whysz, "forced by --comm nccl");
         return 0;
     }
     if (shared) {

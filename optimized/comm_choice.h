@@ -6,24 +6,23 @@
 // GPUs, as on a one-GPU workstation or in CI), the port stages every
 // collective through host memory and runs it with MPI instead. The choice is
 // automatic (count the distinct devices per node: MPI_Comm_split_type plus
-// each rank's PCI bus id) and can be forced with the environment variable
-// FSDPCHECK_COMM=nccl|mpi (core/config.h has no comm field yet; the CLI's
-// --comm flag is the lead's to add and would set the same thing).
+// each rank's PCI bus id) and can be forced with the run's --comm nccl|mpi
+// (fc_run_config.comm, core/config.h).
 #ifndef FC_CUDA_COMM_CHOICE_H
 #define FC_CUDA_COMM_CHOICE_H
 
 #include <stddef.h>
 
 #include "check.h"
+#include "config.h"
 
 FC_BEGIN_DECLS
 
-typedef enum { FC_COMM_NCCL, FC_COMM_MPI } fc_comm_kind;
+// The backend chosen: FC_COMM_NCCL or FC_COMM_MPI (core/config.h's fc_comm;
+// FC_COMM_AUTO is a request, never a choice).
+typedef fc_comm fc_comm_kind;
 
-#define FC_COMM_ENV "FSDPCHECK_COMM"
 #define FC_BUS_ID_LEN 32  // cudaDeviceGetPCIBusId's "dddd:bb:dd.f", with room
-
-const char *fc_comm_kind_name(fc_comm_kind k);  // "nccl", "mpi"
 
 // The device a rank uses: its rank among the ranks of its node, modulo the
 // node's device count (so ranks share devices round robin when there are
@@ -34,12 +33,12 @@ int fc_device_for_rank(int local_rank, int device_count);
 // NUL-terminated string of at most FC_BUS_ID_LEN bytes, back to back).
 int fc_count_distinct_ids(const char *ids, int n);
 
-// The backend: `forced` is the value of FSDPCHECK_COMM (NULL or "" = choose),
+// The backend: `forced` is the run's --comm (FC_COMM_AUTO = choose),
 // `shared` whether any node runs two ranks on one device (the world's
 // maximum), `node_ranks` / `node_devices` this node's figures for the
 // message. On success fills *out and a one-line reason (why, whysz bytes);
 // refuses an unknown value, and NCCL forced onto shared devices.
-int fc_comm_choose(const char *forced, int shared, int node_ranks, int node_devices, fc_comm_kind *out, char *why,
+int fc_comm_choose(fc_comm forced, int shared, int node_ranks, int node_devices, fc_comm_kind *out, char *why,
                    size_t whysz, fc_error *e);
 
 FC_END_DECLS

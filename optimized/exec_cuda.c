@@ -44,7 +44,7 @@ struct fcx {
     fc_cu_acts L;
     void *acts;          // [2 * L.half]
     fc_cu_model *cm;
-    fc_comm *shard, *replica;
+    fc_cucomm *shard, *replica;
     double *dscratch;    // [FCK_NORM_SCRATCH + 2 + G] doubles: the norm's partials, its result, the gather
     int K, micro, T, rows, in_dim;
     int32_t *d_input, *d_target;  // [local * T] (gpt2), target [local] (mlp)
@@ -176,8 +176,8 @@ void fcx_accumulate(fcx *x, float *grad, const void *src, fc_prec rd, size_t n, 
 // ---------------------------------------------------------------------------
 // collectives
 
-static fc_comm *group(fcx *x, fcx_group g) {
-    fc_comm *c = g == FCX_GROUP_SHARD ? x->shard : x->replica;
+static fc_cucomm *group(fcx *x, fcx_group g) {
+    fc_cucomm *c = g == FCX_GROUP_SHARD ? x->shard : x->replica;
     if (!c) fc_die(FC_EXIT_INTERNAL, "%s:%d: no communicator for group %d", __FILE__, __LINE__, (int)g);
     return c;
 }

@@ -82,7 +82,7 @@ static int place(const fc_run_config *cfg, MPI_Comm comm, placement *pl, fc_erro
     free(all);
     mpiCheck(MPI_Comm_free(&node));
     mpiCheck(MPI_Allreduce(&shared, &pl->shared, 1, MPI_INT, MPI_MAX, comm));
-    if (rc == 0 && fc_comm_choose(getenv(FC_COMM_ENV), pl->shared, pl->node_ranks, pl->count, &pl->kind, pl->why,
+    if (rc == 0 && fc_comm_choose(cfg->comm, pl->shared, pl->node_ranks, pl->count, &pl->kind, pl->why,
                                   sizeof pl->why, e))
         rc = -1;
     if (rc == 0 && cfg->cpu_offload) {
@@ -112,7 +112,7 @@ static fc_impl *cuda_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e
     if (agree(comm, ok, e)) return NULL;
     static int said;
     if (rank == 0 && !said) {
-        fprintf(stderr, "fsdpcheck: cuda: %d rank(s), collectives over %s: %s\n", W, fc_comm_kind_name(pl.kind), pl.why);
+        fprintf(stderr, "fsdpcheck: cuda: %d rank(s), collectives over %s: %s\n", W, fc_comm_name(pl.kind), pl.why);
         said = 1;
     }
     fc_impl *im = callocCheck(1, sizeof *im);

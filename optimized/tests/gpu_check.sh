@@ -8,7 +8,7 @@
 #                   policy) for every strategy and prefetch setting, both
 #                   models, plus accumulation (with and without no_sync), clip
 #                   (norm types 1, 2, inf), cpu_offload and SGD. W = 1 runs
-#                   NCCL, W > 1 the host-staged MPI backend (FSDPCHECK_COMM).
+#                   NCCL, W > 1 the host-staged MPI backend (chosen automatically).
 #   mixed W         bf16 / fp16 storage and compute for real: every sharded
 #                   strategy against the port's own no_shard under the same
 #                   policy (the oracle's default policy for it), then against
@@ -19,16 +19,15 @@
 #                   it and must agree; and the other way round.
 #   determinism W   the same run twice is bitwise identical (fp32, bf16, fp16,
 #                   offload): `check --impl LIB --against LIB --bitwise`.
-# mixed and ckpt drive `fsdpcheck run --impl LIB` (traces, --save/--load),
-# which needs the CLI's port loading in `run` (oracle/cli.c refuses a
-# non-reference --impl there today); matrix, determinism and sweep use
-# check/sweep, which load a port by path already.
+# mixed and ckpt drive `fsdpcheck run --impl LIB` (traces, --save/--load);
+# matrix, determinism and sweep use check and sweep.
 #   sweep W         `sweep --impl LIB --cases 100`.
 set -u
 mode=$1 W=$2 probe=$3 mpiexec=$4 bin=$5 lib=$6
 "$probe" || exit $?   # prints the SKIP line and exits 77 without a device
 export HWLOC_COMPONENTS=-pci,-x86
-if [ "$W" -eq 1 ]; then export FSDPCHECK_COMM=nccl; else export FSDPCHECK_COMM=mpi; fi
+# the backend is the port's automatic choice (--comm auto): on a one-GPU box
+# W=1 is NCCL and W>1 the host-staged MPI backend
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fails=0
