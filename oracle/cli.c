@@ -221,6 +221,9 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
         if (a->fsdp.path[0])
             return fc_fail(e, "--fsdp-config given twice (%s, %s): give one file", a->fsdp.path, v);
         if (fc_fsdp_config_load(v, &a->fsdp, e)) return -1;
+        // a file without fsdp_sharding_strategy still describes an FSDP run:
+        // FSDP's default, FULL_SHARD, replaces the one-process default
+        if (!a->fsdp.has_strategy && c->strategy == FC_STRATEGY_LOCAL) c->strategy = FC_STRATEGY_FULL_SHARD;
         fc_fsdp_config_apply(&a->fsdp, c);
         // fsdp_state_dict_type: the format --save writes (a --state-dict after it overrides)
         if (a->fsdp.state_dict != FC_FSDP_SD_UNSET)
