@@ -5,7 +5,8 @@
 # trees, prefetch, accumulation with and without no_sync, clipping, the divide
 # modes, checkpoints loaded at another W and strategy, three seeds, for each
 # precision policy, on gpt2-tiny and mlp-tiny (FSDPCHECK_CALIBRATE_124M=1 adds
-# one gpt2-124m step, several minutes and ~6 GB of traces).
+# one gpt2-124m step, several minutes and ~6 GB of traces;
+# FSDPCHECK_CALIBRATE_MAIN_SEEDS="" runs only the small-batch block).
 #
 # Every pair is compared with `fsdpcheck compare --rtol 1` (so nothing stops
 # it) and the largest per-kind "max err/scale" and "norm ratio" are printed
@@ -29,9 +30,9 @@ run() {  # run NAME W FLAGS...
 pair() {  # pair PREC A B
   local prec=$1 a=$2 b=$3
   "$bin" compare "$out/$a" "$out/$b" --rtol 1 | awk -v prec="$prec" -v p="$a~$b" \
-    '$3 ~ /^(loss|norm|grad|param|optim)$/ { print prec, $3, $6, $8, p, $2 }' >> "$rows" || true
+    '$4 ~ /^(loss|norm|grad|param|optim)$/ { print prec, $4, $7, $9, p, $2, $3 }' >> "$rows" || true
 }
-for seed in 1 7 1234; do
+for seed in ${FSDPCHECK_CALIBRATE_MAIN_SEEDS-1 7 1234}; do
   for model in gpt2-tiny mlp-tiny; do
     m="--model $model --steps 4 --seed $seed"
     [ "$model" = gpt2-tiny ] && m="$m --seq-len 16"
@@ -75,11 +76,43 @@ for seed in 1 7 1234; do
     rm -rf "$out"/$model-s$seed-*/
   done
 done
+# sweep-like cases: small batches, short sequences (more gradient elements at
+# noise level, so more AdamW flips and larger diverged-step differences)
+for seed in 1 2 3 4 5 6 7 8; do
+  for model in gpt2-tiny mlp-tiny; do
+    for Bm in 1 2; do
+      for pol in "fp32 fp32" "bf16 fp32" "bf16 bf16" "fp16 fp16"; do
+        set -- $pol; pd=$1 rd=$2; prec=$pd; [ "$rd" = bf16 ] && prec=bf16
+        P="--param-dtype $pd --reduce-dtype $rd"
+        tag="small-$model-s$seed-b$Bm-$pd$rd"
+        m="--model $model --steps 3 --seed $seed"
+        [ "$model" = gpt2-tiny ] && m="$m --seq-len 8"
+        B="--global-batch $((12 * Bm))"
+        if [ "$pd" = fp32 ]; then base="$tag-local"; run "$base" 1 $m $B --strategy local
+        else base="$tag-ddp1"; run "$base" 1 $m $B --strategy no_shard $P; fi
+        for W in 2 3 4; do
+          run "$tag-fs$W" $W $m $B --strategy full_shard $P; pair $prec "$base" "$tag-fs$W"
+        done
+        run "$tag-h4" 4 $m $B --strategy hybrid_shard --shard-group 2 $P; pair $prec "$tag-fs4" "$tag-h4"
+        rm -rf "$out"/$tag-*/
+      done
+    done
+  done
+done
 if [ "${FSDPCHECK_CALIBRATE_124M:-0}" = 1 ]; then
   m="--model gpt2-124m --steps 1 --seq-len 64 --global-batch 4"
   run big-local 1 $m --strategy local; run big-fs2 2 $m --strategy full_shard; pair fp32 big-local big-fs2
   rm -rf "$out"/big-*/
 fi
+echo "diverged steps: kappa = the largest (err - the lockstep floor) / (the relative difference of the parameters the step started from):"
+for prec in fp32 bf16 fp16; do
+  for kind in loss grad param optim; do
+    awk -v prec=$prec -v kind=$kind '$1 == prec && $2 == kind && $6 == "lock" { if ($3 + 0 > f) f = $3 + 0 }
+      $1 == prec && $2 == kind && $6 == "div" && $7 + 0 > 0 { d[++n] = $3 + 0; p[n] = $7 + 0; w[n] = $5 }
+      END { for (i = 1; i <= n; i++) { k = (d[i] - f) / p[i]; if (k > K) { K = k; W = w[i] } }
+            if (n) printf "%-5s %-6s lock floor %10.3g  kappa %10.3g  %s\n", prec, kind, f, K, W }' "$rows"
+  done
+done
 echo "calibration: $runs runs, $(wc -l < "$rows") kind rows compared; largest noise per precision, row and kind"
 echo "(lock: steps the two runs start in lockstep; div: after AdamW turned noise into a parameter difference):"
 printf "%-5s %-4s %-6s %14s %14s  %s\n" prec row kind "max err/scale" "norm ratio" "worst pair (err/scale)"

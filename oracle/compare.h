@@ -65,6 +65,8 @@ typedef struct {
     double atol;         // 0 unless --atol
     double ntol;         // tensor: ||A - B||_2 <= ntol * ||A||_2 (0: not checked, as for scalars)
     int exact;           // bitwise equality required (batch, or --bitwise)
+    double kappa;        // diverged rows: rtol and ntol grow by kappa times the relative difference
+                         // of the parameters the step started from (a gradient moves with its inputs)
 } fc_tol;
 
 // The documented defaults, two rows per precision (compare.c has the
@@ -204,6 +206,7 @@ typedef struct {
     long step;
     int lockstep;         // judged by the lockstep row (else the diverged row)
     double prev_diff;     // the parameters before the step: max |A - B| / scale over the tensors (-1: unknown)
+    fc_tol row[FC_CMP_KIND_COUNT];  // the tolerances this step is judged by
     int n_tensors, cap;
     fc_cmp_tensor *tensors;
     fc_cmp_kind_stats kinds[FC_CMP_KIND_COUNT];
