@@ -24,6 +24,9 @@ static void compare_usage(FILE *f) {
           "                       every float kind (the norm tolerance scales with it)\n"
           "  --atol A             an absolute floor added to every element's tolerance (default 0)\n"
           "  --bitwise            require identical bits everywhere\n"
+          "  --same-compute       the traces share their per-rank arithmetic (one implementation, one W\n"
+          "                       and data split; only the reduction tree, prefetch or offload differ):\n"
+          "                       judged by their reduce_dtype while in lockstep (P9's comparison)\n"
           "  --report FILE.md     also write a Markdown report\n"
           "exit codes: 0 pass, 1 mismatch, 2 bad input\n",
           f);
@@ -163,7 +166,7 @@ static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_
 
 int fc_cmd_compare(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL}, *report = NULL;
-    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0;
+    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0, same_compute = 0;
     double rtol = 0, atol = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
@@ -180,7 +183,7 @@ int fc_cmd_compare(int argc, char **argv) {
         memcpy(name, arg, len);
         name[len] = '\0';
         int takes_value = !strcmp(name, "--rtol") || !strcmp(name, "--atol") || !strcmp(name, "--report");
-        int is_switch = !strcmp(name, "--bitwise") || !strcmp(name, "--help");
+        int is_switch = !strcmp(name, "--bitwise") || !strcmp(name, "--help") || !strcmp(name, "--same-compute");
         if (!takes_value && !is_switch)
             fc_die(FC_EXIT_USAGE, "compare: unknown flag %s (see fsdpcheck compare --help)", name);
         if (is_switch && eq) fc_die(FC_EXIT_USAGE, "%s takes no value", name);
@@ -196,6 +199,8 @@ int fc_cmd_compare(int argc, char **argv) {
             return FC_EXIT_PASS;
         } else if (!strcmp(name, "--bitwise")) {
             bitwise = 1;
+        } else if (!strcmp(name, "--same-compute")) {
+            same_compute = 1;
         } else if (!strcmp(name, "--rtol")) {
             rtol = parse_tol(name, v), has_rtol = 1;
         } else if (!strcmp(name, "--atol")) {
@@ -228,7 +233,16 @@ int fc_cmd_compare(int argc, char **argv) {
                ta.first_step, hi_a - 1, dirs[1], tb.first_step, hi_b - 1);
 
     fc_cmp_policy pol;
-    fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
+    if (same_compute) {
+        if (ta.world_size != tb.world_size || ta.cfg.global_batch != tb.cfg.global_batch ||
+            ta.cfg.grad_accum != tb.cfg.grad_accum || ta.cfg.param_dtype != tb.cfg.param_dtype || strcmp(ta.impl, tb.impl))
+            fc_die(FC_EXIT_USAGE, "--same-compute: the traces must come from one implementation at one world size, "
+                                  "batch, accumulation and param_dtype (%s W=%d vs %s W=%d)", ta.impl, ta.world_size,
+                   tb.impl, tb.world_size);
+        fc_cmp_policy_same_compute(&pol, &ta.cfg, &tb.cfg);
+    } else {
+        fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
+    }
     fc_cmp_policy_override(&pol, has_rtol, rtol, has_atol, atol);
     if (bitwise) fc_cmp_policy_bitwise(&pol);
     // the same model, so one registry describes both; B's config is the layout

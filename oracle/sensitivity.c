@@ -132,14 +132,16 @@ static void measure(const probe *p, fc_cmp_kind kind, float *base, const fc_mode
 int fc_cmd_sensitivity(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL};
     long step = -1;
-    int n = 0;
+    int n = 0, same_compute = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N]\n"
+            printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N] [--same-compute]\n"
                    "  the smallest perturbation of B that the comparison engine catches, per kind\n");
             return FC_EXIT_PASS;
         }
-        if (!strcmp(argv[i], "--step") && i + 1 < argc) {
+        if (!strcmp(argv[i], "--same-compute")) {
+            same_compute = 1;
+        } else if (!strcmp(argv[i], "--step") && i + 1 < argc) {
             char *end;
             step = strtol(argv[++i], &end, 10);
             if (*end || step < 0) fc_die(FC_EXIT_USAGE, "sensitivity --step: '%s' is not a step number", argv[i]);
@@ -185,14 +187,16 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         fc_trace_read_step(&tb, step, bb, prev[1], &sb, &bat[1], &e))
         fc_die(FC_EXIT_USAGE, "%s", e.msg);
     fc_cmp_policy pol;
-    fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
+    if (same_compute) fc_cmp_policy_same_compute(&pol, &ta.cfg, &tb.cfg);
+    else fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim};
     probe p = {&ctx, &sa, &sb};
     fc_cmp_result r;
     fc_cmp_result_init(&r, step);
     fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL, &r);
-    printf("fsdpcheck sensitivity: %s vs %s, step %ld, %s, model %s (%zu parameters)\n", dirs[0], dirs[1], step,
-           r.lockstep ? "lockstep row" : "diverged row", ta.model.cfg.name, numel);
+    printf("fsdpcheck sensitivity: %s vs %s, step %ld, %s row (%s), model %s (%zu parameters)\n", dirs[0], dirs[1],
+           step, r.lockstep ? "lockstep" : "diverged", fc_prec_name(r.lockstep ? pol.prec : pol.prec_div),
+           ta.model.cfg.name, numel);
     printf("the smallest delta caught (the comparison of A with B perturbed fails; resolution 1.26x):\n");
     printf("%-6s %-44s %10s  %12s  %12s  %12s\n", "kind", "tensor", "elements", "elem@max", "elem@median",
            "whole tensor");
