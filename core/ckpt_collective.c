@@ -7,19 +7,6 @@
 #include "mpicheck.h"
 #include "optim.h"
 
-// Every rank learns whether all ranks succeeded; if not, every rank's e gets
-// the message of the lowest failing rank, so all of them report one reason.
-static int agree(MPI_Comm comm, int ok, fc_error *e) {
-    int rank, W, first;
-    mpiCheck(MPI_Comm_rank(comm, &rank));
-    mpiCheck(MPI_Comm_size(comm, &W));
-    int mine = ok ? W : rank;
-    mpiCheck(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
-    if (first == W) return 0;
-    mpiCheck(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, first, comm));
-    return -1;
-}
-
 // The first element of this rank's chunk within the view's storage.
 static size_t chunk_at(const fc_ckpt_unit_view *u) { return u->full_copy ? u->own_off : 0; }
 
@@ -72,7 +59,7 @@ static int save_full(const fc_ckpt_rank_view *v, const char *dir, fc_error *e) {
     for (int t = 0; t < 3; t++) free(full[t]);
     free(counts);
     free(displs);
-    return agree(v->comm, ok, e);
+    return fc_mpi_agree(v->comm, ok, e);
 }
 
 // What a writer rank sends rank 0 about its shard file.
@@ -91,7 +78,7 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e
     fc_ckpt_file config_file;
     // no shard is written before the old manifest is gone
     int ok = rank != 0 || (fc_ckpt_prepare_dir(dir, e) == 0 && fc_ckpt_write_config(dir, &info, &config_file, e) == 0);
-    if (agree(v->comm, ok, e)) return -1;
+    if (fc_mpi_agree(v->comm, ok, e)) return -1;
 
     shard_report mine;
     memset(&mine, 0, sizeof mine);
@@ -131,7 +118,7 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e
         free(files);
     }
     free(all);
-    return agree(v->comm, ok, e);
+    return fc_mpi_agree(v->comm, ok, e);
 }
 
 int fc_ckpt_save_collective(const fc_ckpt_rank_view *v, const char *dir, fc_state_dict kind, fc_error *e) {
@@ -168,7 +155,7 @@ int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt
         ok = fc_ckpt_open(dir, 1, &ck, e) == 0 && fc_ckpt_check_compatible(ck, v->cfg, e) == 0;
         if (ok) memcpy(sha, fc_ckpt_manifest_sha256(ck), sizeof sha);
     }
-    if (agree(v->comm, ok, e)) {
+    if (fc_mpi_agree(v->comm, ok, e)) {
         fc_ckpt_close(ck);
         return -1;
     }
@@ -180,7 +167,7 @@ int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt
         if (ok && strcmp(sha, fc_ckpt_manifest_sha256(ck)) != 0)
             ok = 0, fc_fail(e, "%s: the checkpoint changed while being loaded (a save into it?)", dir);
     }
-    if (agree(v->comm, ok, e)) {
+    if (fc_mpi_agree(v->comm, ok, e)) {
         fc_ckpt_close(ck);
         return -1;
     }
@@ -199,5 +186,5 @@ int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt
     }
     *step = fc_ckpt_manifest_of(ck)->step;
     fc_ckpt_close(ck);
-    return agree(v->comm, ok, e);
+    return fc_mpi_agree(v->comm, ok, e);
 }

@@ -18,4 +18,18 @@ static inline void fc_mpi_check(int rc, const char *file, int line) {
 }
 #define mpiCheck(call) fc_mpi_check((call), __FILE__, __LINE__)
 
+// Every rank of comm learns whether all ranks succeeded (ok != 0); if not,
+// every rank's e gets the message of the lowest failing rank, so all of them
+// report one reason. Returns 0 when all succeeded, else -1. Collective.
+static inline int fc_mpi_agree(MPI_Comm comm, int ok, fc_error *e) {
+    int W, rank, lowest;
+    mpiCheck(MPI_Comm_size(comm, &W));
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    int mine = ok ? W : rank;
+    mpiCheck(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm));
+    if (lowest == W) return 0;
+    mpiCheck(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, lowest, comm));
+    return -1;
+}
+
 #endif

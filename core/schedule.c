@@ -47,6 +47,21 @@ void fc_log_add(fc_comm_log *log, fc_event ev) {
     fc_watchdog_event(&ev);  // every logged event is progress
 }
 
+void fc_log_event(fc_comm_log *log, fc_op op, fc_op of, int unit, int stage, fc_group group, size_t bytes,
+                  fc_prec dtype, fc_phase phase, int prefetch) {
+    fc_event e = {0};
+    e.op = op;
+    e.of = of;
+    e.unit = unit;
+    e.stage = stage;
+    e.group = group;
+    e.bytes = bytes;
+    e.dtype = dtype;
+    e.phase = phase;
+    e.prefetch = prefetch;
+    fc_log_add(log, e);
+}
+
 void fc_log_write_jsonl(const fc_comm_log *log, int rank, FILE *f) {
     for (size_t i = 0; i < log->n; i++) {
         const fc_event *e = &log->ev[i];

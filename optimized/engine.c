@@ -95,31 +95,13 @@ void fce_comms_free(fce_comms *c) {
 
 // Every rank returns the same verdict: on failure, the lowest failing rank's
 // message (collective over the world).
-static int agree(fce *f, int rc, fc_error *e) {
-    int W = f->g.W, mine = rc ? f->g.rank : W, lowest = W;
-    mpiCheck(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, f->c.world));
-    if (lowest == W) return 0;
-    mpiCheck(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, lowest, f->c.world));
-    return -1;
-}
-
 // ---------------------------------------------------------------------------
 // the comm log
 
 static void log_ev(fce *f, fc_op op, fc_op of, int unit, int stage, fc_group g, size_t bytes, fc_prec dt, fc_phase ph,
                    int prefetch) {
     if (f->local) return;  // one process: nothing scheduled, nothing logged
-    fc_event e = {0};
-    e.op = op;
-    e.of = of;
-    e.unit = unit;
-    e.stage = stage;
-    e.group = g;
-    e.bytes = bytes;
-    e.dtype = dt;
-    e.phase = ph;
-    e.prefetch = prefetch;
-    fc_log_add(&f->log, e);
+    fc_log_event(&f->log, op, of, unit, stage, g, bytes, dt, ph, prefetch);
 }
 
 // ---------------------------------------------------------------------------
@@ -397,7 +379,7 @@ int fce_step(fce *f, fc_step_info *out, fc_error *e) {
     mpiCheck(MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, f->c.world));
     out->loss = (float)(global_loss / f->g.W);
     out->grad_norm = norm;
-    return agree(f, fcx_crosscheck(f->x, e), e);
+    return fc_mpi_agree(f->c.world, fcx_crosscheck(f->x, e) == 0, e);
 }
 
 // ---------------------------------------------------------------------------

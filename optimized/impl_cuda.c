@@ -26,18 +26,6 @@ struct fc_impl {
     fcx *x;
 };
 
-// Every rank returns the same verdict: the lowest failing rank's message.
-static int agree(MPI_Comm comm, int ok, fc_error *e) {
-    int W, rank;
-    mpiCheck(MPI_Comm_size(comm, &W));
-    mpiCheck(MPI_Comm_rank(comm, &rank));
-    int mine = ok ? W : rank, lowest = W;
-    mpiCheck(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm));
-    if (lowest == W) return 0;
-    mpiCheck(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, lowest, comm));
-    return -1;
-}
-
 typedef struct {
     int dev, count, shared, node_ranks, on_device;
     fc_comm_kind kind;
@@ -109,7 +97,7 @@ static fc_impl *cuda_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e
         size_t need = fc_cuda_device_bytes(cfg, W, rank) * (size_t)(pl.on_device > 0 ? pl.on_device : 1);
         if (fc_cuda_memory_fits(need, free_b, pl.dev, prop.name, e)) ok = 0;
     }
-    if (agree(comm, ok, e)) return NULL;
+    if (fc_mpi_agree(comm, ok, e)) return NULL;
     static int said;
     if (rank == 0 && !said) {
         fprintf(stderr, "fsdpcheck: cuda: %d rank(s), collectives over %s: %s\n", W, fc_comm_name(pl.kind), pl.why);

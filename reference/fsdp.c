@@ -97,17 +97,7 @@ static float unpack1(fc_prec p, const void *src, size_t i) {
 
 static void log_ev(fc_fsdp *f, fc_op op, fc_op of, int unit, int stage, fc_group g, size_t bytes,
                    fc_prec dt, fc_phase ph, int prefetch) {
-    fc_event e = {0};
-    e.op = op;
-    e.of = of;
-    e.unit = unit;
-    e.stage = stage;
-    e.group = g;
-    e.bytes = bytes;
-    e.dtype = dt;
-    e.phase = ph;
-    e.prefetch = prefetch;
-    fc_log_add(&f->log, e);
+    fc_log_event(&f->log, op, of, unit, stage, g, bytes, dt, ph, prefetch);
 }
 
 // ---------------------------------------------------------------------------
