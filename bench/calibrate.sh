@@ -94,6 +94,12 @@ for seed in 1 2 3 4 5 6 7 8; do
           run "$tag-fs$W" $W $m $B --strategy full_shard $P; pair $prec "$base" "$tag-fs$W"
         done
         run "$tag-h4" 4 $m $B --strategy hybrid_shard --shard-group 2 $P; pair $prec "$tag-fs4" "$tag-h4"
+        # one sample per rank, the sweep's smallest batches
+        for W in 2 3 4; do
+          if [ "$pd" = fp32 ]; then run "$tag-one$W-a" 1 $m --global-batch $W --strategy local
+          else run "$tag-one$W-a" 1 $m --global-batch $W --strategy no_shard $P; fi
+          run "$tag-one$W-b" $W $m --global-batch $W --strategy full_shard $P; pair $prec "$tag-one$W-a" "$tag-one$W-b"
+        done
         rm -rf "$out"/$tag-*/
       done
     done

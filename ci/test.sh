@@ -2,34 +2,54 @@
 # ci/test.sh — sets up, builds and runs the whole default test suite:
 #   1. Debug + ASan/UBSan build: unit, mpi and property tests (not the sweeps);
 #   2. Release build: the conformance gate (label gate: the default sweep per W,
-#      the fault catalogue, the out-of-tree plugin), then the unit suite under valgrind (memcheck);
+#      the fault catalogue each caught by its own property, the out-of-tree port
+#      template, the watchdog), the CUDA port's host-side tests and its gpu tests
+#      (skipped with the reason where there is no device), then valgrind (memcheck);
 #   3. clang ASan/UBSan build: the unit suite again, and each libFuzzer harness
-#      for a short time (label fuzz).
+#      for 30 s (label fuzz);
+#   4. the PyTorch adapter (ci/torch.sh: FSDP1 and FSDP2 on the CPU against the reference);
+#   5. the package (ci/package.sh: the .deb, and the port template built against it alone);
+#   6. coverage (ci/coverage.sh: fails below 90% of lines in core/, reference/, oracle/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
 JOBS=$(nproc)
 export HWLOC_COMPONENTS=-pci,-x86
+t0=$SECONDS
+stage() { echo "== [$((SECONDS - t0)) s] $*"; }
 
-echo "== debug (ASan+UBSan): unit, mpi, property"
+stage "debug (ASan+UBSan): unit, mpi, property"
 cmake --preset debug >/dev/null
 cmake --build --preset debug -j "$JOBS"
 ctest --preset debug -j "$JOBS"
 
-echo "== release: the conformance gate (sweep per W, fault catalogue)"
+stage "release: the conformance gate (sweep per W, fault catalogue, port template, watchdog)"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$JOBS"
 ctest --preset gate
 
-echo "== release: memcheck (valgrind)"
+stage "release: the CUDA port's host-side tests, and its gpu tests (skipped without a device)"
+ctest --test-dir build/default -L 'unit|mpi|gpu' -R 'cuda|hd_math' -LE extended -j "$JOBS" --output-on-failure
+
+stage "release: memcheck (valgrind)"
 ctest --preset memcheck -j "$JOBS"
 
 if command -v clang >/dev/null 2>&1; then
-  echo "== clang (ASan+UBSan): unit, fuzz"
+  stage "clang (ASan+UBSan): unit, fuzz"
   cmake --preset clang >/dev/null
   cmake --build --preset clang -j "$JOBS"
   ctest --preset clang -j "$JOBS"
 else
   echo "== clang: skipped (no clang)"
 fi
-echo "ci/test.sh: all stages passed"
+
+stage "the PyTorch adapter"
+bash ci/torch.sh
+
+stage "the package and the port template"
+bash ci/package.sh
+
+stage "coverage"
+bash ci/coverage.sh
+
+echo "ci/test.sh: all stages passed in $((SECONDS - t0)) s"

@@ -68,6 +68,22 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
     if (bitwise) fc_cmp_policy_bitwise(&pol);
     fc_cmp_ctx ctx = {&m, &pol, pair->cfg, pair->W, &pair->against->optim};
     int ok = 1;
+    {
+        // the parameters both start from: equal up to rounding (the same init,
+        // or a checkpoint loaded into what the other run held at that step)
+        fc_trace_step a = fc_run_trace_step(expected, e0), b = fc_run_trace_step(tested, t0);
+        fc_trace_step sa = {.step = a.step, .params = a.prev_params}, sb = {.step = a.step, .params = b.prev_params};
+        fc_cmp_result res;
+        fc_cmp_result_init(&res, a.step);
+        fc_compare_add(&ctx, &sa, &sb, FC_CMP_MASK(FC_CMP_PARAM), &res);
+        if (!res.pass) {
+            char what[600];
+            describe(&res.first, what, sizeof what);
+            fc_props_record(r, p, 0, "vs %s: the parameters before the first compared step differ: %s", against, what);
+            ok = 0;
+        }
+        fc_cmp_result_free(&res);
+    }
     for (int k = 0; k < n && ok; k++) {
         fc_trace_step a = fc_run_trace_step(expected, e0 + k), b = fc_run_trace_step(tested, t0 + k);
         b.step = a.step;  // judged as the same step (a resumed run numbers its own)
