@@ -6,7 +6,9 @@
 # modes, checkpoints loaded at another W and strategy, three seeds, for each
 # precision policy, on gpt2-tiny and mlp-tiny (FSDPCHECK_CALIBRATE_124M=1 adds
 # one gpt2-124m step, several minutes and ~6 GB of traces;
-# FSDPCHECK_CALIBRATE_MAIN_SEEDS="" runs only the small-batch block).
+# FSDPCHECK_CALIBRATE_MAIN_SEEDS="" runs only the small-batch block, whose
+# seeds, models and policies FSDPCHECK_CALIBRATE_SMALL_SEEDS, _SMALL_MODELS
+# and _SMALL_POLICIES (e.g. "bf16,fp32 fp16,fp16") choose).
 #
 # Every pair is compared with `fsdpcheck compare --rtol 1` (so nothing stops
 # it) and the largest per-kind "max err/scale" and "norm ratio" are printed
@@ -78,11 +80,11 @@ for seed in ${FSDPCHECK_CALIBRATE_MAIN_SEEDS-1 7 1234}; do
 done
 # sweep-like cases: small batches, short sequences (more gradient elements at
 # noise level, so more AdamW flips and larger diverged-step differences)
-for seed in 1 2 3 4 5 6 7 8; do
-  for model in gpt2-tiny mlp-tiny; do
+for seed in ${FSDPCHECK_CALIBRATE_SMALL_SEEDS-1 2 3 4 5 6 7 8}; do
+  for model in ${FSDPCHECK_CALIBRATE_SMALL_MODELS-gpt2-tiny mlp-tiny mlp-micro}; do
     for Bm in 1 2; do
-      for pol in "fp32 fp32" "bf16 fp32" "bf16 bf16" "fp16 fp16"; do
-        set -- $pol; pd=$1 rd=$2; prec=$pd; [ "$rd" = bf16 ] && prec=bf16
+      for pol in ${FSDPCHECK_CALIBRATE_SMALL_POLICIES-fp32,fp32 bf16,fp32 bf16,bf16 fp16,fp16}; do
+        set -- ${pol/,/ }; pd=$1 rd=$2; prec=$pd; [ "$rd" = bf16 ] && prec=bf16
         P="--param-dtype $pd --reduce-dtype $rd"
         tag="small-$model-s$seed-b$Bm-$pd$rd"
         m="--model $model --steps 3 --seed $seed"

@@ -296,13 +296,16 @@ void fc_cmp_result_init(fc_cmp_result *r, long step) {
 
 // Whether two runs start this step in lockstep: every tensor of the previous
 // parameters within the lockstep parameter tolerance of its scale. Unknown
-// previous parameters count as diverged (the looser row).
+// previous parameters count as diverged, with nothing to grow the row by (so
+// the diverged row at d = 0: a trace without its previous parameters is
+// judged as tightly as one in lockstep, never more loosely).
 static void set_rows(const fc_cmp_ctx *c, fc_cmp_result *r) {
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
         fc_tol t = r->lockstep ? c->policy->tol[k] : c->policy->div[k];
         double grow = r->lockstep || r->prev_diff < 0 ? 0 : t.kappa * r->prev_diff;
         t.rtol += grow;
         if (t.ntol > 0) t.ntol += grow;
+        t.kappa = 0;  // applied: the row is what this step is judged by
         r->row[k] = t;
     }
 }
@@ -700,6 +703,9 @@ void fc_cmp_fmt_tol(const fc_tol *t, char *buf, size_t cap) {
     else if (t->atol > 0) snprintf(buf, cap, "rtol %g ntol %g atol %g", t->rtol, t->ntol, t->atol);
     else if (t->ntol > 0) snprintf(buf, cap, "rtol %g ntol %g", t->rtol, t->ntol);
     else snprintf(buf, cap, "rtol %g", t->rtol);
+    size_t n = strlen(buf);
+    // a diverged row grows with the previous parameters' relative difference
+    if (!t->exact && t->kappa > 0 && n < cap) snprintf(buf + n, cap - n, ", each + %g x prev dP", t->kappa);
 }
 
 void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p) {

@@ -221,6 +221,7 @@ int fc_cmd_sweep(int argc, char **argv) {
                     printf("P%-2d %-42s %s\n", p, fc_prop_name(p), r.v.failed & (1u << p) ? "FAIL" : "pass");
             if (r.v.failed) printf("%s\ncaught by P%d\n", r.v.detail, fc_props_lowest(r.v.failed));
         }
+        free(rep);
         MPI_Finalize();
         return r.v.failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
     }

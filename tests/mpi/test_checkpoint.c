@@ -17,6 +17,8 @@
 //     hybrid_shard(F = W/2) at W                   tolerance
 //   saved from no_shard, hybrid_shard (replica 0 writes) and local, loaded
 //   into full_shard at W                           bitwise / tolerance / tolerance
+//   (each judged against its saver's uninterrupted run: the resumed run starts
+//   from the saver's parameters, and the engine checks that first)
 // "Bitwise" is the reference's claim; another implementation is judged by the
 // default policy. Every loaded run must report steps_done() == k right after
 // the load (the runner's first_step).
@@ -163,6 +165,17 @@ static void check_faults(const fc_run_config *c, const char *dirs[2], const mt_r
     }
 }
 
+// The uninterrupted run of cfg on the first w ranks (full tensors on rank 0):
+// what a checkpoint saved by cfg at step k continues. A resumed run starts
+// from the saver's parameters, so it is judged against the saver's run, never
+// against another strategy's, whose parameters legitimately drifted apart.
+static void run_on(int w, const fc_run_config *cfg, mt_result *r) {
+    memset(r, 0, sizeof *r);
+    MPI_Comm sub = sub_of(w);
+    if (sub != MPI_COMM_NULL) mt_run(cfg, sub, r);
+    sub_done(&sub);
+}
+
 // full: the whole matrix; otherwise (SGD, to keep the test short on small
 // machines) the same-W strategies, W' = 1, local and the faults.
 static void check_matrix(const char *model, fc_opt_kind opt, int full) {
@@ -264,14 +277,19 @@ static void check_matrix(const char *model, fc_opt_kind opt, int full) {
                 MT_CHECK(count_files(dir, "shard-") == W / 2, "hybrid_shard(F=%d) wrote %d shard files (stale ones?)",
                          W / 2, count_files(dir, "shard-"));
             resume_on(ops, W, &n, dir, &got);
+            mt_result saver;
+            run_on(W, &d, &saver);
             snprintf(what, sizeof what, "sharded hybrid_shard(F=%d) W=%d -> full_shard W=%d", W / 2, W, W);
-            judge_resumed(what, &n, W, &got, &c, &want, MT_POLICY, 0);
+            judge_resumed(what, &n, W, &got, &d, &saver, MT_POLICY, 0);
             mt_result_free(&got);
+            mt_result_free(&saver);
         } else {
             mt_skip("P7 [%s %s]: a save from hybrid_shard needs an even W, not %d", model, tag, W);
         }
         fc_run_config l = c;
         l.strategy = FC_STRATEGY_LOCAL;
+        mt_result saver;
+        run_on(1, &l, &saver);
         for (int kind = 0; kind < 2; kind++) {
             save_on(ops, 1, &l, K_STEPS, dir, (fc_state_dict)kind);
             if (rank == 0 && kind == FC_STATE_DICT_FULL)  // the old shard files are gone
@@ -279,9 +297,10 @@ static void check_matrix(const char *model, fc_opt_kind opt, int full) {
                          count_files(dir, "shard-"));
             resume_on(ops, W, &n, dir, &got);
             snprintf(what, sizeof what, "%s local -> full_shard W=%d", fc_state_dict_name((fc_state_dict)kind), W);
-            judge_resumed(what, &n, W, &got, &c, &want, MT_POLICY, 0);
+            judge_resumed(what, &n, W, &got, &l, &saver, MT_POLICY, 0);
             mt_result_free(&got);
         }
+        mt_result_free(&saver);
     }
     // the test can fail: each checkpoint fault of the loader is caught, on
     // checkpoints and a baseline of the reference (the faults are its builds)

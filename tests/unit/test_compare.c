@@ -736,7 +736,7 @@ Test(step, overrides_apply_in_both_rows) {
     compare_under(FC_STRATEGY_FULL_SHARD, 2);
     cr_expect(R.lockstep);
     cr_expect(R.pass, "--rtol 0.5 in the lockstep row");
-    *elem(&B, "prev", "layers.0.weight", 0) += 1.0f;  // the runs no longer start in lockstep
+    *elem(&B, "prev", "layers.0.weight", 0) += 1e-3f;  // the runs no longer start in lockstep (d ~ 1e-3: grows rtol by ~6e-3)
     compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
     cr_expect_not(R.lockstep);
     cr_expect(R.pass, "--rtol 0.5 in the diverged row");
@@ -752,17 +752,20 @@ Test(step, overrides_apply_in_both_rows) {
     compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
     cr_expect(R.lockstep);
     cr_expect(R.pass, "--atol 0.2 in the lockstep row");
-    cr_expect_float_eq(tensor("grad.layers.1.weight")->headroom, 0.15 / (0.2 + 4e-5 * 0.5), 1e-3);
+    cr_expect_float_eq(tensor("grad.layers.1.weight")->headroom, 0.15 / (0.2 + 3.6e-5 * 0.5), 1e-3);
 }
 
 // The lockstep row while both runs start a step from the same parameters
-// (within the parameter tolerance), the diverged row once they do not.
+// (within the parameter tolerance), the diverged row once they do not: the
+// lockstep row grown by kappa times the previous parameters' difference d.
 Test(step, lockstep_or_diverged_row) {
     fc_cmp_policy_defaults(&g_pol, FC_PREC_BF16);
     const fc_tol *lock = &FC_CMP_LOCKSTEP[FC_PREC_BF16][FC_CMP_GRAD], *div = &FC_CMP_DIVERGED[FC_PREC_BF16][FC_CMP_GRAD];
-    cr_assert_lt(lock->rtol, div->rtol, "bf16 rows differ for gradients");
+    cr_assert_eq(lock->rtol, div->rtol, "the rows differ only by their growth");
+    cr_assert_gt(div->kappa, 0, "bf16 diverged gradients grow with the parameters' difference");
+    const double d = 0.01;  // the previous parameters' difference the diverged case starts from
     fill_both("grad", "layers.1.weight");
-    double e = 0.5 * (lock->rtol + div->rtol);  // between the rows, relative to the scale 0.5
+    double e = lock->rtol + 0.5 * div->kappa * d;  // between the rows, relative to the scale 0.5
     *elem(&B, "grad", "layers.1.weight", 5) = (float)(*elem(&A, "grad", "layers.1.weight", 5) + e * 0.5);
     compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
     cr_expect(R.lockstep);
@@ -777,19 +780,28 @@ Test(step, lockstep_or_diverged_row) {
     cr_expect(R.lockstep, "prev_diff %g", R.prev_diff);
     cr_expect_gt(R.prev_diff, 0);
     cr_expect_not(R.pass);
-    // beyond it: the diverged row, which passes it
-    *pv = (float)(*elem(&A, "prev", "layers.2.weight", 0) + 10 * g_pol.lockstep * ps);
+    // beyond it by d: the diverged row grown by kappa d, which passes it
+    *pv = (float)(*elem(&A, "prev", "layers.2.weight", 0) + d * ps);
     compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
     cr_expect_not(R.lockstep);
-    cr_expect_float_eq(R.prev_diff, 10 * g_pol.lockstep, 1e-2 * g_pol.lockstep);
+    cr_expect_float_eq(R.prev_diff, d, 1e-3 * d);
     cr_expect(R.pass, "the diverged row allows it");
-    // unknown previous parameters: the looser row
+    // an error of twice the growth fails it
+    *elem(&B, "grad", "layers.1.weight", 5) =
+        (float)(*elem(&A, "grad", "layers.1.weight", 5) + (lock->rtol + 2 * div->kappa * d) * 0.5);
+    compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
+    cr_expect_not(R.pass, "beyond the grown row");
+    cr_expect_float_eq(R.first.tol.rtol, lock->rtol + div->kappa * R.prev_diff, 1e-9);
+    cr_expect_eq(R.first.tol.kappa, 0, "the growth is applied in the row a step is judged by");
+    *elem(&B, "grad", "layers.1.weight", 5) = (float)(*elem(&A, "grad", "layers.1.weight", 5) + e * 0.5);
+    // unknown previous parameters: the diverged row with nothing to grow it by
     *pv = *elem(&A, "prev", "layers.2.weight", 0);
     B.s.prev_params = NULL;
     compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
     cr_expect_not(R.lockstep);
     cr_expect_eq(R.prev_diff, -1);
-    cr_expect(R.pass);
+    cr_expect_not(R.pass);
+    cr_expect_eq(R.first.tol.rtol, div->rtol);
     B.s.prev_params = B.prev;
     // two runs of one implementation: the same error fails the fp32 lockstep row
     // of the same-compute policy, and passes its bf16 diverged row
@@ -802,10 +814,10 @@ Test(step, lockstep_or_diverged_row) {
     cr_expect(R.lockstep);
     cr_expect_not(R.pass);
     cr_expect_eq(R.first.tol.rtol, FC_CMP_LOCKSTEP[FC_PREC_FP32][FC_CMP_GRAD].rtol);
-    B.s.prev_params = NULL;
+    *pv = (float)(*elem(&A, "prev", "layers.2.weight", 0) + d * ps);
     compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
-    cr_expect(R.pass);
-    B.s.prev_params = B.prev;
+    cr_expect_not(R.lockstep);
+    cr_expect(R.pass, "the bf16 diverged row, grown by kappa d");
 }
 
 // ----------------------------------------------------------------------------
@@ -1099,9 +1111,9 @@ Test(step, the_printed_divergence_names_scale_ulps_and_owner) {
     fc_cmp_print_rows(f, &R);
     fclose(f);
     const char *want[] = {"first divergence: step 3, tensor grad.layers.1.weight, element 56 [3, 5] of shape [11, 17]\n",
-                          "  A = ", "(0x", "of the tensor's scale 0.5", "ULP at that scale; allowed 2e-05 (rtol 4e-05 ntol 1.5e-05)",
+                          "  A = ", "(0x", "of the tensor's scale 0.5", "ULP at that scale; allowed 1.8e-05 (rtol 3.6e-05 ntol 1.5e-05)",
                           "owner under B's layout: rank 0 (full_shard shard 0 of 2;", "max err/scale", "ULP@scale",
-                          "of tol", "     3  lock  grad         6", "FAIL (1 of 6 tensors)"};
+                          "of tol", "     3  lock         0  grad         6", "FAIL (1 of 6 tensors)"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_expect_not_null(strstr(buf, want[i]), "lacks '%s':\n%s", want[i], buf);
     free(buf);
@@ -1180,8 +1192,9 @@ Test(props, runs_step_by_step_with_an_offset) {
     // compared at the wrong offset, it fails at the first step, named as the expected run's
     cr_expect_not(fc_props_compare(&v, 7, &pair, &g_run[1], 0, &g_run[0], 1, 2, 0, "uninterrupted"));
     cr_expect_eq(v.failed, 1u << 7);
-    cr_expect_not_null(strstr(v.detail, "P7 vs uninterrupted (fp32, "), "%s", v.detail);
-    cr_expect_not_null(strstr(v.detail, "step 1, loss"), "%s", v.detail);
+    // the parameters both start from already differ (those after step 0 against those after step 1)
+    cr_expect_not_null(strstr(v.detail, "P7 vs uninterrupted: the parameters before the first compared step differ: step 1, param."),
+                       "%s", v.detail);
 }
 
 Test(props, the_detail_names_the_element_its_bits_scale_and_owner) {
@@ -1196,7 +1209,7 @@ Test(props, the_detail_names_the_element_its_bits_scale_and_owner) {
     cr_expect_not(fc_props_compare(&v, 2, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "no_shard"));
     cr_expect_eq(v.failed, 1u << 2);
     const char *want[] = {"P2 vs no_shard (fp32, lockstep): step 1, grad.layers.0.bias[16]: ", "(0x",
-                          "of the tensor's scale", "ULP there; allowed 4e-05",
+                          "of the tensor's scale", "ULP there; allowed 3.6e-05",
                           "owned by rank 1 (full_shard shard 1 of 2; unit layers.0, element 237 of 238"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_expect_not_null(strstr(v.detail, want[i]), "detail lacks '%s': %s", want[i], v.detail);
