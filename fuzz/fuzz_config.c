@@ -6,7 +6,7 @@
 //
 // Whatever one accepts must be usable: a model config validates and survives
 // a round trip through its JSON; a run config round-trips to the same JSON
-// text. A refusal says why in one line.
+// text. A refusal leaves a message.
 #include <cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,7 +23,7 @@ static void model_config(const char *text) {
     fc_error e;
     e.msg[0] = '\0';
     if (fc_model_config_parse(text, "config.json", &m, &e) != 0) {
-        check(e.msg[0] != '\0' && strchr(e.msg, '\n') == NULL);
+        check(e.msg[0] != '\0');
         return;
     }
     check(fc_model_config_validate(&m, &e) == 0);
@@ -43,7 +43,7 @@ static void run_config(const uint8_t *data, size_t size) {
     fc_error e;
     e.msg[0] = '\0';
     if (fc_run_config_from_json(j, &c, &e) != 0) {
-        check(e.msg[0] != '\0' && strchr(e.msg, '\n') == NULL);
+        check(e.msg[0] != '\0');
         cJSON_Delete(j);
         return;
     }
