@@ -233,7 +233,7 @@ def run(cmd, cwd):
     subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-def manifest_with(man_text, dirpath, changed):
+def manifest_with(man_text, changed):
     """The manifest text with the size and hash of each file in changed
     (name -> bytes) replaced."""
     m = json.loads(man_text)
@@ -353,16 +353,17 @@ def ckpt_cases(cdir, kind, where, data_file):
 
     def df(name, expect, new):
         case(kind, f"{where}/{name}/{data_file}", data_file, expect, new)
-        write(f"{where}/{name}/fsdpcheck.json", manifest_with(man, cdir, {data_file: new}))
+        write(f"{where}/{name}/fsdpcheck.json", manifest_with(man, {data_file: new}))
 
     df("data_truncated", "past the end", st_build(hdr, data[: len(data) // 2]))
     df("data_not_safetensors", "header length", b"this is not a safetensors file\n")
     df("data_missing_tensor", tensors[-1], semantic_st(hdr, data, drop=tensors[-1]))
-    df("data_wrong_shape", tensors[0], semantic_st(hdr, data, reshape=(tensors[0], [1] + hdr[tensors[0]]["shape"][:-1] + [hdr[tensors[0]]["shape"][-1]])))
+    # the same elements under one more (leading) dimension of 1
+    df("data_wrong_shape", tensors[0], semantic_st(hdr, data, reshape=(tensors[0], [1] + hdr[tensors[0]]["shape"])))
     # config.json inside the checkpoint, broken, manifest rewritten for it
     bad_cfg = b'{"model_type": "fsdpcheck-mlp", "dims": [13, 17, 11]}'
     case(kind, f"{where}/config_other_model/config.json", "config.json", "another model", bad_cfg)
-    write(f"{where}/config_other_model/fsdpcheck.json", manifest_with(man, cdir, {"config.json": bad_cfg}))
+    write(f"{where}/config_other_model/fsdpcheck.json", manifest_with(man, {"config.json": bad_cfg}))
 
 
 def main():
