@@ -19,8 +19,6 @@
 // "shard-RRRRR.safetensors" -> R (five or more digits), -1 otherwise.
 long fc_ckpt_shard_index(const char *s);
 
-// A key that appears twice in one object of j (at any depth), or NULL.
-const char *fc_ckpt_duplicate_key(const cJSON *obj);
 // obj[key] as a non-negative integer no larger than max: 0, or -1 if it is not one.
 int fc_ckpt_json_uint(const cJSON *obj, const char *key, double max, uint64_t *out);
 // obj[key] if it is a string, else NULL.

@@ -66,26 +66,6 @@ static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-// cJSON keeps duplicate keys and a lookup silently takes the first, so a
-// manifest with two "step"s would mean whatever the reader picked: refused.
-// Checks obj and every object inside it; returns a duplicated key or NULL.
-const char *fc_ckpt_duplicate_key(const cJSON *obj) {
-    if (!cJSON_IsObject(obj) && !cJSON_IsArray(obj)) return NULL;
-    int n = cJSON_GetArraySize(obj);
-    const char *dup = NULL;
-    if (cJSON_IsObject(obj) && n > 1) {
-        const char **keys = mallocCheck((size_t)n * sizeof *keys);
-        int k = 0;
-        for (const cJSON *c = obj->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
-        qsort(keys, (size_t)k, sizeof *keys, cmp_str_ptr);
-        for (int i = 1; i < k && !dup; i++)
-            if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
-        free(keys);
-    }
-    for (const cJSON *c = obj->child; c && !dup; c = c->next) dup = fc_ckpt_duplicate_key(c);
-    return dup;
-}
-
 // A non-negative integer field no larger than max.
 int fc_ckpt_json_uint(const cJSON *obj, const char *key, double max, uint64_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -194,7 +174,7 @@ static int parse_files(const char *src, const cJSON *arr, fc_ckpt_manifest *m, f
 
 static int parse_manifest(const char *src, const cJSON *j, fc_ckpt_manifest *m, fc_error *e) {
     if (!cJSON_IsObject(j)) return fc_fail(e, "%s: not a JSON object", src);
-    const char *dup = fc_ckpt_duplicate_key(j);
+    const char *dup = fc_json_duplicate_key(j);
     if (dup) return fc_fail(e, "%s: key \"%s\" appears twice in one object", src, fc_ckpt_show(dup).s);
     const char *format = fc_ckpt_json_str(j, "format");
     if (!format || strcmp(format, FC_CKPT_FORMAT) != 0)

@@ -291,7 +291,7 @@ static int parse_piece(fc_ckpt *c, int file, const fc_st_tensor *t, const char *
     int rc = -1;
     uint64_t unit, first, count, numel;
     const char *uname = j ? fc_ckpt_json_str(j, "unit_name") : NULL, *tname = j ? fc_ckpt_json_str(j, "tensor") : NULL;
-    if (!cJSON_IsObject(j) || fc_ckpt_duplicate_key(j) || cJSON_GetArraySize(j) != 6 || !uname || !tname ||
+    if (!cJSON_IsObject(j) || fc_json_duplicate_key(j) || cJSON_GetArraySize(j) != 6 || !uname || !tname ||
         fc_ckpt_json_uint(j, "unit", 1e6, &unit) || fc_ckpt_json_uint(j, "first", FC_CKPT_JSON_MAX_INT, &first) ||
         fc_ckpt_json_uint(j, "count", FC_CKPT_JSON_MAX_INT, &count) ||
         fc_ckpt_json_uint(j, "unit_numel", FC_CKPT_JSON_MAX_INT, &numel)) {

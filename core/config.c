@@ -164,13 +164,39 @@ static int json_int(const cJSON *j, const char *key, int dflt, int *out, const c
     return 0;
 }
 
+static int cmp_str_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char *fc_json_duplicate_key(const cJSON *obj) {
+    if (!cJSON_IsObject(obj) && !cJSON_IsArray(obj)) return NULL;
+    int n = cJSON_GetArraySize(obj);
+    const char *dup = NULL;
+    if (cJSON_IsObject(obj) && n > 1) {
+        const char **keys = mallocCheck((size_t)n * sizeof *keys);
+        int k = 0;
+        for (const cJSON *c = obj->child; c; c = c->next) keys[k++] = c->string ? c->string : "";
+        qsort(keys, (size_t)k, sizeof *keys, cmp_str_ptr);
+        for (int i = 1; i < k && !dup; i++)
+            if (strcmp(keys[i - 1], keys[i]) == 0) dup = keys[i];
+        free(keys);
+    }
+    for (const cJSON *c = obj->child; c && !dup; c = c->next) dup = fc_json_duplicate_key(c);
+    return dup;
+}
+
 int fc_model_config_parse(const char *json, const char *path, fc_model_config *out, fc_error *e) {
     memset(out, 0, sizeof *out);
-    cJSON *j = cJSON_Parse(json);
+    cJSON *j = cJSON_ParseWithOpts(json, NULL, 1);  // 1: nothing but whitespace after the value
     if (!j) return fc_fail(e, "%s: not valid JSON", path);
     int rc = -1;
     if (!cJSON_IsObject(j)) {
         fc_fail(e, "%s: config must be a JSON object", path);
+        goto done;
+    }
+    const char *dup = fc_json_duplicate_key(j);
+    if (dup) {
+        fc_fail(e, "%s: key \"%.64s\" appears twice", path, dup);
         goto done;
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");

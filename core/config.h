@@ -136,6 +136,11 @@ int fc_run_config_validate_world(const fc_run_config *c, int world, fc_error *e)
 // The config as a JSON object (trace.json, checkpoints) and back.
 struct cJSON *fc_run_config_to_json(const fc_run_config *c);
 int fc_run_config_from_json(const struct cJSON *j, fc_run_config *c, fc_error *e);
+// cJSON keeps every duplicate key of an object and a lookup silently takes
+// the first, so a file with two "step"s or two "n_embd"s would mean whatever
+// the reader picked: the JSON readers refuse them. Returns a key that appears
+// twice in one object of obj (at any depth), or NULL.
+const char *fc_json_duplicate_key(const struct cJSON *obj);
 
 // Names <-> enums; parse returns -1 for an unknown name.
 const char *fc_comm_name(fc_comm c);

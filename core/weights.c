@@ -52,7 +52,14 @@ int fc_weights_load(const fc_model *m, const char *path, float *full, fc_error *
             fc_fail(e, "%s: tensor '%s' has the wrong shape for %s", path, st->name, p->name);
             goto done;
         }
-        if (fc_st_read_f32(&f, st, 0, p->numel, full + p->offset, e)) goto done;
+        if (fc_st_read_f32(&f, st, 0, p->numel, full + p->offset, e)) {
+            if (e) {  // the reader names the tensor; the message names the file too
+                char why[sizeof e->msg];
+                snprintf(why, sizeof why, "%s", e->msg);
+                fc_fail(e, "%s: %s", path, why);
+            }
+            goto done;
+        }
     }
     for (int i = 0; i < m->n_params; i++)
         if (!seen[i]) {

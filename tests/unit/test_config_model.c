@@ -514,6 +514,12 @@ Test(config_json, refusals) {
         {"{\"model_type\": \"fsdpcheck-mlp\", \"dims\": [5, 2.5, 3]}", "\"dims\"[1]"},
         {"{\"model_type\": \"fsdpcheck-mlp\", \"dims\": [5, \"4\"]}", "\"dims\"[1]"},
         {"{\"model_type\": \"fsdpcheck-mlp\", \"dims\": [5, 1]}", "at least 2 classes"},
+        // the whole file is one JSON value, and every key is given once
+        {"{\"model_type\": \"fsdpcheck-mlp\", \"dims\": [5, 3]} }", "not valid JSON"},
+        {"{\"model_type\": \"fsdpcheck-mlp\", \"dims\": [5, 3]}\n{}", "not valid JSON"},
+        {"{\"model_type\": \"gpt2\", \"n_embd\": 16, \"n_embd\": 32}", "key \"n_embd\" appears twice"},
+        {"{\"model_type\": \"fsdpcheck-mlp\", \"dims\": [5, 3], \"model_type\": \"gpt2\"}",
+         "key \"model_type\" appears twice"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_refused(cases[i].json, cases[i].substr);
 }
