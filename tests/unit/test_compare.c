@@ -895,6 +895,41 @@ Test(step, adamw_a_parameter_may_differ_by_the_two_updates_difference) {
     cr_expect_float_eq(R.first.abs_err, 0.01 * g_oc.lr, 1e-7);
 }
 
+// exp_avg = beta1 m_prev + (1 - beta1) g: its rounding is relative to those
+// two terms, which cancellation can make 100x larger than the sum.
+Test(step, a_momentum_state_is_judged_against_the_terms_it_sums) {
+    use_optimizer(FC_OPT_ADAMW);
+    fc_cmp_policy_defaults(&g_pol, FC_PREC_BF16);
+    const fc_param *p = param("layers.2.bias");
+    for (size_t i = 0; i < p->numel; i++) {
+        size_t j = p->offset + i;
+        A.grads[j] = B.grads[j] = 1.0f;          // (1 - beta1) g = 0.1
+        A.s0[j] = B.s0[j] = 0.001f;              // beta1 m_prev = -0.099: the terms sum 0.199
+    }
+    double terms = 0.199, tol = FC_CMP_LOCKSTEP[FC_PREC_BF16][FC_CMP_OPTIM].rtol;
+    B.s0[p->offset + 3] += (float)(0.5 * tol * terms);  // half the tolerance of the terms, 12x the sum
+    compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_OPTIM));
+    cr_expect(R.pass, "within the tolerance of the terms: %s", R.first.tensor);
+    cr_expect_float_eq(tensor("optim.exp_avg.layers.2.bias")->scale, terms, 1e-6);
+    // measured against the sum alone (no optimizer known) it fails
+    g_optim = NULL;
+    compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_OPTIM));
+    cr_expect_not(R.pass);
+    g_optim = &g_oc;
+    // twice the tolerance of the terms fails
+    B.s0[p->offset + 3] = (float)(0.001 + 2 * tol * terms);
+    compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_OPTIM));
+    cr_expect_not(R.pass);
+    cr_expect_str_eq(R.first.tensor, "optim.exp_avg.layers.2.bias");
+    cr_expect_eq(R.first.index, 3);
+    // exp_avg_sq sums two non-negative terms: its own scale
+    B.s0[p->offset + 3] = A.s0[p->offset + 3];
+    B.s1[p->offset + 3] = A.s1[p->offset + 3] * 10.0f;  // 0.9 of its scale
+    compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_OPTIM));
+    cr_expect_not(R.pass);
+    cr_expect_str_eq(R.first.tensor, "optim.exp_avg_sq.layers.2.bias");
+}
+
 Test(step, adamw_a_previous_difference_is_carried_by_the_decay) {
     use_optimizer(FC_OPT_ADAMW);
     size_t j = param("layers.0.weight")->offset + 33;
