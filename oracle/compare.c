@@ -679,34 +679,30 @@ static double clip_coef_of(const fc_cmp_ctx *c, const fc_trace_step *s) {
 // so the terms' magnitude, |beta1 m_{t-1}| + |w g_t| = |m_t - w g_t| + w |g_t|,
 // follows from this step alone. Rounding in either term is relative to them,
 // not to m_t, which cancellation can make arbitrarily smaller (a 2-element
-// bias of mlp-micro under bf16: m_t at 1/20 of its terms). Per element, the
-// larger over both sides; NULL for other states or without the inputs.
-static double *momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, const char *state) {
+// bias of mlp-micro under bf16: m_t at 1/20 of its terms). Per element, from
+// A, the expected side only: B's own state would let an error in B's m_t
+// raise the scale it is judged against. NULL for other states or without the
+// inputs.
+static double *momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const char *state) {
     const fc_optim_config *o = c->optim;
-    if (!o || c->policy->bitwise || !a->grads || !b->grads) return NULL;
+    if (!o || c->policy->bitwise || !a->grads) return NULL;
     double w, wd = 0;
     if (o->kind == FC_OPT_ADAMW && !strcmp(state, "exp_avg")) {
         w = 1.0 - o->beta1;
     } else if (o->kind == FC_OPT_SGD && !strcmp(state, "momentum_buffer")) {
         w = 1.0 - o->dampening;
         wd = o->weight_decay;
-        if (wd != 0 && (!a->prev_params || !b->prev_params)) return NULL;
+        if (wd != 0 && !a->prev_params) return NULL;
     } else {
         return NULL;
     }
-    const float *ma = state_of(a, state), *mb = state_of(b, state);
-    if (!ma || !mb) return NULL;
+    const float *m = state_of(a, state);
+    if (!m) return NULL;
     size_t n = c->m->numel;
-    double *terms = mallocCheck(n * sizeof(double));
-    const fc_trace_step *side[2] = {a, b};
-    const float *mom[2] = {ma, mb};
-    for (size_t i = 0; i < n; i++) terms[i] = 0;
-    for (int k = 0; k < 2; k++) {
-        double coef = clip_coef_of(c, side[k]);
-        for (size_t i = 0; i < n; i++) {
-            double g = coef * (double)side[k]->grads[i] + (wd != 0 ? wd * (double)side[k]->prev_params[i] : 0);
-            terms[i] = dmax(terms[i], fabs((double)mom[k][i] - w * g) + fabs(w * g));
-        }
+    double *terms = mallocCheck(n * sizeof(double)), coef = clip_coef_of(c, a);
+    for (size_t i = 0; i < n; i++) {
+        double g = coef * (double)a->grads[i] + (wd != 0 ? wd * (double)a->prev_params[i] : 0);
+        terms[i] = fabs((double)m[i] - w * g) + fabs(w * g);
     }
     return terms;
 }
@@ -734,7 +730,7 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
             snprintf(prefix, sizeof prefix, "optim.%s", a->state_names[i]);
             int j = fc_cmp_find_state(b, a->state_names[i]);
             if (j >= 0) {
-                double *terms = momentum_terms(c, a, b, a->state_names[i]);
+                double *terms = momentum_terms(c, a, a->state_names[i]);
                 cmp_set(c, r, FC_CMP_OPTIM, prefix, a->state[i], b->state[j], NULL, terms);
                 free(terms);
             } else {
