@@ -50,6 +50,9 @@ stage "the package and the port template"
 bash ci/package.sh
 
 stage "coverage"
-bash ci/coverage.sh
+# property.sweep.W4 (300 cases) adds no line the W=1..3 sweeps and the fault
+# catalogue miss, and is the longest test at -O0: left out to keep CI short
+bash ci/coverage.sh --exclude '^property\.sweep\.W4$'
+
 
 echo "ci/test.sh: all stages passed in $((SECONDS - t0)) s"
