@@ -137,6 +137,8 @@ include(${FSDPCHECK_CMAKE_DIR}/FsdpcheckGate.cmake)
 
 # ---- install rules -------------------------------------------------------------
 install(TARGETS fsdpcheck EXPORT fsdpcheckTargets RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# shrinks a sweep case that hangs, one job per variant (beside fsdpcheck, which it runs)
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/tools/fsdpcheck-shrink-timeout DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS fsdpcheck_core fsdpcheck_core_static fsdpcheck_reference fsdpcheck_reference_static
         EXPORT fsdpcheckTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -65,7 +65,10 @@ static void usage(FILE *f) {
           "       mpiexec -n W fsdpcheck sweep --replay 'RUN FLAGS' [--impl X] [--inject FAULT] [--timeout S]\n"
           "  --timeout S  a case in which no rank makes progress for S seconds (a hung rank or\n"
           "               collective) fails as a timeout: the reports are written with it, one line\n"
-          "               names where it hung, and every rank exits 3 (default 600)\n",
+          "               names where it hung, and every rank exits 3 (default 600)\n"
+          "       mpiexec -n W fsdpcheck sweep --replay 'RUN FLAGS' --candidates\n"
+          "  --candidates   prints the case's one-step simplifications, a line each: W<TAB>RUN FLAGS\n"
+          "                 (what fsdpcheck-shrink-timeout tries on a case that hangs, one job each)\n",
           f);
 }
 
@@ -90,10 +93,14 @@ static void on_timeout(const char *line, void *ctx) {
     rep->n = g_sweep.current + 1;
     rep->n_failed++;
     printf("case %d timed out (W=%d): %s\n", g_sweep.current, r->W, r->spec);
-    printf("reproduce: mpiexec -n %d fsdpcheck sweep --replay '%s' --timeout %g%s%s%s%s\n", r->W, r->spec,
-           g_sweep.timeout, strcmp(g_sweep.impl, "reference") ? " --impl " : "",
-           strcmp(g_sweep.impl, "reference") ? g_sweep.impl : "", g_sweep.inject ? " --inject " : "",
-           g_sweep.inject ? fc_fault_name(g_sweep.inject) : "");
+    char extra[700];
+    snprintf(extra, sizeof extra, "%s%s%s%s", strcmp(g_sweep.impl, "reference") ? " --impl " : "",
+             strcmp(g_sweep.impl, "reference") ? g_sweep.impl : "", g_sweep.inject ? " --inject " : "",
+             g_sweep.inject ? fc_fault_name(g_sweep.inject) : "");
+    printf("reproduce: mpiexec -n %d fsdpcheck sweep --replay '%s' --timeout %g%s\n", r->W, r->spec, g_sweep.timeout,
+           extra);
+    // a hung case ends this job: shrinking it takes one job per variant
+    printf("shrink it: fsdpcheck-shrink-timeout %d '%s' %g%s\n", r->W, r->spec, g_sweep.timeout, extra);
     fc_error e;
     if (g_sweep.report && fc_report_markdown(rep, g_sweep.report, &e)) fprintf(stderr, "fsdpcheck: --report: %s\n", e.msg);
     if (g_sweep.junit && fc_report_junit(rep, g_sweep.junit, &e)) fprintf(stderr, "fsdpcheck: --junit: %s\n", e.msg);
@@ -112,7 +119,7 @@ int fc_cmd_sweep(int argc, char **argv) {
     fc_sweep_ctx x = {0};
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &x.rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &x.W));
-    int cases = 300, keep_going = 0, quiet = 0;
+    int cases = 300, keep_going = 0, quiet = 0, candidates = 0;
     double timeout = FC_DEFAULT_TIMEOUT;
     uint64_t seed = 1;
     const char *impl = "reference", *report = NULL, *junit = NULL, *replay = NULL;
@@ -128,6 +135,8 @@ int fc_cmd_sweep(int argc, char **argv) {
             keep_going = 1;
         } else if (!strcmp(a, "--quiet")) {
             quiet = 1;
+        } else if (!strcmp(a, "--candidates")) {
+            candidates = 1;
         } else if (!v) {
             snprintf(msg, sizeof msg, "sweep: %s needs a value (or is unknown: see fsdpcheck sweep --help)", a);
             die_all(x.rank, msg);
@@ -171,6 +180,7 @@ int fc_cmd_sweep(int argc, char **argv) {
             die_all(x.rank, msg);
         }
     }
+    if (candidates && !replay) die_all(x.rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
     fc_error e;
     if (fc_watchdog_start(MPI_COMM_WORLD, timeout, &e)) die_all(x.rank, e.msg);
     x.tested = fc_impl_resolve(impl, &e);
@@ -212,6 +222,21 @@ int fc_cmd_sweep(int argc, char **argv) {
         if (fc_run_config_validate_world(&ra.cfg, x.W, &e)) die_all(x.rank, e.msg);
         if (ck.on && (ck.at >= ra.cfg.steps || ra.cfg.global_batch % (ck.W * ra.cfg.grad_accum)))
             die_all(x.rank, "sweep --replay: --ckpt AT must be below --steps and W must divide the batch");
+        if (candidates) {
+            for (int k = 0; x.rank == 0 && k < FC_SWEEP_N_SIMPLIFY; k++) {
+                fc_run_config c2 = ra.cfg;
+                fc_case_ckpt ck2 = ck;
+                int W2 = x.W;
+                if (!fc_sweep_simplify(k, &c2, &W2, &ck2)) continue;
+                char spec[sizeof rep->cases[0].spec];
+                fc_sweep_case_spec(&c2, &ck2, spec, sizeof spec);
+                printf("%d\t%s\n", W2, spec);
+            }
+            fc_watchdog_stop();
+            free(rep);
+            MPI_Finalize();
+            return FC_EXIT_PASS;
+        }
         fc_case_result r;
         fc_sweep_run_case(&x, &ra.cfg, x.W, &ck, &r);
         fc_watchdog_stop();

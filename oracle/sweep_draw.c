@@ -106,7 +106,8 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
     if (c->cpu_offload) ADD(" --cpu-offload");
     if (c->divide != FC_DIVIDE_PREPOST) ADD(" --divide %s", fc_divide_name(c->divide));
     ADD(" --optimizer %s --lr %g", fc_opt_name(c->optim.kind), c->optim.lr);
-    if (c->optim.kind == FC_OPT_ADAMW || c->optim.weight_decay != 0) ADD(" --weight-decay %g", c->optim.weight_decay);
+    // always: the CLI's default (0.01) is not the sweep's SGD (0), and a replay must be the case
+    ADD(" --weight-decay %g", c->optim.weight_decay);
     ADD(" --steps %d --global-batch %d", c->steps, c->global_batch);
     if (c->model.kind == FC_MODEL_GPT2) ADD(" --seq-len %d", c->seq_len);
     ADD(" --seed %llu", (unsigned long long)c->seed);

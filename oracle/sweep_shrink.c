@@ -108,7 +108,10 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     return fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0;
 }
 
-#define N_SIMPLIFY 18
+int fc_sweep_simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
+    if (k < 0 || k >= FC_SWEEP_N_SIMPLIFY || !simplify(k, c, W, ck)) return 0;
+    return !(ck->on && (ck->at >= c->steps || c->global_batch % (ck->W * c->grad_accum)));
+}
 
 void fc_sweep_shrink(const fc_sweep_ctx *x, fc_case_result *worst, int quiet) {
     fc_run_config c = worst->cfg;
@@ -116,12 +119,11 @@ void fc_sweep_shrink(const fc_sweep_ctx *x, fc_case_result *worst, int quiet) {
     int W = worst->W, tries = 0;
     for (int progress = 1; progress && tries < 60;) {
         progress = 0;
-        for (int k = 0; k < N_SIMPLIFY && tries < 60; k++) {
+        for (int k = 0; k < FC_SWEEP_N_SIMPLIFY && tries < 60; k++) {
             fc_run_config c2 = c;
             fc_case_ckpt ck2 = ck;
             int W2 = W;
-            if (!simplify(k, &c2, &W2, &ck2)) continue;
-            if (ck2.on && (ck2.at >= c2.steps || c2.global_batch % (ck2.W * c2.grad_accum))) continue;
+            if (!fc_sweep_simplify(k, &c2, &W2, &ck2)) continue;
             fc_case_result r;
             fc_sweep_run_case(x, &c2, W2, &ck2, &r);
             tries++;

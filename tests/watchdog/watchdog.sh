@@ -6,7 +6,10 @@
 #   1. run at W=2, one rank stopped with SIGSTOP (a deadlocked port looks so);
 #   2. the same at W=4;
 #   3. check of a plugin whose step blocks in a collective on rank 0;
-#   4. sweep of that plugin: the hung case fails as a timeout in the JUnit XML.
+#   4. sweep of that plugin: the hung case fails as a timeout in the JUnit XML;
+#   5. the "shrink it:" line the sweep printed, run (tools/fsdpcheck-shrink-timeout,
+#      --timeout 2): the plugin hangs on a second step with a peer, so the
+#      smallest hanging case is W=2, 2 steps, the smallest model, fp32.
 # Each case is bounded by an outer `timeout`, so this test itself cannot hang.
 set -u
 mpiexec=$1 bin=$2 plugin=$3
@@ -64,5 +67,33 @@ echo "sweep of that plugin: exit $rc after $secs s; stdout:"; cat "$tmp/outs"; e
 [ "$rc" -eq 3 ] || fail "sweep: exit $rc, want 3"
 grep -q "timed out" "$tmp/outs" || fail "sweep: no 'timed out' line"
 grep -q "<failure" "$tmp/j.xml" 2>/dev/null && grep -q "timeout" "$tmp/j.xml" || fail "sweep: the JUnit XML has no timeout failure"
+
+line=$(grep "^shrink it: fsdpcheck-shrink-timeout " "$tmp/outs")
+echo "the sweep's shrink line: $line"
+if [ -z "$line" ]; then
+  fail "sweep: no 'shrink it:' line"
+else
+  shrinker=$(cd "$(dirname "$0")/../../tools" && pwd)/fsdpcheck-shrink-timeout
+  # the printed command, with the shrinker of this tree and a 2 s timeout
+  eval "set -- ${line#shrink it: fsdpcheck-shrink-timeout }"
+  W=$1 spec=$2; shift 3
+  t0=$SECONDS
+  FSDPCHECK=$bin MPIEXEC=$mpiexec timeout 600 "$shrinker" "$W" "$spec" 2 "$@" >"$tmp/outk" 2>"$tmp/errk"
+  rc=$?
+  echo "shrinking the timed-out case: exit $rc after $((SECONDS - t0)) s; stdout:"; cat "$tmp/outk"
+  echo "stderr:"; cat "$tmp/errk"
+  [ "$rc" -eq 0 ] || fail "shrink: exit $rc, want 0"
+  final=$(grep "^minimal timed-out case (W=" "$tmp/outk")
+  [[ $final == *"(W=2,"* ]] || fail "shrink: not down to W=2: $final"
+  [[ $final == *"--steps 2 "* ]] || fail "shrink: not down to 2 steps: $final"
+  [[ $final == *"-micro "* ]] || fail "shrink: not down to the micro model: $final"
+  [[ $final != *"bf16"* && $final != *"fp16"* ]] || fail "shrink: not down to fp32: $final"
+  # a case that does not hang is refused: exit 1
+  FSDPCHECK=$bin MPIEXEC=$mpiexec timeout 120 "$shrinker" 1 "--model mlp-micro --steps 2 --global-batch 2" 2 \
+    "$@" >/dev/null 2>"$tmp/errn"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "shrink of a case that does not hang: exit $rc, want 1"
+  grep -q "does not time out" "$tmp/errn" || fail "shrink of a case that does not hang: $(cat "$tmp/errn")"
+fi
 
 if [ $fails -eq 0 ]; then echo " No Errors"; else echo " Found $fails errors"; exit 1; fi

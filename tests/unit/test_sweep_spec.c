@@ -1,0 +1,64 @@
+// tests/unit/test_sweep_spec.c — a sweep case's spec (what `sweep --replay`
+// and every reproduce line carry) parses back into the very case drawn:
+// spec(parse(spec)) == spec, and every field the spec leaves to the CLI's
+// defaults is what the draw chose. An SGD case once replayed with weight decay
+// 0.01 (the CLI's default) where the sweep had drawn 0.
+#include <criterion/criterion.h>
+
+#include <string.h>
+
+#include "../../oracle/cli.h"
+#include "../../oracle/sweep_internal.h"
+
+// Splits spec like sweep --replay does: run flags, less the sweep's --ckpt.
+static int parse_spec(const char *spec, fc_run_args *ra, fc_error *e) {
+    static char buf[1024];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *args[128];
+    int n = 0;
+    for (char *tok = strtok(buf, " "); tok && n < 128; tok = strtok(NULL, " ")) {
+        if (!strcmp(tok, "--ckpt")) {
+            strtok(NULL, " ");
+            continue;
+        }
+        args[n++] = tok;
+    }
+    return fc_cli_parse_run(n, args, ra, e);
+}
+
+Test(sweep_spec, every_drawn_case_replays_as_itself) {
+    uint64_t s = 20261123;
+    int sgd = 0;
+    for (int i = 0; i < 5000; i++) {
+        fc_run_config c;
+        fc_case_ckpt k;
+        int W;
+        fc_sweep_draw(&s, 4, &c, &W, &k);
+        char spec[1024], again[1024];
+        fc_sweep_case_spec(&c, &k, spec, sizeof spec);
+        fc_run_args ra;
+        fc_error e = {{0}};
+        cr_assert_eq(parse_spec(spec, &ra, &e), 0, "case %d: %s: %s", i, spec, e.msg);
+        fc_sweep_case_spec(&ra.cfg, &k, again, sizeof again);
+        cr_assert_str_eq(again, spec, "case %d", i);
+        const fc_optim_config *a = &c.optim, *b = &ra.cfg.optim;
+        cr_assert(a->kind == b->kind && a->lr == b->lr && a->weight_decay == b->weight_decay &&
+                      a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->eps == b->eps && a->momentum == b->momentum &&
+                      a->dampening == b->dampening && a->nesterov == b->nesterov,
+                  "case %d: the optimizer replays as another: %s (weight decay %g drawn, %g replayed)", i, spec,
+                  a->weight_decay, b->weight_decay);
+        cr_assert(c.seed == ra.cfg.seed && c.steps == ra.cfg.steps && c.global_batch == ra.cfg.global_batch &&
+                      c.grad_accum == ra.cfg.grad_accum && c.no_sync == ra.cfg.no_sync &&
+                      c.strategy == ra.cfg.strategy && c.shard_group == ra.cfg.shard_group &&
+                      c.param_dtype == ra.cfg.param_dtype && c.reduce_dtype == ra.cfg.reduce_dtype &&
+                      c.cpu_offload == ra.cfg.cpu_offload && c.divide == ra.cfg.divide &&
+                      c.backward_prefetch == ra.cfg.backward_prefetch && c.forward_prefetch == ra.cfg.forward_prefetch &&
+                      c.limit_all_gathers == ra.cfg.limit_all_gathers && c.clip_grad_norm == ra.cfg.clip_grad_norm &&
+                      c.norm_type == ra.cfg.norm_type &&
+                      (c.model.kind != FC_MODEL_GPT2 || c.seq_len == ra.cfg.seq_len) &&  // an MLP has no sequence
+                      !strcmp(c.model.name, ra.cfg.model.name),
+                  "case %d replays as another: %s", i, spec);
+        sgd += c.optim.kind == FC_OPT_SGD;
+    }
+    cr_assert_gt(sgd, 100, "the draw makes SGD cases (%d)", sgd);
+}
