@@ -1,5 +1,7 @@
 // oracle/main.c — the fsdpcheck command: dispatch to a subcommand.
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
@@ -44,6 +46,11 @@ int main(int argc, char **argv) {
                FC_IMPL_ABI_VERSION, FC_IMPL_ENTRY);
         return FC_EXIT_PASS;
     }
+    // the watchdog ends a hung job with MPI_Abort after printing its own line:
+    // MPICH's message would only repeat it (read at MPI_Init; a user's own
+    // setting wins)
+    if (setenv("MPIR_CVAR_SUPPRESS_ABORT_MESSAGE", "1", 0) != 0)
+        fc_die(FC_EXIT_INTERNAL, "%s:%d: setenv: %s", __FILE__, __LINE__, strerror(errno));
     if (!strcmp(cmd, "run")) return fc_cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "sweep")) return fc_cmd_sweep(argc - 2, argv + 2);
     if (!strcmp(cmd, "compare")) return fc_cmd_compare(argc - 2, argv + 2);
