@@ -718,11 +718,8 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
     if (kinds & FC_CMP_MASK(FC_CMP_LOSS)) cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, NULL, NULL);
     if ((kinds & FC_CMP_MASK(FC_CMP_NORM)) && a->has_norm && b->has_norm) cmp_norm(c, r, a->grad_norm, b->grad_norm);
     if (kinds & FC_CMP_MASK(FC_CMP_GRAD)) cmp_set(c, r, FC_CMP_GRAD, "grad", a->grads, b->grads, NULL, NULL);
-    if (kinds & FC_CMP_MASK(FC_CMP_PARAM)) {
-        double *allow = optimizer_allowance(c, a, b);
-        cmp_set(c, r, FC_CMP_PARAM, "param", a->params, b->params, allow, NULL);
-        free(allow);
-    }
+    // optimizer state before parameters: the parameters' allowance is computed
+    // from each side's state, so a wrong state is named first, as itself
     if (kinds & FC_CMP_MASK(FC_CMP_OPTIM)) {
         // A's states in A's order, then any that only B has
         for (int i = 0; i < a->n_state; i++) {
@@ -746,6 +743,11 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
             snprintf(note, sizeof note, "optimizer state \"%s\" is in B, not in A", b->state_names[j]);
             fail_note(c, r, FC_CMP_OPTIM, prefix, note);
         }
+    }
+    if (kinds & FC_CMP_MASK(FC_CMP_PARAM)) {
+        double *allow = optimizer_allowance(c, a, b);
+        cmp_set(c, r, FC_CMP_PARAM, "param", a->params, b->params, allow, NULL);
+        free(allow);
     }
 }
 

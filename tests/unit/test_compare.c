@@ -543,7 +543,8 @@ Test(step, identical_sets_pass_with_counts_per_kind) {
     cr_expect_str_eq(R.tensors[0].name, "batch.input");
     cr_expect_str_eq(R.tensors[2].name, "loss");
     cr_expect_str_eq(R.tensors[3].name, "grad.layers.0.weight");
-    cr_expect_str_eq(R.tensors[26].name, "optim.exp_avg_sq.layers.2.bias");
+    cr_expect_str_eq(R.tensors[9].name, "optim.exp_avg.layers.0.weight", "optimizer state before parameters");
+    cr_expect_str_eq(R.tensors[26].name, "param.layers.2.bias");
     // the norm joins when both sides know it
     A.s.has_norm = B.s.has_norm = 1;
     A.s.grad_norm = B.s.grad_norm = 0.75;
