@@ -19,8 +19,10 @@
 # installed libraries are new targets linked from their object files, so
 # nothing is compiled twice. The same names a port uses out of tree exist in
 # tree as ALIAS targets (fsdpcheck::core, fsdpcheck::reference,
-# fsdpcheck::fsdpcheck) and fsdpcheck_add_gate() is available, so optimized/
-# builds through the same interface a port team gets from the package.
+# fsdpcheck::fsdpcheck) and fsdpcheck_add_gate() is available. optimized/ does
+# not use them yet: it links fc_core and includes core/'s layout, clip,
+# checkpoint-protocol, init and data headers, which the package does not
+# install (the public set below is impl.h's closure only).
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
