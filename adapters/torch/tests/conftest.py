@@ -13,7 +13,7 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
-EXAMPLES = os.path.abspath(os.path.join(ROOT, "..", "shared", "examples"))
+EXAMPLES = os.path.join(ROOT, "examples", "fsdp_config")  # copies of ../shared/examples
 
 
 def fsdpcheck_bin():

@@ -61,7 +61,7 @@ def test_matches_reference(checks, name):
 # FSDP1's schedule knobs (they change the order of all-gathers, not the math)
 register("fsdp1-prefetch-limiter", "--api", "fsdp1", "-n", "2", *GPT2, "--strategy", "full_shard",
          "--backward-prefetch", "post", "--forward-prefetch", "--limit-all-gathers")
-# ../shared/examples/fsdp_config.multi_gpu.json as users write it (BACKWARD_POST, forward prefetch)
+# examples/fsdp_config/fsdp_config.multi_gpu.json as users write it (BACKWARD_POST, forward prefetch)
 register("fsdp1-multi_gpu-config", "--api", "fsdp1", "-n", "2", *GPT2, "--fsdp-config",
          os.path.join(EXAMPLES, "fsdp_config.multi_gpu.json"))
 

@@ -1,5 +1,5 @@
 """The Hugging Face Trainer path on the CPU: a real Trainer.train() with
-fsdp="full_shard auto_wrap" and ../shared/examples/fsdp_config.trainer.json,
+fsdp="full_shard auto_wrap" and examples/fsdp_config/fsdp_config.trainer.json,
 traced by the TrainerCallback.
 
 With the pinned transformers 5.23 / accelerate 1.15, Accelerate turns FSDP on
