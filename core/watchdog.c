@@ -21,6 +21,7 @@
 #define STALE_NS 3000000000ull        // a heartbeat older than this: the process is stopped or dead
 #define EXIT_DELAY_NS 1000000000ull   // from the reporter's line to every rank's exit (time for a starved or continued rank to wake)
 #define FOLLOWER_GRACE_NS 2000000000ull  // how long a rank that saw the hang waits for the reporter
+#define FALLBACK_NS 3000000000ull     // after the reporter's moment, a rank its abort did not end leaves by itself
 
 enum { SLOT_IDLE, SLOT_RUNNING, SLOT_DONE };
 
@@ -203,7 +204,7 @@ static void timed_out(uint64_t t) {
     if (reporter != W_.me) {
         for (uint64_t waited = 0; waited < FOLLOWER_GRACE_NS; waited += TICK_NS / 4) {
             uint64_t when = atomic_load(&W_.head->exit_at_ns);
-            if (when) leave_at(when);
+            if (when) leave_at(when + FALLBACK_NS);
             struct timespec ts = {0, (long)(TICK_NS / 4)};
             nanosleep(&ts, NULL);
         }
@@ -234,6 +235,14 @@ static void timed_out(uint64_t t) {
     // is inside MPI: MPI_Abort is the one call MPICH makes safe for that (it
     // only tells the launcher). main.c sets MPIR_CVAR_SUPPRESS_ABORT_MESSAGE,
     // so the line above stays the job's one line but for hydra's own prefix.
+    // First the moment set above: the launcher forwards the line from this
+    // rank's stderr pipe only while the rank lives (an abort right after the
+    // line lost it, seen once under check).
+    uint64_t now = now_ns();
+    if (when > now) {
+        struct timespec ts = {(time_t)((when - now) / 1000000000ull), (long)((when - now) % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
     MPI_Abort(MPI_COMM_WORLD, FC_EXIT_TIMEOUT);
     leave_at(when);
 }
@@ -251,7 +260,7 @@ static void *watch(void *arg) {
         uint64_t t = now_ns();
         atomic_store(&mine()->beat_ns, t);
         uint64_t when = atomic_load(&W_.head->exit_at_ns);
-        if (when) leave_at(when);  // another rank reported the hang
+        if (when) leave_at(when + FALLBACK_NS);  // another rank reported the hang: its abort ends this one
         // the newest progress of any live rank: a job in which some rank still
         // works (alone, while the others wait for it) is not hung
         uint64_t newest = 0;
