@@ -311,6 +311,35 @@ Test(compare, a_different_lr_diverges_at_the_first_update) {
     expect_out("policy: --rtol/--atol override");
 }
 
+// fsdpcheck sensitivity: the smallest perturbation of B the engine catches,
+// per kind, on a pair that legitimately differs (local against full_shard W=2).
+Test(compare, sensitivity_finds_the_smallest_delta_caught) {
+    const char *a = trace("local", NULL), *b = trace_w2("fs2", ARGS("--strategy", "full_shard"));
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", a, b)), 0, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("step 0, lockstep row (fp32), model mlp-tiny (520 parameters)");
+    expect_out("the smallest delta caught");
+    expect_out("grad   grad.layers.0.weight");
+    expect_out("param  param.layers.0.weight");
+    expect_out("optim  optim.exp_avg.layers.0.weight");
+    expect_out("optim  optim.exp_avg_sq.layers.0.weight");
+    expect_out("lr at the largest");
+    // a grad delta near the fp32 rtol (3.6e-5): caught above it, within the 1.26x resolution
+    const char *g = strstr(R.out, "\ngrad ");
+    cr_assert_not_null(g, "%s", R.out);
+    double elem = 0;
+    char name[128];
+    cr_assert_eq(sscanf(g + 1, "grad %127s %*d %lf", name, &elem), 2, "%s", g);
+    cr_expect(elem >= 3.6e-5 && elem <= 3.6e-5 * 1.3, "grad one-element delta %g", elem);
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--step", "1", "--same-compute", a, b)), 0, "%s", R.err);
+    expect_out("step 1");
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--step", "9", a, b)), 2);
+    expect_usage("sensitivity --step 9: not in both traces");
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", a)), 2);
+    expect_usage("sensitivity needs two trace directories");
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--bogus", a, b)), 2);
+    expect_usage("sensitivity: unknown flag --bogus");
+}
+
 Test(compare, w2_full_shard_is_close_to_local_but_not_bitwise) {
     const char *a = trace("local", NULL), *b = trace_w2("fs2", ARGS("--strategy", "full_shard"));
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 0, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
