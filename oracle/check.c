@@ -1,9 +1,14 @@
 // oracle/check.c — `mpiexec -n W fsdpcheck check --impl X [--against reference] [run flags]`.
 //
 // Runs the implementation under test and the one it is checked against in one
-// MPI job, on the same communicator and config, one step at a time; after
-// every step both export their full gradients, parameters and optimizer state
-// to rank 0, where the comparison engine (compare.h) judges them under the
+// MPI job, on the same communicator and config, one step at a time, in
+// lockstep (DESIGN §8): before each step after the first, the expected
+// implementation loads the tested one's state after the step before (its
+// parameters, optimizer state and the step number: runner.h,
+// fc_lockstep_handover), so every step is judged from the same starting point
+// and a legitimately drifted trajectory never loosens a judgement. After every
+// step both export their full gradients, parameters and optimizer state to
+// rank 0, where the comparison engine (compare.h) judges them under the
 // tolerance policy. The first failing step stops the run and prints the
 // report: the per-tensor errors and the first divergence (step, tensor,
 // element, both values, and the rank that owns it under the tested layout).
@@ -105,20 +110,35 @@ int fc_cmd_check(int argc, char **argv) {
     if (tested->export_full(ti, FC_EXPORT_PARAMS, ts.prev, 0, &e) || expected->export_full(ei, FC_EXPORT_PARAMS, es.prev, 0, &e))
         die_all(rank, e.msg);
     if (rank == 0)
-        printf("fsdpcheck check: %s against %s, model %s, strategy %s, W=%d, %d steps\n", tested->name,
-               expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy), W, a.cfg.steps);
+        printf("fsdpcheck check: %s against %s, model %s, strategy %s, W=%d, %d steps, each from the tested "
+               "state (lockstep)\n", tested->name, expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy), W,
+               a.cfg.steps);
+    char dir[256] = "";
+    if (a.cfg.steps > 1) {
+        fc_lockstep_dir(MPI_COMM_WORLD, dir, sizeof dir);
+        if (!dir[0]) die_all(rank, "check: cannot create a directory for the lockstep state handover");
+    }
+    long first = expected->steps_done ? expected->steps_done(ei) : 0;
     int verdict = FC_EXIT_PASS;
     for (int t = 0; t < a.cfg.steps && verdict == FC_EXIT_PASS; t++) {
         fc_step_info ti_info, ei_info;
-        fc_watchdog_mark(t, "step");
-        if (tested->step(ti, &ti_info, &e) || expected->step(ei, &ei_info, &e)) die_all(rank, e.msg);
-        fc_watchdog_mark(t, "export");
+        fc_watchdog_mark(first + t, "step");
+        if (tested->step(ti, &ti_info, &e)) die_all(rank, e.msg);
+        if (t > 0) {  // the expected step starts from the tested state after step t - 1
+            fc_watchdog_mark(first + t, "lockstep load");
+            const float *const state[2] = {ts.state[0], ts.state[1]};
+            if (fc_lockstep_handover(expected, ei, &ecfg, ts.prev, state, first + t, dir, MPI_COMM_WORLD, &e))
+                die_all(rank, e.msg);
+            if (rank == 0) memcpy(es.prev, ts.prev, m.numel * sizeof(float));
+        }
+        if (expected->step(ei, &ei_info, &e)) die_all(rank, e.msg);
+        fc_watchdog_mark(first + t, "export");
         export_all(tested, ti, n_state, &ts, rank);
         export_all(expected, ei, n_state, &es, rank);
         if (rank == 0) {
-            fc_trace_step sa = {.step = t, .loss = ei_info.loss, .has_norm = 1, .grad_norm = ei_info.grad_norm,
+            fc_trace_step sa = {.step = first + t, .loss = ei_info.loss, .has_norm = 1, .grad_norm = ei_info.grad_norm,
                                 .grads = es.grads, .params = es.params, .prev_params = es.prev, .n_state = n_state};
-            fc_trace_step sb = {.step = t, .loss = ti_info.loss, .has_norm = 1, .grad_norm = ti_info.grad_norm,
+            fc_trace_step sb = {.step = first + t, .loss = ti_info.loss, .has_norm = 1, .grad_norm = ti_info.grad_norm,
                                 .grads = ts.grads, .params = ts.params, .prev_params = ts.prev, .n_state = n_state};
             for (int i = 0; i < n_state; i++) {
                 sa.state_names[i] = sb.state_names[i] = names[i];
@@ -126,9 +146,9 @@ int fc_cmd_check(int argc, char **argv) {
                 sb.state[i] = ts.state[i];
             }
             fc_cmp_result r;
-            fc_cmp_result_init(&r, t);
+            fc_cmp_result_init(&r, first + t);
             fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &r);
-            printf("step %d: loss %.6f vs %.6f  %s\n", t, (double)ti_info.loss, (double)ei_info.loss,
+            printf("step %ld: loss %.6f vs %.6f  %s\n", first + t, (double)ti_info.loss, (double)ei_info.loss,
                    r.pass ? "pass" : "FAIL");
             if (!r.pass) {
                 fc_cmp_print_policy(stdout, &policy);
@@ -153,6 +173,7 @@ int fc_cmd_check(int argc, char **argv) {
     }
     tested->destroy(ti);
     expected->destroy(ei);
+    if (dir[0] && rank == 0) fc_remove_flat_dir(dir);
     full_set *sets[2] = {&ts, &es};
     for (int k = 0; k < 2; k++) {
         free(sets[k]->params);

@@ -56,8 +56,10 @@ static void describe(const fc_cmp_divergence *d, char *buf, size_t cap) {
 
 int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run_result *tested, int t0,
                      const fc_run_result *expected, int e0, int n, int bitwise, const char *against) {
-    if (!tested->ok || !expected->ok) {
-        fc_props_record(r, p, 0, "vs %s: run failed: %s", against, tested->ok ? expected->error : tested->error);
+    const fc_run_result *failed = !tested->ok ? tested : !expected->ok ? expected
+                                : pair->lock && n > 1 && !pair->lock->ok ? pair->lock : NULL;
+    if (failed) {
+        fc_props_record(r, p, 0, "vs %s: run failed: %s", against, failed->error);
         return 0;
     }
     fc_model m;
@@ -85,7 +87,8 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
         fc_cmp_result_free(&res);
     }
     for (int k = 0; k < n && ok; k++) {
-        fc_trace_step a = fc_run_trace_step(expected, e0 + k), b = fc_run_trace_step(tested, t0 + k);
+        fc_trace_step a = pair->lock && k > 0 ? fc_run_trace_step(pair->lock, k) : fc_run_trace_step(expected, e0 + k);
+        fc_trace_step b = fc_run_trace_step(tested, t0 + k);
         b.step = a.step;  // judged as the same step (a resumed run numbers its own)
         fc_cmp_result res;  // runs in memory carry no batch: the data are core/data.c's, shared
         fc_cmp_result_init(&res, a.step);

@@ -34,12 +34,16 @@ typedef struct {
     int W;                        // its world size
     const fc_run_config *against; // the expected run's config (the precision takes the less precise)
     int same_compute;             // both share their per-rank arithmetic (fc_cmp_policy_same_compute)
+    const fc_run_result *lock;    // NULL, or the expected side in lockstep with the tested run
+                                  // (fc_runner_lockstep): its step k >= 1 replaces expected's e0 + k
 } fc_props_pair;
 
 // Compares the tested run with the expected one under property p, step by
 // step through the comparison engine: tested steps [t0, t0+n) against
 // expected steps [e0, e0+n), bitwise or under the default policy of their
-// precision. The first failing element becomes the detail ("P4 vs no
+// precision. With pair->lock, every step after the first is judged against
+// the expected implementation's step from the tested run's own state (DESIGN
+// §8), never against a trajectory that has drifted. The first failing element becomes the detail ("P4 vs no
 // prefetch: step 1, grad.layers.0.weight[3, 7]: ..., owned by rank 1 ...").
 // Runs on the rank that holds the full tensors. Returns 1 if they agree.
 int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run_result *tested, int t0,

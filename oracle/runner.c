@@ -1,12 +1,15 @@
 // oracle/runner.c — see runner.h.
 #include "runner.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "mpicheck.h"
 #include "optim.h"
 #include "watchdog.h"
@@ -26,8 +29,47 @@ static int export_step(const fc_impl_ops *ops, fc_impl *im, fc_run_result *r, fc
     return 0;
 }
 
-static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
+void fc_lockstep_dir(MPI_Comm comm, char *dir, size_t cap) {
+    int rank;
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    if (rank == 0) {
+        const char *tmp = getenv("TMPDIR");
+        const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : tmp && *tmp ? tmp : "/tmp";
+        snprintf(dir, cap, "%s/fsdpcheck-lockstep-XXXXXX", base);
+        if (!mkdtemp(dir)) dir[0] = '\0';
+    }
+    mpiCheck(MPI_Bcast(dir, (int)cap, MPI_CHAR, 0, comm));
+}
+
+int fc_lockstep_handover(const fc_impl_ops *ops, fc_impl *im, const fc_run_config *cfg, const float *params,
+                         const float *const state[2], long step, const char *dir, MPI_Comm comm, fc_error *e) {
+    int rank, ok = 1;
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    if (rank == 0) {
+        fc_model m;
+        fc_model_build(&m, &cfg->model);
+        fc_ckpt_info info = {cfg, &m, step, 1, FC_STRATEGY_LOCAL};
+        ok = fc_ckpt_save_full(dir, &info, params, state, e) == 0;
+        fc_model_free(&m);
+    }
+    if (fc_mpi_agree(comm, ok, e)) return -1;
+    if (!ops->load) return fc_fail(e, "%s cannot load checkpoints, so it cannot be stepped in lockstep", ops->name);
+    return ops->load(im, dir, e);
+}
+
+// A run: cfg->steps steps of ops on comm, after loading load_dir if given. In
+// lockstep (from != NULL, fc_runner_lockstep) step t >= 1 first loads from's
+// state after its step from0 + t - 1, and step 0 is not run.
+typedef struct {
+    const char *load_dir;
+    const fc_run_result *from;
+    int from0;
+    long first;
+} run_how;
+
+static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const run_how *how,
                 fc_run_result *r) {
+    const char *load_dir = how->load_dir;
     memset(r, 0, sizeof *r);
     fc_log_init(&r->log);
     fc_error e;
@@ -59,8 +101,29 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
         snprintf(r->error, sizeof r->error, "export before step 0: %s", e.msg);
         r->ok = 0;
     }
-    for (int t = 0; t < cfg->steps && r->ok; t++) {
+    char dir[256] = "";
+    if (how->from) {
+        r->first_step = how->first;
+        fc_lockstep_dir(comm, dir, sizeof dir);
+        if (!dir[0]) {
+            snprintf(r->error, sizeof r->error, "lockstep: cannot create a directory for the state handover");
+            r->ok = 0;
+        }
+    }
+    for (int t = how->from ? 1 : 0; t < cfg->steps && r->ok; t++) {
         fc_step_info info;
+        if (how->from) {
+            int s = how->from0 + t - 1;
+            fc_watchdog_mark(r->first_step + t, "lockstep load");
+            const fc_run_step *from = &how->from->step[s];  // (its tensors: rank 0 only)
+            const float *const state[2] = {from->state[0], from->state[1]};
+            if (fc_lockstep_handover(ops, im, cfg, from->params, state, r->first_step + t, dir, comm, &e)) {
+                snprintf(r->error, sizeof r->error, "lockstep load before step %d: %s", t, e.msg);
+                r->ok = 0;
+                break;
+            }
+            if (rank == 0) r->step[t].start = how->from->step[s].params;
+        }
         fc_watchdog_mark(r->first_step + t, "step");
         if (ops->step(im, &info, &e)) {
             snprintf(r->error, sizeof r->error, "step %d: %s", t, e.msg);
@@ -83,6 +146,7 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     ops->memory(im, &r->mem);
     ops->destroy(im);
     fc_model_free(&m);
+    if (dir[0] && rank == 0) fc_remove_flat_dir(dir);
 }
 
 fc_trace_step fc_run_trace_step(const fc_run_result *r, int t) {
@@ -94,7 +158,7 @@ fc_trace_step fc_run_trace_step(const fc_run_result *r, int t) {
     ts.grad_norm = s->norm;
     ts.grads = s->grads;
     ts.params = s->params;
-    ts.prev_params = t == 0 ? r->init : r->step[t - 1].params;
+    ts.prev_params = s->start ? s->start : t == 0 ? r->init : r->step[t - 1].params;
     ts.n_state = r->n_state;
     for (int i = 0; i < r->n_state; i++) {
         ts.state_names[i] = r->state_names[i];
@@ -104,12 +168,35 @@ fc_trace_step fc_run_trace_step(const fc_run_result *r, int t) {
 }
 
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {
-    run(ops, cfg, comm, NULL, r);
+    run_how how = {0};
+    run(ops, cfg, comm, &how, r);
 }
 
 void fc_runner_resume(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
                       fc_run_result *r) {
-    run(ops, cfg, comm, load_dir, r);
+    run_how how = {.load_dir = load_dir};
+    run(ops, cfg, comm, &how, r);
+}
+
+void fc_runner_lockstep(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const fc_run_result *from,
+                        int from0, long first, fc_run_result *r) {
+    run_how how = {.from = from, .from0 = from0, .first = first};
+    run(ops, cfg, comm, &how, r);
+}
+
+void fc_remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *ent;
+        char path[1024];
+        while ((ent = readdir(d)) != NULL) {
+            if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+            snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
 }
 
 int fc_runner_save(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, int steps, const char *dir,

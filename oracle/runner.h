@@ -14,6 +14,7 @@ typedef struct {
     float loss;                        // global mean loss
     double norm;                       // total gradient norm
     float *grads, *params, *state[2];  // [numel] each
+    const float *start;                // lockstep: the parameters the step started from (another run's; not owned)
 } fc_run_step;
 
 // What one run produced.
@@ -39,11 +40,36 @@ void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm co
 // then runs cfg->steps more steps.
 void fc_runner_resume(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
                       fc_run_result *r);
+// The expected side of a comparison in lockstep with a tested run (DESIGN §8,
+// "every step is judged in lockstep"): for k = 1 .. cfg->steps - 1, step k
+// starts from `from`'s state after its step from0 + k - 1, its parameters and
+// optimizer state, with the global step number first + k (the oracle's count,
+// not the tested run's: a step count the tested run lost is its own error).
+// The state travels as a FULL checkpoint that the oracle writes from the
+// tested run's exported tensors (core/checkpoint.h) and the implementation
+// loads (fc_impl_ops.load), so any implementation that loads checkpoints can be
+// the expected side, through the contract alone. Step 0 is not run here
+// (r->step[0] stays empty): it starts where both runs start, and the caller
+// judges it against the expected run's own step. `from` holds its tensors on
+// rank 0 of comm (world rank 0 in every caller); collective over comm.
+void fc_runner_lockstep(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const fc_run_result *from,
+                        int from0, long first, fc_run_result *r);
+// The handover itself, for callers that step two implementations side by
+// side (check): fc_lockstep_dir makes a directory for it (rank 0; every rank
+// of comm learns the name, "" on failure; the caller removes it with
+// fc_remove_flat_dir), and fc_lockstep_handover writes params and state
+// (rank 0's, in model layout) there as a FULL checkpoint with step number
+// `step` and has im load it. Collective over comm; -1 with e set on every rank.
+void fc_lockstep_dir(MPI_Comm comm, char *dir, size_t cap);
+int fc_lockstep_handover(const fc_impl_ops *ops, fc_impl *im, const fc_run_config *cfg, const float *params,
+                         const float *const state[2], long step, const char *dir, MPI_Comm comm, fc_error *e);
 // Runs `steps` steps and saves a checkpoint of kind `kind` into dir.
 // Returns 0, or -1 with e set (on every rank).
 int fc_runner_save(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, int steps, const char *dir,
                    fc_state_dict kind, fc_error *e);
 void fc_runner_free(fc_run_result *r);
+// Removes a directory of plain files the oracle made (a checkpoint), and its files.
+void fc_remove_flat_dir(const char *dir);
 
 // Waits for every rank of comm without spinning: ranks that have nothing to
 // do (outside a sub-communicator, or while rank 0 computes alone) must not

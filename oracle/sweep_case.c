@@ -18,7 +18,6 @@
 // default policy of their precision: the reduce_dtype's when both runs share
 // their per-rank compute (same implementation, same W', same data split), the
 // less precise of param_dtype and reduce_dtype otherwise.
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,11 +32,45 @@
 // Compares run t (tested, config cfg at W) with run b (config bcfg) under p.
 // same_compute: both ran the same per-rank arithmetic (only the reduction
 // tree, prefetch or offload differs), so the reduce_dtype bounds the noise.
+// lock: NULL, or b's implementation in lockstep with t (run_expected).
 static int judge(fc_case_result *res, int p, const fc_run_config *cfg, int W, const fc_run_config *bcfg,
-                 const fc_run_result *t, int t0, const fc_run_result *b, int b0, int n, int bitwise, int same_compute,
-                 const char *against) {
-    fc_props_pair pair = {cfg, W, bcfg, same_compute};
+                 const fc_run_result *t, int t0, const fc_run_result *b, int b0, const fc_run_result *lock, int n,
+                 int bitwise, int same_compute, const char *against) {
+    fc_props_pair pair = {cfg, W, bcfg, same_compute, lock};
     return fc_props_compare(&res->v, p, &pair, t, t0, b, b0, n, bitwise, against);
+}
+
+// The expected side of a comparison with the tested run t. Judged within a
+// tolerance, it runs its first step on its own (both start from one init) and
+// every later step in lockstep, from t's own state after the step before
+// (fc_runner_lockstep): a difference can never hide behind a trajectory that
+// has legitimately drifted (DESIGN §8). Judged bitwise, it runs whole: equal
+// bits stay equal, and any drift is itself the failure. Collective over comm.
+typedef struct {
+    fc_run_result run;   // the whole run, or its first step
+    fc_run_result lock;  // steps 1.. in lockstep (when locked)
+    int locked;
+} expected_run;
+
+static void run_expected(const fc_impl_ops *ops, const fc_run_config *c, MPI_Comm comm, const fc_run_result *t,
+                         int bitwise, expected_run *x) {
+    memset(x, 0, sizeof *x);
+    if (bitwise || c->steps < 2) {
+        fc_runner_run(ops, c, comm, &x->run);
+        return;
+    }
+    fc_run_config first = *c;
+    first.steps = 1;
+    fc_runner_run(ops, &first, comm, &x->run);
+    fc_runner_lockstep(ops, c, comm, t, 0, x->run.first_step, &x->lock);
+    x->locked = 1;
+}
+
+static const fc_run_result *lock_of(const expected_run *x) { return x->locked ? &x->lock : NULL; }
+
+static void free_expected(expected_run *x) {
+    fc_runner_free(&x->run);
+    fc_runner_free(&x->lock);
 }
 
 static fc_run_config local_of(fc_run_config c) {
@@ -57,26 +90,11 @@ static fc_run_config no_prefetch(fc_run_config c) {
 }
 
 // Runs the reference's `local` on rank 0 of sub while the others wait quietly.
-static void run_local_rank0(const fc_sweep_ctx *x, const fc_run_config *c, MPI_Comm sub, fc_run_result *out) {
+static void run_local_rank0(const fc_sweep_ctx *x, const fc_run_config *c, MPI_Comm sub, const fc_run_result *t,
+                            expected_run *out) {
     memset(out, 0, sizeof *out);
-    if (x->rank == 0) fc_runner_run(x->ref, c, MPI_COMM_SELF, out);
+    if (x->rank == 0) run_expected(x->ref, c, MPI_COMM_SELF, t, 0, out);
     fc_sleepy_barrier(sub);
-}
-
-// Removes a checkpoint directory the sweep made (its files are flat).
-static void remove_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (d) {
-        struct dirent *ent;
-        char path[1024];
-        while ((ent = readdir(d)) != NULL) {
-            if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
-            snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(dir);
 }
 
 // ---------------------------------------------------------------------------
@@ -154,18 +172,37 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
             mpiCheck(MPI_Comm_free(&sub));
         }
         fc_sleepy_barrier(MPI_COMM_WORLD);
+        int flat = !fc_strategy_hybrid(cfg->strategy);
+        int same_tree = flat && k->W == W && lc.divide == cfg->divide;
+        int bitwise = x->tested_is_ref && same_tree;
+        // the uninterrupted run's steps after the first resumed one, in
+        // lockstep from the resumed run's state (world rank 0 holds it)
+        fc_run_result lock;
+        memset(&lock, 0, sizeof lock);
+        int r_ok = r.ok;
+        mpiCheck(MPI_Bcast(&r_ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (!bitwise && r_ok && lc.steps > 1) {
+            fc_run_config uc = tc;
+            uc.steps = lc.steps;
+            mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+            if (sub != MPI_COMM_NULL) {
+                fc_runner_lockstep(x->tested, &uc, sub, &r, 0, t->first_step + k->at, &lock);
+                mpiCheck(MPI_Comm_free(&sub));
+            }
+            fc_sleepy_barrier(MPI_COMM_WORLD);
+        }
         if (x->rank == 0) {
-            int flat = !fc_strategy_hybrid(cfg->strategy);
-            int same_tree = flat && k->W == W && lc.divide == cfg->divide;
             char against[128];
             snprintf(against, sizeof against, "uninterrupted (%s checkpoint at step %d, loaded at W=%d %s)",
                      k->sharded ? "sharded" : "full", k->at, k->W, fc_strategy_name(k->strategy));
             // the resumed run's steps 0.. are the uninterrupted run's steps at..
-            judge(res, 7, &lc, k->W, cfg, &r, 0, t, k->at, lc.steps, x->tested_is_ref && same_tree, 0, against);
+            judge(res, 7, &lc, k->W, cfg, &r, 0, t, k->at, bitwise || lc.steps < 2 ? NULL : &lock, lc.steps, bitwise, 0,
+                  against);
         }
+        fc_runner_free(&lock);
         fc_runner_free(&r);
     }
-    if (x->rank == 0) remove_dir(dir);
+    if (x->rank == 0) fc_remove_flat_dir(dir);
 }
 
 // ---------------------------------------------------------------------------
@@ -195,17 +232,17 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
         if (t.ok) {
             // P12: the same case again, bitwise (any implementation: DESIGN §8)
             fc_runner_run(x->tested, &tc, sub, &again);
-            if (is0) judge(res, 12, cfg, W, cfg, &again, 0, &t, 0, n, 1, 1, "itself");
+            if (is0) judge(res, 12, cfg, W, cfg, &again, 0, &t, 0, NULL, n, 1, 1, "itself");
             fc_runner_free(&again);
             int mixed = cfg->param_dtype != FC_PREC_FP32 || cfg->reduce_dtype != FC_PREC_FP32;
             int hybrid = fc_strategy_hybrid(cfg->strategy);
+            expected_run e;
             // P1 (with P5, P6, P8): the local ground truth, for fp32 policies
             if (!mixed) {
                 fc_run_config lc = local_of(*cfg);
-                fc_run_result l;
-                run_local_rank0(x, &lc, sub, &l);
+                run_local_rank0(x, &lc, sub, &t, &e);
                 if (is0) {
-                    int ok = judge(res, 1, cfg, W, &lc, &t, 0, &l, 0, n, 0, 0, "local");
+                    int ok = judge(res, 1, cfg, W, &lc, &t, 0, &e.run, 0, lock_of(&e), n, 0, 0, "local");
                     fc_model m;
                     fc_model_build(&m, &cfg->model);
                     int uneven = 0;
@@ -217,13 +254,13 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                     if (cfg->grad_accum > 1) {  // P6: against local on the joined batch (K = 1)
                         fc_run_config l1c = lc;
                         l1c.grad_accum = 1;
-                        fc_run_result l1;
-                        fc_runner_run(x->ref, &l1c, MPI_COMM_SELF, &l1);
-                        judge(res, 6, cfg, W, &l1c, &t, 0, &l1, 0, n, 0, 0, "local with K=1");
-                        fc_runner_free(&l1);
+                        expected_run l1;
+                        run_expected(x->ref, &l1c, MPI_COMM_SELF, &t, 0, &l1);
+                        judge(res, 6, cfg, W, &l1c, &t, 0, &l1.run, 0, lock_of(&l1), n, 0, 0, "local with K=1");
+                        free_expected(&l1);
                     }
                 }
-                fc_runner_free(&l);
+                free_expected(&e);
                 fc_sleepy_barrier(sub);
             }
             // P2 / P9: no_shard under the same policy at the same W'
@@ -231,39 +268,37 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 fc_run_config dc = no_prefetch(*cfg);
                 dc.strategy = FC_STRATEGY_NO_SHARD;
                 dc.shard_group = 0;
-                fc_run_result d;
-                fc_runner_run(x->ref, &dc, sub, &d);
                 // the same reduction tree: a flat strategy, or a hybrid whose shard group is W'
                 int same_tree = !hybrid || (cfg->shard_group && cfg->shard_group == W);
-                if (is0) judge(res, mixed ? 9 : 2, cfg, W, &dc, &t, 0, &d, 0, n, exact && same_tree, exact, "no_shard");
-                fc_runner_free(&d);
+                int bitwise = exact && same_tree;
+                run_expected(x->ref, &dc, sub, &t, bitwise, &e);
+                if (is0) judge(res, mixed ? 9 : 2, cfg, W, &dc, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "no_shard");
+                free_expected(&e);
             }
             // P3: hybrid against full_shard / shard_grad_op over the whole world
             if (hybrid) {
                 fc_run_config fcfg = *cfg;
                 fcfg.strategy = cfg->strategy == FC_STRATEGY_HYBRID_SHARD ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_SHARD_GRAD_OP;
                 fcfg.shard_group = 0;
-                fc_run_result f;
-                fc_runner_run(x->ref, &fcfg, sub, &f);
-                if (is0) judge(res, 3, cfg, W, &fcfg, &t, 0, &f, 0, n, exact && cfg->shard_group == W, exact, "full_shard");
-                fc_runner_free(&f);
+                int bitwise = exact && cfg->shard_group == W;
+                run_expected(x->ref, &fcfg, sub, &t, bitwise, &e);
+                if (is0) judge(res, 3, cfg, W, &fcfg, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "full_shard");
+                free_expected(&e);
             }
             // P4: the same implementation without prefetch
             if (cfg->forward_prefetch || cfg->backward_prefetch != FC_PREFETCH_NONE) {
                 fc_run_config nc = no_prefetch(tc);
-                fc_run_result np;
-                fc_runner_run(x->tested, &nc, sub, &np);
-                if (is0) judge(res, 4, cfg, W, &nc, &t, 0, &np, 0, n, exact, 1, "no prefetch");
-                fc_runner_free(&np);
+                run_expected(x->tested, &nc, sub, &t, exact, &e);
+                if (is0) judge(res, 4, cfg, W, &nc, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no prefetch");
+                free_expected(&e);
             }
             // P14: the same implementation without offload
             if (cfg->cpu_offload) {
                 fc_run_config oc = tc;
                 oc.cpu_offload = 0;
-                fc_run_result o;
-                fc_runner_run(x->tested, &oc, sub, &o);
-                if (is0) judge(res, 14, cfg, W, &oc, &t, 0, &o, 0, n, exact, 1, "no offload");
-                fc_runner_free(&o);
+                run_expected(x->tested, &oc, sub, &t, exact, &e);
+                if (is0) judge(res, 14, cfg, W, &oc, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no offload");
+                free_expected(&e);
             }
             // P10, P11: every rank's own log and memory against the theory
             fc_findings sched = {0}, mem = {0};
