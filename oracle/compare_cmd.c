@@ -12,21 +12,29 @@
 #include "compare.h"
 #include "escape.h"
 #include "fileio.h"
+#include "rerun.h"
 #include "tracefile.h"
 
 static void compare_usage(FILE *f) {
-    fputs("usage: fsdpcheck compare DIR_A DIR_B [--rtol R] [--atol A | --bitwise] [--report FILE.md]\n"
+    fputs("usage: fsdpcheck compare DIR_A DIR_B [--rtol R] [--atol A | --bitwise] [--trajectory] [--report FILE.md]\n"
           "  Compares two traces (run --trace DIR) step by step: batch (always exact), loss,\n"
           "  gradients, parameters and optimizer state. DIR_A is the expected side; the owner of\n"
           "  a divergent element is given under DIR_B's layout. An element's error is judged\n"
           "  against its tensor's scale (max |A|, |B|), and each tensor's error norm against ||A||.\n"
+          "  Every step after B's first is judged in lockstep: the reference re-runs it, with A's\n"
+          "  config in this process, from B's recorded parameters and optimizer state after the\n"
+          "  step before, on the same batch (A's own tensors of that step are not used).\n"
+          "  --trajectory         compare A's recorded steps instead (traces the reference cannot\n"
+          "                       re-run); later steps are then judged by the looser diverged rows\n"
+          "                       once the runs' parameters drift apart\n"
           "  --rtol R             the per-element tolerance relative to the tensor's scale, for\n"
           "                       every float kind (the norm tolerance scales with it)\n"
           "  --atol A             an absolute floor added to every element's tolerance (default 0)\n"
           "  --bitwise            require identical bits everywhere\n"
           "  --same-compute       the traces share their per-rank arithmetic (one implementation, one W\n"
           "                       and data split; only the reduction tree, prefetch or offload differ):\n"
-          "                       judged by their reduce_dtype while in lockstep (P9's comparison)\n"
+          "                       judged by their reduce_dtype while in lockstep (P9's comparison);\n"
+          "                       compares the trajectories (a re-run in one process has other arithmetic)\n"
           "  --report FILE.md     also write a Markdown report\n"
           "exit codes: 0 pass, 1 mismatch, 2 bad input\n",
           f);
@@ -166,7 +174,7 @@ static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_
 
 int fc_cmd_compare(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL}, *report = NULL;
-    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0, same_compute = 0;
+    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0, same_compute = 0, trajectory = 0;
     double rtol = 0, atol = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
@@ -183,7 +191,8 @@ int fc_cmd_compare(int argc, char **argv) {
         memcpy(name, arg, len);
         name[len] = '\0';
         int takes_value = !strcmp(name, "--rtol") || !strcmp(name, "--atol") || !strcmp(name, "--report");
-        int is_switch = !strcmp(name, "--bitwise") || !strcmp(name, "--help") || !strcmp(name, "--same-compute");
+        int is_switch = !strcmp(name, "--bitwise") || !strcmp(name, "--help") || !strcmp(name, "--same-compute") ||
+                        !strcmp(name, "--trajectory");
         if (!takes_value && !is_switch)
             fc_die(FC_EXIT_USAGE, "compare: unknown flag %s (see fsdpcheck compare --help)", name);
         if (is_switch && eq) fc_die(FC_EXIT_USAGE, "%s takes no value", name);
@@ -201,6 +210,8 @@ int fc_cmd_compare(int argc, char **argv) {
             bitwise = 1;
         } else if (!strcmp(name, "--same-compute")) {
             same_compute = 1;
+        } else if (!strcmp(name, "--trajectory")) {
+            trajectory = 1;
         } else if (!strcmp(name, "--rtol")) {
             rtol = parse_tol(name, v), has_rtol = 1;
         } else if (!strcmp(name, "--atol")) {
@@ -257,29 +268,50 @@ int fc_cmd_compare(int argc, char **argv) {
     fc_cmp_print_policy(stdout, &pol);
     fc_cmp_print_header(stdout);
 
-    // One step of both traces at a time: per side its gradients, parameters,
-    // optimizer states and the parameters before the step (the optimizer
-    // allowance needs them), [numel] each.
+    // Bitwise and same-compute comparisons judge the recorded trajectories:
+    // equal bits stay equal, and runs of one arithmetic stay in lockstep by
+    // themselves (a re-run in this one process would have another).
+    int lock = !trajectory && !bitwise && !same_compute;
+    fc_rerun rr;
+    if (lock && fc_rerun_open(&rr, &ta.cfg, &e))
+        fc_die(FC_EXIT_USAGE, "compare: the reference cannot re-run %s's config for lockstep (%s): compare the "
+                              "recorded trajectories with --trajectory", dirs[0], e.msg);
+    printf("steps judged %s\n", lock ? "in lockstep: each step after B's first re-run by the reference from B's "
+                                       "recorded state (A's config, one process)"
+                                     : "along the recorded trajectories (--trajectory, --bitwise or --same-compute)");
+
+    // One step of both traces at a time, [numel] each: per side the step's
+    // gradients, parameters and optimizer states and the parameters before the
+    // step (the optimizer allowance needs them); for B also its optimizer state
+    // before the step (what a lockstep re-run starts from). In lockstep, A's
+    // buffers receive the re-run step.
+    typedef struct {
+        float *grads, *params, *state[2], *prev, *prev_state[2];
+    } trace_bufs;
     size_t numel = ta.model.numel;
-    float *mem = mallocCheck(10 * numel * sizeof(float));
-    float *bufs[2][4], *cur[2], *prev[2];
+    float *mem = mallocCheck(12 * numel * sizeof(float));
+    trace_bufs tb_[2];
     for (int side = 0; side < 2; side++) {
-        for (int i = 0; i < 4; i++) bufs[side][i] = mem + (size_t)(5 * side + i) * numel;
-        cur[side] = bufs[side][1];
-        prev[side] = mem + (size_t)(5 * side + 4) * numel;  // cur and prev swap after each step
+        float *base = mem + (size_t)side * 5 * numel;
+        tb_[side] = (trace_bufs){base, base + numel, {base + 2 * numel, base + 3 * numel}, base + 4 * numel, {NULL, NULL}};
     }
+    tb_[1].prev_state[0] = mem + 10 * numel;
+    tb_[1].prev_state[1] = mem + 11 * numel;
     // the parameters before the first compared step: the initial ones when it
-    // is the trace's first step, else the step before it
+    // is the trace's first step, else the step before it (for B, with its state)
     fc_trace *tr[2] = {&ta, &tb};
+    int b_has_prev_state = 0;
     for (int side = 0; side < 2; side++) {
         fc_trace *t = tr[side];
+        trace_bufs *x = &tb_[side];
         if (lo == t->first_step) {
-            if (fc_trace_read_init(t, prev[side], &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+            if (fc_trace_read_init(t, x->prev, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
         } else {
             step_reader pr;
-            float *pb[4] = {bufs[side][0], prev[side], bufs[side][2], bufs[side][3]};
+            float *pb[4] = {x->grads, x->prev, side ? x->prev_state[0] : x->state[0], side ? x->prev_state[1] : x->state[1]};
             reader_read(&pr, t, lo - 1, pb, NULL);
             reader_close(&pr);
+            b_has_prev_state = side == 1;
         }
     }
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim};
@@ -291,22 +323,40 @@ int fc_cmd_compare(int argc, char **argv) {
         fc_cmp_result *r = &res[s - lo];
         step_reader rd[2];
         for (int side = 0; side < 2; side++) {
-            float *b4[4] = {bufs[side][0], cur[side], bufs[side][2], bufs[side][3]};
-            reader_read(&rd[side], tr[side], s, b4, prev[side]);
+            trace_bufs *x = &tb_[side];
+            float *b4[4] = {x->grads, x->params, x->state[0], x->state[1]};
+            reader_read(&rd[side], tr[side], s, b4, x->prev);
         }
-        fc_compare_step(&ctx, &rd[0].s, &rd[1].s, r);
+        fc_trace_step sa = rd[0].s;
+        if (lock && b_has_prev_state) {  // A's step s, re-run from B's state after s - 1
+            trace_bufs *x = &tb_[0], *y = &tb_[1];
+            float *b4[4] = {x->grads, x->params, x->state[0], x->state[1]};
+            const float *const state[2] = {y->prev_state[0], y->prev_state[1]};
+            if (fc_rerun_step(&rr, s, y->prev, state, b4, &sa, &e))
+                fc_die(FC_EXIT_USAGE, "compare: the lockstep re-run of step %ld failed: %s", s, e.msg);
+            sa.batch = rd[0].s.batch;  // the recorded batch: the data must still be A's, exactly
+        }
+        fc_compare_step(&ctx, &sa, &rd[1].s, r);
         for (int side = 0; side < 2; side++) {
+            trace_bufs *x = &tb_[side];
             reader_close(&rd[side]);
-            float *t = prev[side];  // this step's parameters are the next one's previous
-            prev[side] = cur[side];
-            cur[side] = t;
+            float *t = x->prev;  // this step's parameters are the next one's previous
+            x->prev = x->params;
+            x->params = t;
         }
+        for (int i = 0; i < 2; i++) {  // and B's state the next re-run's start
+            float *t = tb_[1].prev_state[i];
+            tb_[1].prev_state[i] = tb_[1].state[i];
+            tb_[1].state[i] = t;
+        }
+        b_has_prev_state = 1;
         fc_cmp_print_rows(stdout, r);
         if (!r->pass) {
             failed_steps++;
             if (!first.found) first = r->first;
         }
     }
+    if (lock) fc_rerun_close(&rr);
     free(mem);
     if (first.found) {
         fc_cmp_print_divergence(stdout, &first);

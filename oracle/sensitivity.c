@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "compare.h"
+#include "rerun.h"
 #include "tracefile.h"
 
 typedef struct {
@@ -132,15 +133,19 @@ static void measure(const probe *p, fc_cmp_kind kind, float *base, const fc_mode
 int fc_cmd_sensitivity(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL};
     long step = -1;
-    int n = 0, same_compute = 0;
+    int n = 0, same_compute = 0, trajectory = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N] [--same-compute]\n"
-                   "  the smallest perturbation of B that the comparison engine catches, per kind\n");
+            printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N] [--same-compute] [--trajectory]\n"
+                   "  the smallest perturbation of B that the comparison engine catches, per kind,\n"
+                   "  with A's step judged as `compare` judges it: in lockstep, re-run by the reference\n"
+                   "  from B's state after the step before (unless --trajectory or --same-compute)\n");
             return FC_EXIT_PASS;
         }
         if (!strcmp(argv[i], "--same-compute")) {
             same_compute = 1;
+        } else if (!strcmp(argv[i], "--trajectory")) {
+            trajectory = 1;
         } else if (!strcmp(argv[i], "--step") && i + 1 < argc) {
             char *end;
             step = strtol(argv[++i], &end, 10);
@@ -164,7 +169,8 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     if (step < lo || step >= ta.first_step + ta.steps || step >= tb.first_step + tb.steps)
         fc_die(FC_EXIT_USAGE, "sensitivity --step %ld: not in both traces", step);
     size_t numel = ta.model.numel;
-    float *mem = mallocCheck(10 * numel * sizeof(float));
+    float *mem = mallocCheck(12 * numel * sizeof(float));
+    float *b_prev_state[2] = {mem + 10 * numel, mem + 11 * numel};  // B's state before the step
     float *ba[4] = {mem, mem + numel, mem + 2 * numel, mem + 3 * numel};
     float *bb[4] = {mem + 5 * numel, mem + 6 * numel, mem + 7 * numel, mem + 8 * numel};
     float *prev[2] = {mem + 4 * numel, mem + 9 * numel};
@@ -178,7 +184,8 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         } else {
             fc_trace_step ps;
             fc_batch pb;
-            float *const pbufs[4] = {side ? bb[0] : ba[0], prev[side], side ? bb[2] : ba[2], side ? bb[3] : ba[3]};
+            float *const pbufs[4] = {side ? bb[0] : ba[0], prev[side], side ? b_prev_state[0] : ba[2],
+                                     side ? b_prev_state[1] : ba[3]};
             if (fc_trace_read_step(t, step - 1, pbufs, NULL, &ps, &pb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
             fc_batch_free(&pb);
         }
@@ -186,6 +193,17 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     if (fc_trace_read_step(&ta, step, ba, prev[0], &sa, &bat[0], &e) ||
         fc_trace_read_step(&tb, step, bb, prev[1], &sb, &bat[1], &e))
         fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    // in lockstep as `compare` judges it: A's step re-run from B's state before it
+    int lock = !trajectory && !same_compute && step > tb.first_step;
+    if (lock) {
+        fc_rerun rr;
+        const float *const state[2] = {b_prev_state[0], b_prev_state[1]};
+        if (fc_rerun_open(&rr, &ta.cfg, &e) || fc_rerun_step(&rr, step, prev[1], state, ba, &sa, &e))
+            fc_die(FC_EXIT_USAGE, "sensitivity: the lockstep re-run of step %ld failed (%s): use --trajectory", step,
+                   e.msg);
+        fc_rerun_close(&rr);
+        sa.batch = &bat[0];
+    }
     fc_cmp_policy pol;
     if (same_compute) fc_cmp_policy_same_compute(&pol, &ta.cfg, &tb.cfg);
     else fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
@@ -194,8 +212,8 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     fc_cmp_result r;
     fc_cmp_result_init(&r, step);
     fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL, &r);
-    printf("fsdpcheck sensitivity: %s vs %s, step %ld, %s row (%s), model %s (%zu parameters)\n", dirs[0], dirs[1],
-           step, r.lockstep ? "lockstep" : "diverged", fc_prec_name(r.lockstep ? pol.prec : pol.prec_div),
+    printf("fsdpcheck sensitivity: %s vs %s, step %ld%s, %s row (%s), model %s (%zu parameters)\n", dirs[0], dirs[1],
+           step, lock ? " (A re-run from B's state)" : "", r.lockstep ? "lockstep" : "diverged", fc_prec_name(r.lockstep ? pol.prec : pol.prec_div),
            ta.model.cfg.name, numel);
     printf("the smallest delta caught (the comparison of A with B perturbed fails; resolution 1.26x):\n");
     printf("%-6s %-44s %10s  %12s  %12s  %12s\n", "kind", "tensor", "elements", "elem@max", "elem@median",

@@ -1,0 +1,83 @@
+// oracle/rerun.c — see rerun.h.
+#include "rerun.h"
+
+#include <string.h>
+
+#include "mpicheck.h"
+#include "optim.h"
+#include "runner.h"
+
+static int mpi_started_here;
+
+int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
+    memset(r, 0, sizeof *r);
+    int up = 0;
+    mpiCheck(MPI_Initialized(&up));
+    if (!up) {
+        mpiCheck(MPI_Init(NULL, NULL));
+        mpi_started_here = 1;
+    }
+    fc_run_config c = *like;
+    int mixed = c.param_dtype != FC_PREC_FP32 || c.reduce_dtype != FC_PREC_FP32;
+    c.strategy = mixed ? FC_STRATEGY_NO_SHARD : FC_STRATEGY_LOCAL;
+    c.shard_group = 0;
+    c.backward_prefetch = FC_PREFETCH_NONE;
+    c.forward_prefetch = c.limit_all_gathers = c.cpu_offload = 0;
+    c.no_sync = mixed ? c.no_sync : 0;  // one rank: no_sync changes no arithmetic
+    c.divide = FC_DIVIDE_PREPOST;        // one rank: every divide mode divides by 1
+    c.inject = FC_FAULT_NONE;
+    c.init_path[0] = '\0';               // every step loads its start: the init is never used
+    c.steps = 1;
+    if (fc_run_config_validate(&c, e) || fc_run_config_validate_world(&c, 1, e)) return -1;
+    r->cfg = c;
+    r->ops = fc_reference_impl();
+    r->im = r->ops->create(&r->cfg, MPI_COMM_SELF, e);
+    if (!r->im) return -1;
+    fc_lockstep_dir(MPI_COMM_SELF, r->dir, sizeof r->dir);
+    if (!r->dir[0]) {
+        fc_rerun_close(r);
+        return fc_fail(e, "cannot create a directory for the lockstep state handover");
+    }
+    r->n_state = fc_optim_state_names(&c.optim, r->state_names);
+    fc_model m;
+    fc_model_build(&m, &c.model);
+    r->numel = m.numel;
+    fc_model_free(&m);
+    return 0;
+}
+
+int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *const bufs[4],
+                  fc_trace_step *out, fc_error *e) {
+    if (fc_lockstep_handover(r->ops, r->im, &r->cfg, params, state, step, r->dir, MPI_COMM_SELF, e)) return -1;
+    fc_step_info info;
+    if (r->ops->step(r->im, &info, e)) return -1;
+    if (r->ops->export_full(r->im, FC_EXPORT_GRADS, bufs[0], 0, e) ||
+        r->ops->export_full(r->im, FC_EXPORT_PARAMS, bufs[1], 0, e))
+        return -1;
+    for (int i = 0; i < r->n_state; i++)
+        if (r->ops->export_full(r->im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, bufs[2 + i], 0, e)) return -1;
+    memset(out, 0, sizeof *out);
+    out->step = step;
+    out->loss = info.loss;
+    out->has_norm = 1;
+    out->grad_norm = info.grad_norm;
+    out->grads = bufs[0];
+    out->params = bufs[1];
+    out->prev_params = params;
+    out->n_state = r->n_state;
+    for (int i = 0; i < r->n_state; i++) {
+        out->state_names[i] = r->state_names[i];
+        out->state[i] = bufs[2 + i];
+    }
+    return 0;
+}
+
+void fc_rerun_close(fc_rerun *r) {
+    if (r->im) r->ops->destroy(r->im);
+    if (r->dir[0]) fc_remove_flat_dir(r->dir);
+    memset(r, 0, sizeof *r);
+    if (mpi_started_here) {
+        mpi_started_here = 0;
+        mpiCheck(MPI_Finalize());
+    }
+}

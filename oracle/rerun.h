@@ -1,0 +1,43 @@
+// oracle/rerun.h — the reference re-running a trace's steps in lockstep, for
+// `compare` and `sensitivity` (DESIGN §8: every step judged from the tested
+// implementation's own state).
+//
+// A trace records, after each step, everything the next step starts from:
+// the fp32 parameters and the optimizer state (DESIGN §6), with the step
+// number as the data position and the optimizer's step count. So step s of the
+// expected side can be recomputed from B's record of step s - 1, on the same
+// batch, instead of read from A's own trajectory, which a legitimately
+// drifted run (AdamW turns rounding-level gradient differences into lr-sized
+// parameter differences) would carry away from B. The reference runs it in
+// this one process: `local` for fp32 policies, `no_shard` at W = 1 for mixed
+// precision (local has none), with A's model, optimizer, batch, accumulation,
+// clipping and precision; the state goes in as a FULL checkpoint through the
+// contract's load (runner.h, fc_lockstep_handover).
+#ifndef FC_RERUN_H
+#define FC_RERUN_H
+
+#include "impl.h"
+#include "trace.h"
+
+typedef struct {
+    const fc_impl_ops *ops;
+    fc_impl *im;
+    fc_run_config cfg;     // what the reference runs (A's config, one process)
+    char dir[256];         // the handover directory
+    int n_state;
+    const char *state_names[2];
+    size_t numel;
+} fc_rerun;
+
+// The reference for re-running steps of a trace with config `like`.
+// Initialises MPI (a singleton) when the process has not. -1 with e set when
+// the reference cannot run that config (then `compare --trajectory` is the way).
+int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e);
+// Step `step` from params/state (the tested run's after step - 1, [numel]
+// each): out gets the loss, the norm and the tensors in bufs (bufs[0]
+// gradients, bufs[1] parameters, bufs[2 + i] state i), prev_params = params.
+int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *const bufs[4],
+                  fc_trace_step *out, fc_error *e);
+void fc_rerun_close(fc_rerun *r);
+
+#endif
