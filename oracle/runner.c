@@ -115,9 +115,11 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
         if (how->from) {
             int s = how->from0 + t - 1;
             fc_watchdog_mark(r->first_step + t, "lockstep load");
-            const fc_run_step *from = &how->from->step[s];  // (its tensors: rank 0 only)
-            const float *const state[2] = {from->state[0], from->state[1]};
-            if (fc_lockstep_handover(ops, im, cfg, from->params, state, r->first_step + t, dir, comm, &e)) {
+            // its tensors are on rank 0 alone (elsewhere `from` may not even have run)
+            const fc_run_step *from = rank == 0 ? &how->from->step[s] : NULL;
+            const float *const state[2] = {from ? from->state[0] : NULL, from ? from->state[1] : NULL};
+            if (fc_lockstep_handover(ops, im, cfg, from ? from->params : NULL, state, r->first_step + t, dir, comm,
+                                     &e)) {
                 snprintf(r->error, sizeof r->error, "lockstep load before step %d: %s", t, e.msg);
                 r->ok = 0;
                 break;
