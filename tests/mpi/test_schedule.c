@@ -4,7 +4,7 @@
 // The theory itself (expected counts, bytes and dtypes of every collective,
 // waits, compute only on completed gathers, frees, the issue order of each
 // prefetch policy, the limiter's bound, per-rank memory) lives in
-// oracle/theory.c, where the sweep uses it too; this program is its driver.
+// oracle/theory*.c, where the sweep uses it too; this program is its driver.
 // Each rank runs the configurations below through mt_run, checks its own comm
 // log and memory figures, and counts every finding as one failure (MPICH
 // style: mt_finalize sums the counts). What one run cannot show is checked
