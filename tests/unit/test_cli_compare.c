@@ -330,6 +330,16 @@ Test(compare, sensitivity_finds_the_smallest_delta_caught) {
     char name[128];
     cr_assert_eq(sscanf(g + 1, "grad %127s %*d %lf", name, &elem), 2, "%s", g);
     cr_expect(elem >= 3.6e-5 && elem <= 3.6e-5 * 1.3, "grad one-element delta %g", elem);
+    // step 1 in lockstep: A re-run from B's state, as sharp as step 0
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--step", "1", a, b)), 0, "%s", R.err);
+    expect_out("step 1 (A re-run from B's state), lockstep row (fp32)");
+    g = strstr(R.out, "\ngrad ");
+    cr_assert_not_null(g, "%s", R.out);
+    cr_assert_eq(sscanf(g + 1, "grad %127s %*d %lf", name, &elem), 2, "%s", g);
+    cr_expect(elem >= 3.6e-5 && elem <= 3.6e-5 * 1.3, "step 1 grad one-element delta %g", elem);
+    // along the recorded trajectories: no re-run
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--step", "1", "--trajectory", a, b)), 0, "%s", R.err);
+    cr_expect_null(strstr(R.out, "re-run"), "%s", R.out);
     cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--step", "1", "--same-compute", a, b)), 0, "%s", R.err);
     expect_out("step 1");
     cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--step", "9", a, b)), 2);
