@@ -58,11 +58,13 @@ endif()
 
 # ---- the installed libraries: core and reference, shared and static ---------
 # Built from the in-tree libraries' objects (all compiled PIC). The reference
-# library holds both builds of impl.h's two entry points: fc_reference_impl()
-# and the fault catalogue's fc_reference_faults_impl() (their internal names
-# differ, reference/faults/seams.h).
+# library holds the three builds of impl.h's entry points: fc_reference_impl(),
+# the fault catalogue's fc_reference_faults_impl() (their internal names
+# differ, reference/faults/seams.h) and the magnitude pass's
+# fc_reference_magnitude_impl() (its own names, core/real.h).
 set(_fc_core_objs $<TARGET_OBJECTS:fc_core>)
-set(_fc_ref_objs $<TARGET_OBJECTS:fc_reference> $<TARGET_OBJECTS:fc_refmath> $<TARGET_OBJECTS:fc_reference_faults>)
+set(_fc_ref_objs $<TARGET_OBJECTS:fc_reference> $<TARGET_OBJECTS:fc_refmath> $<TARGET_OBJECTS:fc_reference_faults>
+    $<TARGET_OBJECTS:fc_reference_magnitude>)
 set(_fc_incs $<BUILD_INTERFACE:${FSDPCHECK_BUILD_INCLUDEDIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 set(_fc_soversion ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})  # 0.x: a minor version may break
 

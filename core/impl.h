@@ -115,6 +115,10 @@ typedef const fc_impl_ops *(*fc_impl_entry)(void);
 // which a run's config may name (--inject).
 const fc_impl_ops *fc_reference_impl(void);
 const fc_impl_ops *fc_reference_faults_impl(void);
+// The magnitude pass (reference/magnitude.c): `local` only; its exported
+// gradients are, per element, the sum of |terms| that formed each gradient,
+// the scale of 16-bit rounding error the oracle judges against.
+const fc_impl_ops *fc_reference_magnitude_impl(void);
 
 FC_END_DECLS
 

@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "compare.h"
+#include "rerun.h"
 #include "mpicheck.h"
 #include "optim.h"
 #include "runner.h"
@@ -105,7 +106,15 @@ int fc_cmd_check(int argc, char **argv) {
     fc_cmp_policy policy;
     fc_cmp_policy_defaults(&policy, fc_cmp_precision(&ecfg, &tcfg));
     if (bitwise) fc_cmp_policy_bitwise(&policy);
-    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim};
+    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim, &ecfg, W};
+    // 16 bits: the magnitude pass of each step, on rank 0 (compare.h)
+    fc_rerun mag;
+    memset(&mag, 0, sizeof mag);
+    float *mag_buf = NULL;
+    if (rank == 0 && fc_cmp_policy_magnitudes(&policy)) {
+        if (fc_magnitude_open(&mag, &ecfg, &e)) fc_die(FC_EXIT_USAGE, "check: the magnitude pass: %s", e.msg);
+        mag_buf = mallocCheck(m.numel * sizeof(float));
+    }
     // the parameters both start from (initial, or loaded)
     if (tested->export_full(ti, FC_EXPORT_PARAMS, ts.prev, 0, &e) || expected->export_full(ei, FC_EXPORT_PARAMS, es.prev, 0, &e))
         die_all(rank, e.msg);
@@ -145,6 +154,11 @@ int fc_cmd_check(int argc, char **argv) {
                 sa.state[i] = es.state[i];
                 sb.state[i] = ts.state[i];
             }
+            if (mag_buf) {
+                if (fc_magnitude_step(&mag, first + t, es.prev, (const float *const *)sa.state, mag_buf, &e))
+                    fc_die(FC_EXIT_USAGE, "check: the magnitude pass of step %ld: %s", first + t, e.msg);
+                sa.grad_mag = mag_buf;
+            }
             fc_cmp_result r;
             fc_cmp_result_init(&r, first + t);
             fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &r);
@@ -174,6 +188,8 @@ int fc_cmd_check(int argc, char **argv) {
     tested->destroy(ti);
     expected->destroy(ei);
     if (dir[0] && rank == 0) fc_remove_flat_dir(dir);
+    free(mag_buf);
+    fc_rerun_close(&mag);
     full_set *sets[2] = {&ts, &es};
     for (int k = 0; k < 2; k++) {
         free(sets[k]->params);

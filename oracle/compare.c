@@ -112,6 +112,56 @@ const fc_tol FC_CMP_DIVERGED[3][FC_CMP_KIND_COUNT] = {
     [FC_PREC_BF16] = DROW(1.2e-3, 1.5, 0.4, 0.4, 0.34, 2.3, 3.3e-6, 9.4e-7, 0.72, 0.72, 2.4),
     [FC_PREC_FP16] = DROW(1.2e-5, 0.9, 0.08, 0.08, 0.083, 1.6, 3.3e-6, 9.4e-7, 0.09, 0.071, 1.2)};
 
+// ---------------------------------------------------------------------------
+// 16-bit comparisons: each element by what the arithmetic can do to it
+//
+// In lockstep both sides start a step from the same state, so a gradient
+// element differs only by the rounding its own computation went through. Every
+// 16-bit rounding of a partial sum of that element (a rank's gradient produced
+// in param_dtype, a reduction's cast, divide and adds in reduce_dtype, a
+// micro-batch's accumulation) moves it by at most u times the partial sum,
+// and every partial sum is bounded by mag, the sum of the magnitudes of the
+// terms that formed the element (a weight's |x|^T |dy|, a bias's sum of |dy|:
+// the magnitude pass, reference/magnitude.c, run from the same state on the
+// same batch). With n roundings on the two sides together (roundings()),
+// Higham's bound gamma_n sum |x_i| gives, per element,
+//     |a - b| <= n u mag + C_ACT_SCALE s u scale_A   (+ fp32's row at the tensor's scale)
+// u = 2^-8 (bf16) or 2^-11 (fp16), the unit roundoff. A side with 16-bit
+// parameters computes its activations in 16 bits too (s of them: 0 to 2), so
+// its dy carries errors the element's own terms do not count: C_ACT more
+// roundings per layer above (the input gradient crossed them), and an error
+// relative to the whole tensor (scale_A = max |A| of the tensor, A's alone).
+// Measured (2026-11-24, largest |a - b| over the bound without the margin):
+//   reference W=2 vs W=4, gpt2-tiny, bf16/fp32, steps 0-1 (n u mag alone)   0.039 of it
+//   PyTorch FSDP2 vs reference, gpt2-tiny (2 layers), bf16/fp32, 3 steps:
+//     error 2.54 u mag (grad.transformer.h.1.ln_1.bias)              -> C_ACT 2: n = 10, 3.9x margin
+//   PyTorch FSDP2 vs reference, gpt2-124m (12 layers), bf16/fp32, 3 steps:
+//     error 13.6 u mag (grad.transformer.h.2.ln_1.bias, step 1)      -> C_ACT 2: n = 50, 3.7x margin
+//     embedding rows: 3 bf16 ULPs of 0.03 = 2.65 u scale where the element's
+//     own terms are 1000x smaller (the input gradient at the bottom of 12
+//     bf16 layers)                                                   -> C_ACT_SCALE 3 per side: 2.3x margin
+#define C_ACT 2
+#define C_ACT_SCALE 3
+// Momentum states carry their gradient's allowance through the update
+// (exp_avg: (1 - beta1) coef allow; exp_avg_sq: (1 - beta2) coef^2 (2|g| + allow) allow),
+// the gradient norm the norm of the allowances.
+//
+// The whole tensor: rounding errors are independent across elements and of
+// either sign, so their projection on A, <B - A, A>, is a sum of independent
+// terms each within allow_i |a_i|: by Hoeffding's inequality it exceeds
+// K_PROJ sqrt(sum (allow_i a_i)^2) with probability below 2 exp(-K_PROJ^2 / 2)
+// (K_PROJ = 6: 3e-8). From PROJ_EMPIRICAL_N elements on, the noise is
+// measured instead, from the residual r = (B - A) - delta A (delta the
+// projection's coefficient): sum (r_i a_i)^2, when smaller (a t-test at 6
+// sigma). What is not independent is a scalar an implementation rounds once
+// and applies to every element (1/W, a loss scale, in 16 bits: up to u/2 of
+// relative error each): PROJ_FLOOR u of <A, A> allows two. A tensor scaled by
+// (1 + delta) moves the projection by delta <A, A>: the whole-tensor
+// sensitivity is PROJ_FLOOR u plus the noise term.
+#define K_PROJ 6.0
+#define PROJ_EMPIRICAL_N 256
+#define PROJ_FLOOR 1.0
+
 static const char *KIND_NAMES[FC_CMP_KIND_COUNT] = {"batch", "loss", "norm", "grad", "param", "optim"};
 
 const char *fc_cmp_kind_name(fc_cmp_kind k) { return k < FC_CMP_KIND_COUNT ? KIND_NAMES[k] : "?"; }
@@ -163,6 +213,8 @@ void fc_cmp_policy_bitwise(fc_cmp_policy *p) {
     p->bitwise = 1;
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) p->tol[k] = p->div[k] = (fc_tol)EXACT;
 }
+
+int fc_cmp_policy_magnitudes(const fc_cmp_policy *p) { return p->prec != FC_PREC_FP32 && !p->bitwise && !p->overridden; }
 
 // ---------------------------------------------------------------------------
 // element metrics
@@ -297,9 +349,47 @@ void fc_owner_format(const fc_owner *o, const fc_model *m, const fc_run_config *
 }
 
 // ---------------------------------------------------------------------------
-// results
+// the 16-bit rounding model (the constants above)
 
 static double dmax(double a, double b) { return a > b ? a : b; }
+
+// The unit roundoff of a precision: 2^-8 (bf16, 8 significant bits), 2^-11 (fp16).
+static double unit_roundoff(fc_prec p) { return p == FC_PREC_BF16 ? 0x1p-8 : p == FC_PREC_FP16 ? 0x1p-11 : 0x1p-24; }
+
+// The 16-bit roundings one side's gradient element goes through, each of a
+// partial sum bounded by its magnitude: per micro-batch, the gradient produced
+// in param_dtype, and in reduce_dtype the cast, the pre-divide, the W - 1
+// adds of the reduction and the post-divide (W + 2); with 16-bit parameters
+// also C_ACT per layer for the activations such a side computes in 16 bits:
+// the input gradient a layer receives has crossed every layer above it. At least 1.
+static int roundings(const fc_run_config *c, int W) {
+    int K = c->grad_accum > 0 ? c->grad_accum : 1, n = 0;
+    int depth = c->model.kind == FC_MODEL_GPT2 ? c->model.n_layer : c->model.n_layers;  // layers dy crosses
+    if (c->param_dtype != FC_PREC_FP32) n += K + C_ACT * depth;
+    if (c->reduce_dtype != FC_PREC_FP32) n += K * (W + 2);
+    return n > 0 ? n : 1;
+}
+
+// Whether this step is judged by the 16-bit model: a 16-bit default policy,
+// the expected side's magnitudes known, and both sides starting from the same
+// parameters (in lockstep, or the first step from one init).
+static int rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    // from bit-identical parameters only: one fp32 ULP apart, a parameter can
+    // round to another 16-bit value, and every activation after it moves by u
+    return a->grad_mag && fc_cmp_policy_magnitudes(c->policy) && r->prev_diff == 0;
+}
+
+// n u: what one unit of magnitude may move a gradient element by.
+static double rounding_coef(const fc_cmp_ctx *c) {
+    const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
+    int aw = c->a_layout ? c->a_world : 1;
+    int n = roundings(al, aw) + roundings(c->layout, c->world);
+    return n * unit_roundoff(c->policy->prec);
+}
+
+// ---------------------------------------------------------------------------
+// results
+
 
 void fc_cmp_result_init(fc_cmp_result *r, long step) {
     memset(r, 0, sizeof *r);
@@ -317,6 +407,9 @@ void fc_cmp_result_init(fc_cmp_result *r, long step) {
 static void set_rows(const fc_cmp_ctx *c, fc_cmp_result *r) {
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
         fc_tol t = r->lockstep ? c->policy->tol[k] : c->policy->div[k];
+        // the 16-bit model: per-element allowances on top of fp32's row
+        if (r->magnitudes && (k == FC_CMP_GRAD || k == FC_CMP_NORM || k == FC_CMP_OPTIM))
+            t = FC_CMP_LOCKSTEP[FC_PREC_FP32][k];
         double grow = r->lockstep || r->prev_diff < 0 ? 0 : t.kappa * r->prev_diff;
         t.rtol += grow;
         if (t.ntol > 0) t.ntol += grow;
@@ -344,6 +437,7 @@ static void judge_lockstep(const fc_cmp_ctx *c, const fc_trace_step *a, const fc
     }
     r->prev_diff = worst;
     r->lockstep = worst <= c->policy->lockstep;
+    r->magnitudes = rounding_model(c, a, r);
     set_rows(c, r);
 }
 
@@ -447,15 +541,21 @@ static fc_cmp_divergence *new_divergence(fc_cmp_result *r, fc_cmp_kind kind, con
     return d;
 }
 
-// Compares n floats of one tensor. allow[i] (may be NULL) is what element i
-// may differ by beyond the tolerance because the optimizer explains it;
-// terms[i] (may be NULL) the magnitude of the terms element i is the sum of
-// (a momentum state: momentum_terms), which the scale and the norm check
-// then measure against instead of the sum alone.
+// What an element may differ by beyond its row, and what it is measured against.
+typedef struct {
+    const double *explained;  // [n] or NULL: explained by the optimizer (parameters) or by 16-bit rounding
+    const double *terms;      // [n] or NULL: the magnitude of the terms the element sums (a momentum
+                              // state: momentum_terms), which the scale and the norm check measure against
+    int rounding;             // explained is rounding noise: the whole tensor is judged by its projection
+} elem_allow;
+
+static const elem_allow NO_ALLOW = {NULL, NULL, 0};
+
+// Compares n floats of one tensor under its row and the allowances in al.
 static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
-                       const where_info *w, const float *a, const float *b, size_t n, const double *allow,
-                       const double *terms) {
+                       const where_info *w, const float *a, const float *b, size_t n, const elem_allow *al) {
     const fc_tol *tol = row(c, r, kind);
+    const double *allow = al->explained, *terms = al->terms;
     fc_cmp_tensor *t = new_tensor(r, kind, name, n);
     // the tensor's scale: its largest finite magnitude on either side
     double scale = 0, norm_a = 0, norm_t = 0;
@@ -464,34 +564,63 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
         if (isfinite(b[i])) scale = dmax(scale, fabs((double)b[i]));
         if (terms && isfinite(terms[i])) scale = dmax(scale, terms[i]), norm_t += terms[i] * terms[i];
     }
+    double aa = norm_a;  // <A, A>
     norm_a = dmax(norm_a, norm_t);
     int scalar = w->ndim == 0;
     t->scale = scale;
     double allowed = tol->atol + tol->rtol * scale, ulp = fc_ulp_at(scale), norm_e = 0;
+    double proj = 0, noise = 0;  // <B - A, A> and sum (allow_i a_i)^2
     size_t first_bad = SIZE_MAX;
     double first_excess = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fc_cmp_abs_err(a[i], b[i]);
         double ex = allow && isfinite(d) ? allow[i] : 0;
-        double e = d > ex ? d - ex : 0;  // the error the optimizer does not explain
+        double e = d > ex ? d - ex : 0;  // the error nothing explains
         int bad = tol->exact ? memcmp(&a[i], &b[i], sizeof(float)) != 0 : !(e <= allowed);
         t->max_abs = dmax(t->max_abs, d);
         if (scale > 0) t->max_scaled = dmax(t->max_scaled, e / scale), t->max_ulp = dmax(t->max_ulp, e / ulp);
         else if (e > 0) t->max_scaled = t->max_ulp = INFINITY;
-        if (!tol->exact) t->headroom = dmax(t->headroom, allowed > 0 ? e / allowed : e > 0 ? INFINITY : 0);
+        // headroom: the error against everything it was allowed (the row and what is explained)
+        if (!tol->exact) t->headroom = dmax(t->headroom, allowed + ex > 0 ? d / (allowed + ex) : d > 0 ? INFINITY : 0);
         norm_e += e * e;
+        if (al->rounding && isfinite(d)) {
+            proj += ((double)b[i] - (double)a[i]) * (double)a[i];
+            noise += (ex * a[i]) * (ex * a[i]);
+        }
         if (bad) {
             t->n_bad++;
             if (first_bad == SIZE_MAX) first_bad = i, first_excess = ex;
         }
     }
-    if (!scalar && !tol->exact && tol->ntol > 0) {
+    double n_allowed = 0;
+    if (!scalar && !tol->exact && al->rounding) {
+        // the whole tensor under rounding noise: its projection on A (the
+        // constants above); norm_ratio reports |<B - A, A>| / <A, A>
+        double u = unit_roundoff(c->policy->prec);
+        if (n >= PROJ_EMPIRICAL_N && aa > 0) {
+            // enough elements to measure the noise itself: the residual after
+            // the projection, r = (B - A) - delta A, delta = <B - A, A> / <A, A>
+            double delta = proj / aa, emp = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (!isfinite(a[i]) || !isfinite(b[i])) continue;
+                double ri = ((double)b[i] - (double)a[i]) - delta * (double)a[i];
+                emp += (ri * a[i]) * (ri * a[i]);
+            }
+            noise = dmax(0, emp < noise ? emp : noise);
+        }
+        n_allowed = K_PROJ * sqrt(noise) + (PROJ_FLOOR * u + tol->ntol) * aa;
+        t->norm_ratio = aa > 0 ? fabs(proj) / aa : proj != 0 ? INFINITY : 0;
+        t->norm_bad = !(fabs(proj) <= n_allowed);
+        t->headroom = dmax(t->headroom, n_allowed > 0 ? fabs(proj) / n_allowed : proj != 0 ? INFINITY : 0);
+        n_allowed = aa > 0 ? n_allowed / aa : 0;
+    } else if (!scalar && !tol->exact && tol->ntol > 0) {
         // the whole tensor: an error spread thinly over every element
         norm_a = sqrt(norm_a), norm_e = sqrt(norm_e);  // (||terms|| where it is larger)
         t->norm_ratio = norm_a > 0 ? norm_e / norm_a : norm_e > 0 ? INFINITY : 0;
-        double n_allowed = tol->ntol * norm_a + tol->atol * sqrt((double)n);
-        t->norm_bad = !(norm_e <= n_allowed);
-        t->headroom = dmax(t->headroom, n_allowed > 0 ? norm_e / n_allowed : norm_e > 0 ? INFINITY : 0);
+        double na = tol->ntol * norm_a + tol->atol * sqrt((double)n);
+        t->norm_bad = !(norm_e <= na);
+        t->headroom = dmax(t->headroom, na > 0 ? norm_e / na : norm_e > 0 ? INFINITY : 0);
+        n_allowed = tol->ntol;
     }
     t->pass = t->n_bad == 0 && !t->norm_bad;
     finish_tensor(r, t);
@@ -501,7 +630,9 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
     size_t i = first_bad;
     if (i == SIZE_MAX) {
         d->whole_tensor = 1;
+        d->projection = al->rounding;
         d->norm_ratio = t->norm_ratio;
+        d->norm_allowed = n_allowed;
         double worst = -1;
         for (size_t j = 0; j < n; j++) {
             double dj = fc_cmp_abs_err(a[j], b[j]) - (allow ? allow[j] : 0);
@@ -518,6 +649,7 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
     d->b_bits = bb;
     d->abs_err = fc_cmp_abs_err(a[i], b[i]);
     d->explained = first_excess < d->abs_err ? first_excess : d->abs_err;
+    d->rounding = al->rounding;
     d->scale = scale;
     d->allowed = allowed;
     double e = d->abs_err - d->explained;
@@ -568,17 +700,18 @@ static void cmp_batch(const fc_cmp_ctx *c, fc_cmp_result *r, const fc_batch *a, 
     size_t n = (size_t)a->B * (size_t)in_cols;
     // mlp features are floats, but still data: the batch tolerance is exact
     if (gpt2) cmp_ints(c, r, "batch.input", &w, a->input, b->input, n);
-    else cmp_floats(c, r, FC_CMP_BATCH, "batch.input", &w, a->features, b->features, n, NULL, NULL);
+    else cmp_floats(c, r, FC_CMP_BATCH, "batch.input", &w, a->features, b->features, n, &NO_ALLOW);
     where_info wt = {gpt2 ? 2 : 1, {a->B, gpt2 ? a->T : 0}, -1, gpt2 ? a->T : 1, DIFFERENT_DATA};
     cmp_ints(c, r, "batch.target", &wt, a->target, b->target, gpt2 ? n : (size_t)a->B);
 }
 
 // The gradient norm is a double: judged in double, against its own magnitude.
-static void cmp_norm(const fc_cmp_ctx *c, fc_cmp_result *r, double a, double b) {
+// extra: what 16-bit rounding explains (the norm of the gradients' allowances), else 0.
+static void cmp_norm(const fc_cmp_ctx *c, fc_cmp_result *r, double a, double b, double extra) {
     const fc_tol *tol = row(c, r, FC_CMP_NORM);
     fc_cmp_tensor *t = new_tensor(r, FC_CMP_NORM, "grad_norm", 1);
     double d = isnan(a) || isnan(b) ? (isnan(a) && isnan(b) ? 0 : INFINITY) : a == b ? 0 : fabs(a - b);
-    double scale = dmax(fabs(a), fabs(b)), allowed = tol->atol + tol->rtol * scale;
+    double scale = dmax(fabs(a), fabs(b)), allowed = tol->atol + tol->rtol * scale + extra;
     int bad = tol->exact ? memcmp(&a, &b, sizeof a) != 0 : !(d <= allowed);
     t->scale = scale;
     t->max_abs = d;
@@ -603,15 +736,16 @@ static void cmp_norm(const fc_cmp_ctx *c, fc_cmp_result *r, double a, double b) 
 }
 
 static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *prefix, const float *a,
-                    const float *b, const double *allow, const double *terms) {
+                    const float *b, const elem_allow *al) {
     const fc_model *m = c->m;
     for (int i = 0; i < m->n_params; i++) {
         const fc_param *p = &m->params[i];
         char name[200];
         snprintf(name, sizeof name, "%s.%s", prefix, p->name);
         where_info w = {p->ndim, {p->shape[0], p->shape[1]}, i, 0, NULL};
-        cmp_floats(c, r, kind, name, &w, a + p->offset, b + p->offset, p->numel, allow ? allow + p->offset : NULL,
-                   terms ? terms + p->offset : NULL);
+        elem_allow at = {al->explained ? al->explained + p->offset : NULL, al->terms ? al->terms + p->offset : NULL,
+                         al->rounding};
+        cmp_floats(c, r, kind, name, &w, a + p->offset, b + p->offset, p->numel, &at);
     }
 }
 
@@ -707,6 +841,61 @@ static double *momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const
     return terms;
 }
 
+// The 16-bit model's allowance of each gradient element, n u mag + C_ACT_SCALE
+// s u scale_A (the constants above); NULL when the step is not judged by it.
+static double *grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    if (!r->magnitudes) return NULL;
+    size_t n = c->m->numel;
+    double k = rounding_coef(c), *allow = mallocCheck(n * sizeof(double));
+    // sides that compute in 16 bits: the input gradients they propagate carry
+    // errors relative to the tensor, not to the element's own terms
+    const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
+    int sides16 = (al->param_dtype != FC_PREC_FP32) + (c->layout->param_dtype != FC_PREC_FP32);
+    double floor_coef = C_ACT_SCALE * sides16 * unit_roundoff(c->policy->prec);
+    for (int p = 0; p < c->m->n_params; p++) {
+        const fc_param *q = &c->m->params[p];
+        double scale = 0;  // A's: B's own values must not widen what B is allowed
+        for (size_t i = q->offset; i < q->offset + q->numel; i++)
+            if (isfinite(a->grads[i])) scale = dmax(scale, fabs((double)a->grads[i]));
+        for (size_t i = q->offset; i < q->offset + q->numel; i++)
+            allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale;
+    }
+    return allow;
+}
+
+// What a momentum state may differ by when its gradient may differ by
+// allow_g: the state's update carries it (and each side clips by its own
+// norm: the coefficients' difference times |g|). NULL for other states.
+static double *state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b,
+                               const char *state, const double *allow_g) {
+    const fc_optim_config *o = c->optim;
+    if (!allow_g || !o || !a->grads) return NULL;
+    int sq = 0;
+    double w;
+    if (o->kind == FC_OPT_ADAMW && !strcmp(state, "exp_avg")) w = 1.0 - o->beta1;
+    else if (o->kind == FC_OPT_ADAMW && !strcmp(state, "exp_avg_sq")) w = 1.0 - o->beta2, sq = 1;
+    else if (o->kind == FC_OPT_SGD && !strcmp(state, "momentum_buffer")) w = 1.0 - o->dampening;
+    else return NULL;
+    double ca = clip_coef_of(c, a), dc = fabs(ca - clip_coef_of(c, b));
+    size_t n = c->m->numel;
+    double *allow = mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        double g = fabs((double)a->grads[i]), dg = ca * allow_g[i] + dc * g;
+        allow[i] = sq ? w * (2 * ca * g + dg) * dg : w * dg;  // v: (1 - beta2) ((g + dg)^2 - g^2)
+    }
+    return allow;
+}
+
+// The gradient norm's allowance: |norm(A) - norm(B)| <= norm(A - B) <= norm(allow).
+static double norm_allowance(const fc_cmp_ctx *c, const double *allow_g) {
+    if (!allow_g) return 0;
+    fc_norm_type t = c->layout ? c->layout->norm_type : FC_NORM_2;
+    double acc = 0;
+    for (size_t i = 0; i < c->m->numel; i++)
+        acc = t == FC_NORM_INF ? dmax(acc, allow_g[i]) : t == FC_NORM_1 ? acc + allow_g[i] : acc + allow_g[i] * allow_g[i];
+    return t == FC_NORM_2 ? sqrt(acc) : acc;
+}
+
 void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, unsigned kinds,
                     fc_cmp_result *r) {
     if (r->n_tensors == 0) judge_lockstep(c, a, b, r);
@@ -715,9 +904,14 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
         else fail_note(c, r, FC_CMP_BATCH, "batch", "the batch was asked for but one side has none");
     }
     where_info scalar = {0, {0, 0}, -1, 0, NULL};
-    if (kinds & FC_CMP_MASK(FC_CMP_LOSS)) cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, NULL, NULL);
-    if ((kinds & FC_CMP_MASK(FC_CMP_NORM)) && a->has_norm && b->has_norm) cmp_norm(c, r, a->grad_norm, b->grad_norm);
-    if (kinds & FC_CMP_MASK(FC_CMP_GRAD)) cmp_set(c, r, FC_CMP_GRAD, "grad", a->grads, b->grads, NULL, NULL);
+    if (kinds & FC_CMP_MASK(FC_CMP_LOSS)) cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, &NO_ALLOW);
+    double *allow_g = grad_allowance(c, a, r);
+    if ((kinds & FC_CMP_MASK(FC_CMP_NORM)) && a->has_norm && b->has_norm)
+        cmp_norm(c, r, a->grad_norm, b->grad_norm, norm_allowance(c, allow_g));
+    if (kinds & FC_CMP_MASK(FC_CMP_GRAD)) {
+        elem_allow al = {allow_g, NULL, allow_g != NULL};
+        cmp_set(c, r, FC_CMP_GRAD, "grad", a->grads, b->grads, &al);
+    }
     // optimizer state before parameters: the parameters' allowance is computed
     // from each side's state, so a wrong state is named first, as itself
     if (kinds & FC_CMP_MASK(FC_CMP_OPTIM)) {
@@ -728,7 +922,10 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
             int j = fc_cmp_find_state(b, a->state_names[i]);
             if (j >= 0) {
                 double *terms = momentum_terms(c, a, a->state_names[i]);
-                cmp_set(c, r, FC_CMP_OPTIM, prefix, a->state[i], b->state[j], NULL, terms);
+                double *allow = state_allowance(c, a, b, a->state_names[i], allow_g);
+                elem_allow al = {allow, terms, allow != NULL};
+                cmp_set(c, r, FC_CMP_OPTIM, prefix, a->state[i], b->state[j], &al);
+                free(allow);
                 free(terms);
             } else {
                 char note[200];
@@ -746,9 +943,11 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
     }
     if (kinds & FC_CMP_MASK(FC_CMP_PARAM)) {
         double *allow = optimizer_allowance(c, a, b);
-        cmp_set(c, r, FC_CMP_PARAM, "param", a->params, b->params, allow, NULL);
+        elem_allow al = {allow, NULL, 0};
+        cmp_set(c, r, FC_CMP_PARAM, "param", a->params, b->params, &al);
         free(allow);
     }
+    free(allow_g);
 }
 
 void fc_compare_step(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, fc_cmp_result *r) {
@@ -785,6 +984,12 @@ void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p) {
                "the tensor (of the terms they sum for exp_avg and momentum_buffer); per tensor ||A - B|| <= ntol * "
                "||A||; parameters also allow what the optimizer explains)\n",
             p->overridden ? "--rtol/--atol override" : fc_prec_name(p->prec));
+    if (fc_cmp_policy_magnitudes(p))
+        fprintf(f, "  %s, steps both sides start from equal parameters: grad, norm and optim per element within fp32's "
+                   "row + n u mag + %d s u max|A| (mag: the magnitude pass; n: the 16-bit roundings of both sides; "
+                   "s: sides computing in 16 bits), the whole tensor by its projection on A; the %s rows below "
+                   "judge only the rest (--trajectory, or other starts)\n",
+                fc_prec_name(p->prec), C_ACT_SCALE, fc_prec_name(p->prec));
     for (int row = 0; row < 2; row++) {
         const fc_tol *t = row ? p->div : p->tol;
         fprintf(f, "  %s (%s):", row ? "diverged" : "lockstep", fc_prec_name(row ? p->prec_div : p->prec));
@@ -852,13 +1057,16 @@ void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d) {
         fprintf(f, "  error: abs %s; allowed: exact\n", fc_cmp_fmt_err(d->abs_err, ae, sizeof ae));
     } else {
         fprintf(f, "  error: abs %s", fc_cmp_fmt_err(d->abs_err, ae, sizeof ae));
-        if (d->explained > 0) fprintf(f, " (of which the optimizer explains %s)", fc_cmp_fmt_err(d->explained, ex, sizeof ex));
+        if (d->explained > 0)
+            fprintf(f, " (of which %s explains %s)", d->rounding ? "16-bit rounding of its terms" : "the optimizer",
+                    fc_cmp_fmt_err(d->explained, ex, sizeof ex));
         fprintf(f, " = %s of the tensor's scale %s, %s ULP at that scale; allowed %s (%s)\n",
                 fc_cmp_fmt_err(d->scaled, se, sizeof se), fc_cmp_fmt_err(d->scale, sc, sizeof sc),
                 fc_cmp_fmt_err(d->ulp, u, sizeof u), fc_cmp_fmt_err(d->allowed, al, sizeof al), tol);
         if (d->whole_tensor)
-            fprintf(f, "  whole tensor: ||A - B|| / ||A|| = %s, allowed %g\n",
-                    fc_cmp_fmt_err(d->norm_ratio, nr, sizeof nr), d->tol.ntol);
+            fprintf(f, "  whole tensor: %s = %s, allowed %.3g\n",
+                    d->projection ? "|<B - A, A>| / <A, A> (16-bit rounding: its projection on A)" : "||A - B|| / ||A||",
+                    fc_cmp_fmt_err(d->norm_ratio, nr, sizeof nr), d->norm_allowed);
     }
     fprintf(f, "  owner under B's layout: %s\n", d->owner_text);
     if (d->note[0]) fprintf(f, "  note: %s\n", d->note);

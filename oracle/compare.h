@@ -103,6 +103,9 @@ void fc_cmp_policy_same_compute(fc_cmp_policy *p, const fc_run_config *a, const 
 // has_rtol/has_atol say which of the two replace the defaults of every float kind.
 void fc_cmp_policy_override(fc_cmp_policy *p, int has_rtol, double rtol, int has_atol, double atol);
 void fc_cmp_policy_bitwise(fc_cmp_policy *p);
+// Whether steps judged in lockstep under p use the expected side's gradient
+// magnitudes (fc_trace_step.grad_mag, the magnitude pass): a 16-bit default policy.
+int fc_cmp_policy_magnitudes(const fc_cmp_policy *p);
 
 // The spacing of fp32 values at x (> 0): 2^(floor(log2 x) - 23), the smallest
 // subnormal below 2^-126. Errors are reported in these units at the tensor's
@@ -189,13 +192,16 @@ typedef struct {
     double a, b;          // both values (exact: float and int32 both fit in a double)
     uint32_t a_bits, b_bits;
     double abs_err;       // |a - b|
-    double explained;     // of which the optimizer explains this much (parameters)
+    double explained;     // of which the optimizer (parameters) or 16-bit rounding explains this much
+    int rounding;         // explained is 16-bit rounding (the magnitude model), not the optimizer
     double scale;         // the tensor's scale
     double scaled;        // (abs_err - explained) / scale
     double ulp;           // the same in ULPs at the scale
     double allowed;       // atol + rtol * scale
     int whole_tensor;     // the element check passed but the tensor's norm did not
-    double norm_ratio;    // then: ||A - B|| / ||A||
+    double norm_ratio;    // then: ||A - B|| / ||A||, or with projection |<B - A, A>| / <A, A>
+    double norm_allowed;  // and what it was allowed
+    int projection;       // the whole tensor was judged by its projection on A (16-bit rounding)
     fc_tol tol;           // the tolerance it failed
     fc_owner owner;
     char owner_text[320];
@@ -205,6 +211,7 @@ typedef struct {
 typedef struct {
     long step;
     int lockstep;         // judged by the lockstep row (else the diverged row)
+    int magnitudes;       // 16-bit: judged per element by the rounding its terms allow (compare.c)
     double prev_diff;     // the parameters before the step: max |A - B| / scale over the tensors (-1: unknown)
     fc_tol row[FC_CMP_KIND_COUNT];  // the tolerances this step is judged by
     int n_tensors, cap;
@@ -223,6 +230,8 @@ typedef struct {
     const fc_run_config *layout;  // B's config: strategy, shard group, batch, grad accum
     int world;                    // B's world size
     const fc_optim_config *optim; // the optimizer of both runs; NULL: parameters get no optimizer allowance
+    const fc_run_config *a_layout;// A's config and world size, for the 16-bit roundings A's side made
+    int a_world;                  // (NULL: B's config at W = 1, what `compare` re-runs)
 } fc_cmp_ctx;
 
 void fc_cmp_result_init(fc_cmp_result *r, long step);

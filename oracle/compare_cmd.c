@@ -314,7 +314,17 @@ int fc_cmd_compare(int argc, char **argv) {
             b_has_prev_state = side == 1;
         }
     }
-    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim};
+    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, ta.world_size};
+    // 16 bits in lockstep: each step's gradient magnitudes, from the state it starts from (compare.h)
+    fc_rerun mag;
+    memset(&mag, 0, sizeof mag);
+    float *mag_buf = NULL;
+    if (lock && fc_cmp_policy_magnitudes(&pol)) {
+        if (fc_magnitude_open(&mag, &ta.cfg, &e))
+            fc_die(FC_EXIT_USAGE, "compare: the magnitude pass cannot run %s's config (%s): use --trajectory", dirs[0],
+                   e.msg);
+        mag_buf = mallocCheck(numel * sizeof(float));
+    }
     int n_res = (int)(hi - lo);
     fc_cmp_result *res = callocCheck((size_t)n_res, sizeof *res);
     fc_cmp_divergence first = {0};
@@ -335,6 +345,13 @@ int fc_cmd_compare(int argc, char **argv) {
             if (fc_rerun_step(&rr, s, y->prev, state, b4, &sa, &e))
                 fc_die(FC_EXIT_USAGE, "compare: the lockstep re-run of step %ld failed: %s", s, e.msg);
             sa.batch = rd[0].s.batch;  // the recorded batch: the data must still be A's, exactly
+        }
+        ctx.a_world = lock && b_has_prev_state ? 1 : ta.world_size;  // the re-run is one process
+        if (mag_buf) {
+            // the magnitudes depend on the parameters and the batch; the state only travels along
+            if (fc_magnitude_step(&mag, s, sa.prev_params, (const float *const *)sa.state, mag_buf, &e))
+                fc_die(FC_EXIT_USAGE, "compare: the magnitude pass of step %ld failed: %s", s, e.msg);
+            sa.grad_mag = mag_buf;
         }
         fc_compare_step(&ctx, &sa, &rd[1].s, r);
         for (int side = 0; side < 2; side++) {
@@ -357,6 +374,8 @@ int fc_cmd_compare(int argc, char **argv) {
         }
     }
     if (lock) fc_rerun_close(&rr);
+    fc_rerun_close(&mag);
+    free(mag_buf);
     free(mem);
     if (first.found) {
         fc_cmp_print_divergence(stdout, &first);

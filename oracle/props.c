@@ -1,8 +1,11 @@
 // oracle/props.c — see props.h.
 #include "props.h"
 
+#include "rerun.h"
+
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *NAMES[FC_NPROP] = {
@@ -68,8 +71,22 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
     if (pair->same_compute) fc_cmp_policy_same_compute(&pol, pair->cfg, pair->against);
     else fc_cmp_policy_defaults(&pol, fc_cmp_precision(pair->cfg, pair->against));
     if (bitwise) fc_cmp_policy_bitwise(&pol);
-    fc_cmp_ctx ctx = {&m, &pol, pair->cfg, pair->W, &pair->against->optim};
+    fc_cmp_ctx ctx = {&m, &pol, pair->cfg, pair->W, &pair->against->optim, pair->against,
+                      pair->against_W > 0 ? pair->against_W : pair->W};
     int ok = 1;
+    // 16 bits: each step's gradient magnitudes, from the state it starts from (compare.h)
+    fc_rerun mag;
+    memset(&mag, 0, sizeof mag);
+    float *mag_buf = NULL;
+    if (fc_cmp_policy_magnitudes(&pol)) {
+        fc_error e;
+        if (fc_magnitude_open(&mag, pair->against, &e)) {
+            fc_props_record(r, p, 0, "vs %s: the magnitude pass cannot run this config: %s", against, e.msg);
+            ok = 0;
+        } else {
+            mag_buf = mallocCheck(m.numel * sizeof(float));
+        }
+    }
     {
         // the parameters both start from: equal up to rounding (the same init,
         // or a checkpoint loaded into what the other run held at that step)
@@ -90,6 +107,16 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
         fc_trace_step a = pair->lock && k > 0 ? fc_run_trace_step(pair->lock, k) : fc_run_trace_step(expected, e0 + k);
         fc_trace_step b = fc_run_trace_step(tested, t0 + k);
         b.step = a.step;  // judged as the same step (a resumed run numbers its own)
+        if (mag_buf) {
+            fc_error e;
+            // the magnitudes depend on the parameters and the batch; the state only travels along
+            if (fc_magnitude_step(&mag, a.step, a.prev_params, (const float *const *)a.state, mag_buf, &e)) {
+                fc_props_record(r, p, 0, "vs %s: the magnitude pass of step %ld failed: %s", against, a.step, e.msg);
+                ok = 0;
+                break;
+            }
+            a.grad_mag = mag_buf;
+        }
         fc_cmp_result res;  // runs in memory carry no batch: the data are core/data.c's, shared
         fc_cmp_result_init(&res, a.step);
         fc_compare_add(&ctx, &a, &b, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &res);
@@ -110,6 +137,8 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
         fc_cmp_result_free(&res);
     }
     r->checked |= 1u << p;
+    free(mag_buf);
+    fc_rerun_close(&mag);
     fc_model_free(&m);
     return ok;
 }

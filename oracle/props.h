@@ -36,6 +36,7 @@ typedef struct {
     int same_compute;             // both share their per-rank arithmetic (fc_cmp_policy_same_compute)
     const fc_run_result *lock;    // NULL, or the expected side in lockstep with the tested run
                                   // (fc_runner_lockstep): its step k >= 1 replaces expected's e0 + k
+    int against_W;                // the expected run's world size (0: W)
 } fc_props_pair;
 
 // Compares the tested run with the expected one under property p, step by

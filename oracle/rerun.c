@@ -7,9 +7,13 @@
 #include "optim.h"
 #include "runner.h"
 
-static int mpi_started_here;
+// MPI started here (a process that had not), finalised when the last open re-run closes
+static int mpi_started_here, n_open;
 
-int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
+// like, as one process of `ops` in `strategy`: the same model, batch,
+// accumulation, clipping, optimizer and precision (unless fp32), no layout
+static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *ops, fc_strategy strategy, int fp32,
+                   fc_error *e) {
     memset(r, 0, sizeof *r);
     int up = 0;
     mpiCheck(MPI_Initialized(&up));
@@ -17,22 +21,30 @@ int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
         mpiCheck(MPI_Init(NULL, NULL));
         mpi_started_here = 1;
     }
+    n_open++;
+    r->open = 1;
     fc_run_config c = *like;
-    int mixed = c.param_dtype != FC_PREC_FP32 || c.reduce_dtype != FC_PREC_FP32;
-    c.strategy = mixed ? FC_STRATEGY_NO_SHARD : FC_STRATEGY_LOCAL;
+    c.strategy = strategy;
+    if (fp32) c.param_dtype = c.reduce_dtype = FC_PREC_FP32;
     c.shard_group = 0;
     c.backward_prefetch = FC_PREFETCH_NONE;
     c.forward_prefetch = c.limit_all_gathers = c.cpu_offload = 0;
-    c.no_sync = mixed ? c.no_sync : 0;  // one rank: no_sync changes no arithmetic
+    c.no_sync = strategy == FC_STRATEGY_LOCAL ? 0 : c.no_sync;  // one rank: no_sync changes no arithmetic
     c.divide = FC_DIVIDE_PREPOST;        // one rank: every divide mode divides by 1
     c.inject = FC_FAULT_NONE;
     c.init_path[0] = '\0';               // every step loads its start: the init is never used
     c.steps = 1;
-    if (fc_run_config_validate(&c, e) || fc_run_config_validate_world(&c, 1, e)) return -1;
+    if (fc_run_config_validate(&c, e) || fc_run_config_validate_world(&c, 1, e)) {
+        fc_rerun_close(r);
+        return -1;
+    }
     r->cfg = c;
-    r->ops = fc_reference_impl();
+    r->ops = ops;
     r->im = r->ops->create(&r->cfg, MPI_COMM_SELF, e);
-    if (!r->im) return -1;
+    if (!r->im) {
+        fc_rerun_close(r);
+        return -1;
+    }
     fc_lockstep_dir(MPI_COMM_SELF, r->dir, sizeof r->dir);
     if (!r->dir[0]) {
         fc_rerun_close(r);
@@ -44,6 +56,23 @@ int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
     r->numel = m.numel;
     fc_model_free(&m);
     return 0;
+}
+
+int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
+    int mixed = like->param_dtype != FC_PREC_FP32 || like->reduce_dtype != FC_PREC_FP32;
+    return open_as(r, like, fc_reference_impl(), mixed ? FC_STRATEGY_NO_SHARD : FC_STRATEGY_LOCAL, 0, e);
+}
+
+int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
+    return open_as(r, like, fc_reference_magnitude_impl(), FC_STRATEGY_LOCAL, 1, e);
+}
+
+int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *mag,
+                      fc_error *e) {
+    if (fc_lockstep_handover(r->ops, r->im, &r->cfg, params, state, step, r->dir, MPI_COMM_SELF, e)) return -1;
+    fc_step_info info;
+    if (r->ops->step(r->im, &info, e)) return -1;
+    return r->ops->export_full(r->im, FC_EXPORT_GRADS, mag, 0, e);
 }
 
 int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *const bufs[4],
@@ -75,8 +104,9 @@ int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *cons
 void fc_rerun_close(fc_rerun *r) {
     if (r->im) r->ops->destroy(r->im);
     if (r->dir[0]) fc_remove_flat_dir(r->dir);
+    int was_open = r->open;
     memset(r, 0, sizeof *r);
-    if (mpi_started_here) {
+    if (was_open && --n_open == 0 && mpi_started_here) {
         mpi_started_here = 0;
         mpiCheck(MPI_Finalize());
     }

@@ -27,6 +27,7 @@ typedef struct {
     int n_state;
     const char *state_names[2];
     size_t numel;
+    int open;              // counted among the open re-runs (MPI is finalised after the last)
 } fc_rerun;
 
 // The reference for re-running steps of a trace with config `like`.
@@ -38,6 +39,16 @@ int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e);
 // gradients, bufs[1] parameters, bufs[2 + i] state i), prev_params = params.
 int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *const bufs[4],
                   fc_trace_step *out, fc_error *e);
+// The magnitude pass (compare.h, 16-bit comparisons): like's step `step` from
+// params, run by fc_reference_magnitude_impl() as `local` in fp32 with like's
+// model, batch, accumulation and optimizer. mag [numel] gets, per gradient
+// element, the sum of the magnitudes of the terms that formed it (before
+// clipping). state travels with params (a checkpoint carries both); it changes
+// no magnitude.
+int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, fc_error *e);
+int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *mag,
+                      fc_error *e);
+// Closes either kind (safe on a zeroed or failed one).
 void fc_rerun_close(fc_rerun *r);
 
 #endif

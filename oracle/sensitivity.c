@@ -195,19 +195,32 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         fc_die(FC_EXIT_USAGE, "%s", e.msg);
     // in lockstep as `compare` judges it: A's step re-run from B's state before it
     int lock = !trajectory && !same_compute && step > tb.first_step;
+    fc_rerun rr;  // closed after the magnitude pass: the last to close finalises a singleton MPI
+    memset(&rr, 0, sizeof rr);
     if (lock) {
-        fc_rerun rr;
         const float *const state[2] = {b_prev_state[0], b_prev_state[1]};
         if (fc_rerun_open(&rr, &ta.cfg, &e) || fc_rerun_step(&rr, step, prev[1], state, ba, &sa, &e))
             fc_die(FC_EXIT_USAGE, "sensitivity: the lockstep re-run of step %ld failed (%s): use --trajectory", step,
                    e.msg);
-        fc_rerun_close(&rr);
         sa.batch = &bat[0];
     }
     fc_cmp_policy pol;
     if (same_compute) fc_cmp_policy_same_compute(&pol, &ta.cfg, &tb.cfg);
     else fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
-    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim};
+    // 16 bits, judged as `compare` judges them: with the step's gradient magnitudes
+    float *mag_buf = NULL;
+    if (!trajectory && !same_compute && fc_cmp_policy_magnitudes(&pol)) {
+        fc_rerun mr;
+        mag_buf = mallocCheck(numel * sizeof(float));
+        if (fc_magnitude_open(&mr, &ta.cfg, &e) ||
+            fc_magnitude_step(&mr, step, sa.prev_params, (const float *const *)sa.state, mag_buf, &e))
+            fc_die(FC_EXIT_USAGE, "sensitivity: the magnitude pass of step %ld failed (%s): use --trajectory", step,
+                   e.msg);
+        fc_rerun_close(&mr);
+        sa.grad_mag = mag_buf;
+    }
+    fc_rerun_close(&rr);
+    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, lock ? 1 : ta.world_size};
     probe p = {&ctx, &sa, &sb};
     fc_cmp_result r;
     fc_cmp_result_init(&r, step);
@@ -238,6 +251,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     fc_batch_free(&bat[0]);
     fc_batch_free(&bat[1]);
     free(mem);
+    free(mag_buf);
     fc_trace_close(&ta);
     fc_trace_close(&tb);
     if (!pass) printf("note: A and B differ beyond the policy at this step already (compare says FAIL)\n");

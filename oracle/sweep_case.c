@@ -36,7 +36,7 @@
 static int judge(fc_case_result *res, int p, const fc_run_config *cfg, int W, const fc_run_config *bcfg,
                  const fc_run_result *t, int t0, const fc_run_result *b, int b0, const fc_run_result *lock, int n,
                  int bitwise, int same_compute, const char *against) {
-    fc_props_pair pair = {cfg, W, bcfg, same_compute, lock};
+    fc_props_pair pair = {cfg, W, bcfg, same_compute, lock, 0};
     return fc_props_compare(&res->v, p, &pair, t, t0, b, b0, n, bitwise, against);
 }
 

@@ -28,6 +28,8 @@ typedef struct {
     int n_state;
     const char *state_names[2];
     const float *state[2];     // [numel] each
+    const float *grad_mag;     // [numel] or NULL: per gradient element, the sum of |terms| that formed it
+                               // (the magnitude pass, rerun.h; in memory only, the expected side's)
 } fc_trace_step;
 
 // A trace being written. trace.json is written last, by fc_trace_finish, so a

@@ -46,6 +46,20 @@
 #define RTANH tanhf
 #endif
 
+// The magnitude pass (-DFC_MAGNITUDE, reference/magnitude.c): every parameter
+// gradient is summed in absolute value, term by term (a weight's |x|^T |dy|, a
+// bias's sum of |dy|, LayerNorm's sums of |norm * dy| and |dy|, an embedding
+// row's sum of |dy|), while every input gradient stays the true one, so each
+// layer sees the true dy. What a parameter gradient element comes out as is
+// then the sum of the magnitudes of the terms that formed it: the quantity
+// rounding errors are proportional to (Higham's gamma_n * sum |x_i|), which
+// the oracle's 16-bit tolerance is built on (oracle/compare.c).
+#ifdef FC_MAGNITUDE
+#define MAG(x) fabsf(x)
+#else
+#define MAG(x) (x)
+#endif
+
 // Chunk width for per-column accumulators kept on the stack (bias and
 // LayerNorm parameter gradients, attention rows, embedding rows): loops over a
 // long row go chunk by chunk so no scratch allocation is needed.
@@ -222,13 +236,27 @@ void RN(fc_matmul_backward)(real *dinp, real *dw, real *dbias, const real *dout,
     }
     // dw(k,n) += sum_{m ascending} inp[m,k] * dout[m,n]
     if (dw) {
+#ifdef FC_MAGNITUDE
+        // |inp|^T |dout|: the same product on absolute copies
+        real *abs_inp = mallocCheck((size_t)M * Ks * sizeof(real));    // [M,K]
+        real *abs_dout = mallocCheck((size_t)M * Ns * sizeof(real));   // [M,N]
+        for (size_t i = 0; i < (size_t)M * Ks; i++) { abs_inp[i] = MAG(inp[i]); }
+        for (size_t i = 0; i < (size_t)M * Ns; i++) { abs_dout[i] = MAG(dout[i]); }
+        const real *x = abs_inp, *dy = abs_dout;
+#else
+        const real *x = inp, *dy = dout;
+#endif
         if (layout == FC_W_KN) {
             // dw [K,N]: rows k, columns n; A(k,m) = inp[m*K + k], B(m,n) = dout[m*N + n]
-            mm(dw, Ns, inp, 1, Ks, dout, Ns, 1, K, M, N, NULL, 1);
+            mm(dw, Ns, x, 1, Ks, dy, Ns, 1, K, M, N, NULL, 1);
         } else {
             // dw [N,K]: rows n, columns k; A(n,m) = dout[m*N + n], B(m,k) = inp[m*K + k]
-            mm(dw, Ks, dout, 1, Ns, inp, Ks, 1, N, M, K, NULL, 1);
+            mm(dw, Ks, dy, 1, Ns, x, Ks, 1, N, M, K, NULL, 1);
         }
+#ifdef FC_MAGNITUDE
+        free(abs_inp);
+        free(abs_dout);
+#endif
     }
     // dbias[n] += sum_{m ascending} dout[m,n], a chunk of columns at a time so
     // the inner loop runs along a contiguous row of dout.
@@ -239,7 +267,7 @@ void RN(fc_matmul_backward)(real *dinp, real *dw, real *dbias, const real *dout,
             for (int j = 0; j < nb; j++) { acc[j] = 0; }
             for (int m = 0; m < M; m++) {
                 const real *row = dout + (size_t)m * Ns + (size_t)n0;
-                for (int j = 0; j < nb; j++) { acc[j] += row[j]; }
+                for (int j = 0; j < nb; j++) { acc[j] += MAG(row[j]); }
             }
             for (int j = 0; j < nb; j++) { dbias[n0 + j] += acc[j]; }
         }
@@ -316,8 +344,8 @@ void RN(fc_layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
                 const real *dy = dout + (size_t)n * C + c0;
                 const real m = mean[n], s = rstd[n];
                 for (int j = 0; j < cb; j++) {
-                    accw[j] += (x[j] - m) * s * dy[j];
-                    accb[j] += dy[j];
+                    accw[j] += MAG((x[j] - m) * s * dy[j]);
+                    accb[j] += MAG(dy[j]);
                 }
             }
             for (int j = 0; j < cb; j++) {
@@ -560,7 +588,7 @@ void RN(fc_encoder_backward)(real *dwte, real *dwpe, const real *dout, const int
                 for (size_t g = g0; g < g1; g++) {
                     const size_t p = (size_t)(order[g] & 0xffffffffu);
                     const real *dy = dout + p * C + c0;
-                    for (int j = 0; j < cb; j++) { acc[j] += dy[j]; }
+                    for (int j = 0; j < cb; j++) { acc[j] += MAG(dy[j]); }
                 }
                 for (int j = 0; j < cb; j++) { dw[c0 + j] += acc[j]; }
             }
@@ -577,7 +605,7 @@ void RN(fc_encoder_backward)(real *dwte, real *dwpe, const real *dout, const int
                 for (int j = 0; j < cb; j++) { acc[j] = 0; }
                 for (int b = 0; b < B; b++) {
                     const real *dy = dout + ((size_t)b * T + t) * C + c0;
-                    for (int j = 0; j < cb; j++) { acc[j] += dy[j]; }
+                    for (int j = 0; j < cb; j++) { acc[j] += MAG(dy[j]); }
                 }
                 real *dw = dwpe + (size_t)t * C + c0;
                 for (int j = 0; j < cb; j++) { dw[j] += acc[j]; }

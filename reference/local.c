@@ -11,7 +11,7 @@
 #include "optim.h"
 #include "weights.h"
 
-int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
+int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     memset(L, 0, sizeof *L);
     if (fc_run_config_validate(cfg, e) || fc_run_config_validate_world(cfg, 1, e)) return -1;
     L->cfg = *cfg;
@@ -19,7 +19,7 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     size_t n = L->model.numel;
     int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
     int micro = cfg->global_batch / cfg->grad_accum;
-    size_t an = fc_acts_numel(&L->model, micro, T);
+    size_t an = RN(fc_acts_numel)(&L->model, micro, T);
     // A configuration that cannot fit is bad input, not an out-of-memory crash.
     double need = ((double)n * (3 + 2) + (double)an) * sizeof(float);
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
@@ -31,7 +31,7 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     L->params = mallocCheck(n * sizeof(float));
     if (cfg->init_path[0]) {
         if (fc_weights_load(&L->model, cfg->init_path, L->params, e)) {
-            fc_local_free(L);
+            RN(fc_local_free)(L);
             return -1;
         }
     } else {
@@ -43,11 +43,11 @@ int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     for (int i = 0; i < L->n_state; i++) L->state[i] = callocCheck(n, sizeof(float));
     fc_batch_alloc(&L->batch, &cfg->model, cfg->global_batch, T);
     L->act_mem = mallocCheck(an * sizeof(float));
-    fc_acts_init(&L->acts, &L->model, micro, T, L->act_mem);
+    RN(fc_acts_init)(&L->acts, &L->model, micro, T, L->act_mem);
     return 0;
 }
 
-void fc_local_step(fc_local *L) {
+void RN(fc_local_step)(fc_local *L) {
     const fc_run_config *c = &L->cfg;
     size_t n = L->model.numel;
     int K = c->grad_accum, micro = c->global_batch / K;
@@ -58,8 +58,8 @@ void fc_local_step(fc_local *L) {
     double loss = 0;
     for (int k = 0; k < K; k++) {
         fc_batch mb = fc_batch_slice(&L->batch, k * micro, micro);
-        float l = fc_model_forward(&L->model, L->params, &mb, &L->acts);
-        fc_model_backward(&L->model, L->params, &mb, &L->acts, L->grads,
+        float l = RN(fc_model_forward)(&L->model, L->params, &mb, &L->acts);
+        RN(fc_model_backward)(&L->model, L->params, &mb, &L->acts, L->grads,
                           1.0f / (float)L->acts.NT / (float)K);
         loss += l;
     }
@@ -74,7 +74,7 @@ void fc_local_step(fc_local *L) {
     fc_optim_update(&c->optim, L->step, L->params, L->clipped, L->state[0], L->state[1], n);
 }
 
-void fc_local_free(fc_local *L) {
+void RN(fc_local_free)(fc_local *L) {
     free(L->params);
     free(L->grads);
     free(L->clipped);
@@ -97,7 +97,7 @@ static void ckpt_view(fc_local *L, fc_ckpt_unit_view *units, fc_ckpt_rank_view *
     *v = (fc_ckpt_rank_view){MPI_COMM_SELF, &L->cfg, m, FC_STRATEGY_LOCAL, L->step, 1, units};
 }
 
-int fc_local_save(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e) {
+int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e) {
     fc_ckpt_unit_view *units = callocCheck((size_t)L->model.n_units, sizeof *units);
     fc_ckpt_rank_view v;
     ckpt_view(L, units, &v);
@@ -106,7 +106,7 @@ int fc_local_save(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e)
     return rc;
 }
 
-int fc_local_load(fc_local *L, const char *dir, fc_error *e) {
+int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e) {
     fc_ckpt_unit_view *units = callocCheck((size_t)L->model.n_units, sizeof *units);
     fc_ckpt_rank_view v;
     ckpt_view(L, units, &v);

@@ -21,21 +21,21 @@ typedef struct {
     const char *state_names[2];
     fc_batch batch;      // the global batch of the last step
     float *act_mem;      // activations of one micro-batch
-    fc_acts acts;
+    RN(fc_acts) acts;
     long step;           // optimizer steps taken
     float loss;          // global mean loss of the last step
     double grad_norm;    // total gradient norm of the last step (clip_grad_norm's)
 } fc_local;
 
 // Builds the model and initial weights (counter-based, or cfg->init_path).
-int fc_local_create(fc_local *L, const fc_run_config *cfg, fc_error *e);
+int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e);
 // Trains one step: forward/backward over K micro-batches, clip, optimizer.
-void fc_local_step(fc_local *L);
-void fc_local_free(fc_local *L);
+void RN(fc_local_step)(fc_local *L);
+void RN(fc_local_free)(fc_local *L);
 
 // Checkpoints (DESIGN §6), as the engine's (core/ckpt_collective.h): the
 // manifest records world size 1 and strategy local.
-int fc_local_save(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e);
-int fc_local_load(fc_local *L, const char *dir, fc_error *e);
+int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e);
+int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e);
 
 #endif

@@ -121,7 +121,7 @@ static int compare(int p, const char *what, const fc_run_config *cfg, int W, con
                    int same_compute, fc_props *v) {
     memset(v, 0, sizeof *v);
     int exact = bitwise == MT_BITWISE_ANY || (bitwise == MT_BITWISE_REF && mt_tested_is_ref());
-    fc_props_pair pair = {cfg, W, against, same_compute, NULL};  // whole runs (trajectory)
+    fc_props_pair pair = {cfg, W, against, same_compute, NULL, 0};  // whole runs (trajectory)
     int ok = fc_props_compare(v, p, &pair, tested, t0, expected, e0, n, exact, what);
     if (g_verbose)
         printf("  P%-2d %-60.60s %s: max err/scale %.3g, %.3g ULP at scale, %.3g of tolerance\n", p, what,

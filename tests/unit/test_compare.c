@@ -477,7 +477,7 @@ TestSuite(step, .init = step_setup, .fini = step_teardown);
 
 static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0};
     fc_cmp_result_free(&R);
     fc_cmp_result_init(&R, A.s.step);
     fc_compare_add(&c, &A.s, &B.s, kinds, &R);
@@ -485,7 +485,7 @@ static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
 
 static void compare_under(fc_strategy s, int world) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0};
     fc_cmp_result_free(&R);
     fc_compare_step(&c, &A.s, &B.s, &R);
 }
@@ -1119,7 +1119,7 @@ Test(step, parts_accumulate_into_one_result) {
     // `compare` reads a step a tensor set at a time: the same result as all at once
     *elem(&B, "param", "layers.2.bias", 1) += 1.0f;
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0};
     fc_cmp_result parts;
     fc_cmp_result_init(&parts, 3);
     fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(FC_CMP_BATCH) | FC_CMP_MASK(FC_CMP_LOSS), &parts);
@@ -1218,7 +1218,7 @@ Test(props, runs_step_by_step_with_an_offset) {
     make_run(&g_run[1], 2, 2, 0);  // tested: a run resumed at step 2
     fc_props v;
     memset(&v, 0, sizeof v);
-    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 0, NULL};
+    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 0, NULL, 0};
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
     cr_expect(fc_props_compare(&v, 7, &pair, &g_run[1], 0, &g_run[0], 2, 2, 0, "uninterrupted"));
     cr_expect(fc_props_compare(&v, 7, &pair, &g_run[1], 0, &g_run[0], 2, 2, 1, "uninterrupted"), "bitwise too");
@@ -1241,7 +1241,7 @@ Test(props, the_detail_names_the_element_its_bits_scale_and_owner) {
     fc_props v;
     memset(&v, 0, sizeof v);
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 1, NULL};
+    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 1, NULL, 0};
     cr_expect_not(fc_props_compare(&v, 2, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "no_shard"));
     cr_expect_eq(v.failed, 1u << 2);
     const char *want[] = {"P2 vs no_shard (fp32, lockstep): step 1, grad.layers.0.bias[16]: ", "(0x",
@@ -1275,7 +1275,7 @@ Test(props, the_norm_of_every_step_is_compared) {
     fc_props v;
     memset(&v, 0, sizeof v);
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 0, NULL};
+    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 0, NULL, 0};
     cr_expect_not(fc_props_compare(&v, 8, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "local"));
     cr_expect_not_null(strstr(v.detail, "P8 vs local (fp32, lockstep): step 1, grad_norm: "), "%s", v.detail);
 }
