@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/calibrate.sh [OUT] — measures the noise of legitimate differences that
-# the comparison engine's tolerances (oracle/compare.c) are set from: the
+# the comparison engine's tolerances (oracle/compare_policy.c) are set from: the
 # reference against itself across world sizes 1..8, every strategy, hybrid
 # trees, prefetch, accumulation with and without no_sync, clipping, the divide
 # modes, checkpoints loaded at another W and strategy, three seeds, for each
@@ -13,7 +13,7 @@
 # Every pair is compared with `fsdpcheck compare --rtol 1` (so nothing stops
 # it) and the largest per-kind "max err/scale" and "norm ratio" are printed
 # per precision, with the pair that produced each: the noise floors that
-# compare.c's constants are a stated margin above.
+# compare_policy.c's constants are a stated margin above.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/fsdpcheck-calibrate}

@@ -7,7 +7,8 @@
 // reference), B the side under test; the owner of a divergent element is
 // computed under B's layout.
 //
-// The policy (compare.c holds the constants and the measurements behind them):
+// The policy (compare_policy.c and, for 16 bits, compare_model.c hold the
+// constants and the measurements behind them):
 //  - An element's error is judged against its tensor's scale, not against
 //    itself and not against a fixed absolute floor: with s = max(max|A|, max|B|)
 //    over the tensor, b passes when |a - b| <= atol + rtol * s, where atol is
@@ -69,7 +70,7 @@ typedef struct {
                          // of the parameters the step started from (a gradient moves with its inputs)
 } fc_tol;
 
-// The documented defaults, two rows per precision (compare.c has the
+// The documented defaults, two rows per precision (compare_policy.c has the
 // measurements): FC_CMP_LOCKSTEP[precision][kind] for a step both runs start
 // from the same parameters (up to the parameter tolerance: the first step of
 // two runs from one init, and every step while they stay in lockstep), and
@@ -211,7 +212,7 @@ typedef struct {
 typedef struct {
     long step;
     int lockstep;         // judged by the lockstep row (else the diverged row)
-    int magnitudes;       // 16-bit: judged per element by the rounding its terms allow (compare.c)
+    int magnitudes;       // 16-bit: judged per element by the rounding its terms allow (compare_model.c)
     double prev_diff;     // the parameters before the step: max |A - B| / scale over the tensors (-1: unknown)
     fc_tol row[FC_CMP_KIND_COUNT];  // the tolerances this step is judged by
     int n_tensors, cap;

@@ -53,7 +53,7 @@
 // layer sees the true dy. What a parameter gradient element comes out as is
 // then the sum of the magnitudes of the terms that formed it: the quantity
 // rounding errors are proportional to (Higham's gamma_n * sum |x_i|), which
-// the oracle's 16-bit tolerance is built on (oracle/compare.c).
+// the oracle's 16-bit tolerance is built on (oracle/compare_model.c).
 #ifdef FC_MAGNITUDE
 #define MAG(x) fabsf(x)
 #else

@@ -6,7 +6,7 @@
 // embedding row's sum of |dy|, over every sample of the global batch.
 //
 // The oracle uses them as the scale of 16-bit rounding error per element
-// (oracle/compare.c): a gradient rounded to 16 bits on a rank, summed over
+// (oracle/compare_model.c): a gradient rounded to 16 bits on a rank, summed over
 // ranks and micro-batches in any order, or computed from 16-bit activations
 // differs from the exact sum by a multiple of the unit roundoff times this
 // magnitude, whatever the split, because every partial sum is bounded by it.

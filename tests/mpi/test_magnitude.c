@@ -1,5 +1,5 @@
 // tests/mpi/test_magnitude.c — the magnitude pass (reference/magnitude.c) and
-// the 16-bit judgement built on it (oracle/compare.c), on rank 0 (one process
+// the 16-bit judgement built on it (oracle/compare_model.c), on rank 0 (one process
 // is all the pass runs as; the other ranks only take part in the verdict).
 //
 //  1. Exact: one sample through mlp-tiny, so the last layer's bias gradient

@@ -1,0 +1,178 @@
+// oracle/compare_model.c — the 16-bit rounding model: what each gradient,
+// gradient norm and momentum element may differ by, from the magnitudes of the
+// terms that formed it (reference/magnitude.c), and how a whole tensor is
+// judged under that noise (its projection on A). The constants and their
+// measurements are here, once.
+#include "compare.h"
+#include "compare_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ---------------------------------------------------------------------------
+// 16-bit comparisons: each element by what the arithmetic can do to it
+//
+// In lockstep both sides start a step from the same state, so a gradient
+// element differs only by the rounding its own computation went through. Every
+// 16-bit rounding of a partial sum of that element (a rank's gradient produced
+// in param_dtype, a reduction's cast, divide and adds in reduce_dtype, a
+// micro-batch's accumulation) moves it by at most u times the partial sum,
+// and every partial sum is bounded by mag, the sum of the magnitudes of the
+// terms that formed the element (a weight's |x|^T |dy|, a bias's sum of |dy|:
+// the magnitude pass, reference/magnitude.c, run from the same state on the
+// same batch). With n roundings on the two sides together (roundings()),
+// Higham's bound gamma_n sum |x_i| gives, per element,
+//     |a - b| <= n u mag + C_ACT_SCALE s u scale_A   (+ fp32's row at the tensor's scale)
+// u = 2^-8 (bf16) or 2^-11 (fp16), the unit roundoff. A side with 16-bit
+// parameters computes its activations in 16 bits too (s of them: 0 to 2), so
+// its dy carries errors the element's own terms do not count: C_ACT more
+// roundings per layer above (the input gradient crossed them), and an error
+// relative to the whole tensor (scale_A = max |A| of the tensor, A's alone).
+// Measured (2026-11-24, largest |a - b| over the bound without the margin):
+//   reference W=2 vs W=4, gpt2-tiny, bf16/fp32, steps 0-1 (n u mag alone)   0.039 of it
+//   PyTorch FSDP2 vs reference, gpt2-tiny (2 layers), bf16/fp32, 3 steps:
+//     error 2.54 u mag (grad.transformer.h.1.ln_1.bias)              -> C_ACT 2: n = 10, 3.9x margin
+//   PyTorch FSDP2 vs reference, gpt2-124m (12 layers), bf16/fp32, 3 steps:
+//     error 13.6 u mag (grad.transformer.h.2.ln_1.bias, step 1)      -> C_ACT 2: n = 50, 3.7x margin
+//     embedding rows: 3 bf16 ULPs of 0.03 = 2.65 u scale where the element's
+//     own terms are 1000x smaller (the input gradient at the bottom of 12
+//     bf16 layers)                                                   -> C_ACT_SCALE 3 per side: 2.3x margin
+#define C_ACT 2
+#define C_ACT_SCALE 3
+// Momentum states carry their gradient's allowance through the update
+// (exp_avg: (1 - beta1) coef allow; exp_avg_sq: (1 - beta2) coef^2 (2|g| + allow) allow),
+// the gradient norm the norm of the allowances.
+//
+// The whole tensor: rounding errors are independent across elements and of
+// either sign, so their projection on A, <B - A, A>, is a sum of independent
+// terms each within allow_i |a_i|: by Hoeffding's inequality it exceeds
+// K_PROJ sqrt(sum (allow_i a_i)^2) with probability below 2 exp(-K_PROJ^2 / 2)
+// (K_PROJ = 6: 3e-8). From PROJ_EMPIRICAL_N elements on, the noise is
+// measured instead, from the residual r = (B - A) - delta A (delta the
+// projection's coefficient): sum (r_i a_i)^2, when smaller (a t-test at 6
+// sigma). What is not independent is a scalar an implementation rounds once
+// and applies to every element (1/W, a loss scale, in 16 bits: up to u/2 of
+// relative error each): PROJ_FLOOR u of <A, A> allows two. A tensor scaled by
+// (1 + delta) moves the projection by delta <A, A>: the whole-tensor
+// sensitivity is PROJ_FLOOR u plus the noise term.
+#define K_PROJ 6.0
+#define PROJ_EMPIRICAL_N 256
+#define PROJ_FLOOR 1.0
+
+// The unit roundoff of a precision: 2^-8 (bf16, 8 significant bits), 2^-11 (fp16).
+double fc_cmp_unit_roundoff(fc_prec p) { return p == FC_PREC_BF16 ? 0x1p-8 : p == FC_PREC_FP16 ? 0x1p-11 : 0x1p-24; }
+
+// The 16-bit roundings one side's gradient element goes through, each of a
+// partial sum bounded by its magnitude: per micro-batch, the gradient produced
+// in param_dtype, and in reduce_dtype the cast, the pre-divide, the W - 1
+// adds of the reduction and the post-divide (W + 2); with 16-bit parameters
+// also C_ACT per layer for the activations such a side computes in 16 bits:
+// the input gradient a layer receives has crossed every layer above it. At least 1.
+static int roundings(const fc_run_config *c, int W) {
+    int K = c->grad_accum > 0 ? c->grad_accum : 1, n = 0;
+    int depth = c->model.kind == FC_MODEL_GPT2 ? c->model.n_layer : c->model.n_layers;  // layers dy crosses
+    if (c->param_dtype != FC_PREC_FP32) n += K + C_ACT * depth;
+    if (c->reduce_dtype != FC_PREC_FP32) n += K * (W + 2);
+    return n > 0 ? n : 1;
+}
+
+// Whether this step is judged by the 16-bit model: a 16-bit default policy,
+// the expected side's magnitudes known, and both sides starting from the same
+// parameters (in lockstep, or the first step from one init).
+int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    // from bit-identical parameters only: one fp32 ULP apart, a parameter can
+    // round to another 16-bit value, and every activation after it moves by u
+    return a->grad_mag && fc_cmp_policy_magnitudes(c->policy) && r->prev_diff == 0;
+}
+
+// n u: what one unit of magnitude may move a gradient element by.
+static double rounding_coef(const fc_cmp_ctx *c) {
+    const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
+    int aw = c->a_layout ? c->a_world : 1;
+    int n = roundings(al, aw) + roundings(c->layout, c->world);
+    return n * fc_cmp_unit_roundoff(c->policy->prec);
+}
+
+// The 16-bit model's allowance of each gradient element, n u mag + C_ACT_SCALE
+// s u scale_A (the constants above); NULL when the step is not judged by it.
+double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    if (!r->magnitudes) return NULL;
+    size_t n = c->m->numel;
+    double k = rounding_coef(c), *allow = mallocCheck(n * sizeof(double));
+    // sides that compute in 16 bits: the input gradients they propagate carry
+    // errors relative to the tensor, not to the element's own terms
+    const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
+    int sides16 = (al->param_dtype != FC_PREC_FP32) + (c->layout->param_dtype != FC_PREC_FP32);
+    double floor_coef = C_ACT_SCALE * sides16 * fc_cmp_unit_roundoff(c->policy->prec);
+    for (int p = 0; p < c->m->n_params; p++) {
+        const fc_param *q = &c->m->params[p];
+        double scale = 0;  // A's: B's own values must not widen what B is allowed
+        for (size_t i = q->offset; i < q->offset + q->numel; i++)
+            if (isfinite(a->grads[i])) scale = fc_dmax(scale, fabs((double)a->grads[i]));
+        for (size_t i = q->offset; i < q->offset + q->numel; i++)
+            allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale;
+    }
+    return allow;
+}
+
+// What a momentum state may differ by when its gradient may differ by
+// allow_g: the state's update carries it (and each side clips by its own
+// norm: the coefficients' difference times |g|). NULL for other states.
+double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b,
+                               const char *state, const double *allow_g) {
+    const fc_optim_config *o = c->optim;
+    if (!allow_g || !o || !a->grads) return NULL;
+    int sq = 0;
+    double w;
+    if (o->kind == FC_OPT_ADAMW && !strcmp(state, "exp_avg")) w = 1.0 - o->beta1;
+    else if (o->kind == FC_OPT_ADAMW && !strcmp(state, "exp_avg_sq")) w = 1.0 - o->beta2, sq = 1;
+    else if (o->kind == FC_OPT_SGD && !strcmp(state, "momentum_buffer")) w = 1.0 - o->dampening;
+    else return NULL;
+    double ca = fc_cmp_clip_coef(c, a), dc = fabs(ca - fc_cmp_clip_coef(c, b));
+    size_t n = c->m->numel;
+    double *allow = mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) {
+        double g = fabs((double)a->grads[i]), dg = ca * allow_g[i] + dc * g;
+        allow[i] = sq ? w * (2 * ca * g + dg) * dg : w * dg;  // v: (1 - beta2) ((g + dg)^2 - g^2)
+    }
+    return allow;
+}
+
+// The gradient norm's allowance: |norm(A) - norm(B)| <= norm(A - B) <= norm(allow).
+double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const double *allow_g) {
+    if (!allow_g) return 0;
+    fc_norm_type t = c->layout ? c->layout->norm_type : FC_NORM_2;
+    double acc = 0;
+    for (size_t i = 0; i < c->m->numel; i++)
+        acc = t == FC_NORM_INF ? fc_dmax(acc, allow_g[i]) : t == FC_NORM_1 ? acc + allow_g[i] : acc + allow_g[i] * allow_g[i];
+    return t == FC_NORM_2 ? sqrt(acc) : acc;
+}
+
+// What the projection of a whole tensor's difference on A, |<B - A, A>|, may
+// reach under rounding noise (the constants above): proj = <B - A, A>, noise
+// = sum (allow_i a_i)^2, aa = <A, A>; ntol is the row's own.
+double fc_cmp_projection_allowed(const fc_cmp_policy *p, double ntol, const float *a, const float *b, size_t n,
+                                 double proj, double noise, double aa) {
+    if (n >= PROJ_EMPIRICAL_N && aa > 0) {
+        // enough elements to measure the noise itself: the residual after
+        // the projection, r = (B - A) - delta A, delta = <B - A, A> / <A, A>
+        double delta = proj / aa, emp = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!isfinite(a[i]) || !isfinite(b[i])) continue;
+            double ri = ((double)b[i] - (double)a[i]) - delta * (double)a[i];
+            emp += (ri * a[i]) * (ri * a[i]);
+        }
+        noise = fc_dmax(0, emp < noise ? emp : noise);
+    }
+    return K_PROJ * sqrt(noise) + (PROJ_FLOOR * fc_cmp_unit_roundoff(p->prec) + ntol) * aa;
+}
+
+void fc_cmp_print_model(FILE *f, const fc_cmp_policy *p) {
+    if (!fc_cmp_policy_magnitudes(p)) return;
+    fprintf(f, "  %s, steps both sides start from equal parameters: grad, norm and optim per element within fp32's "
+               "row + n u mag + %d s u max|A| (mag: the magnitude pass; n: the 16-bit roundings of both sides; "
+               "s: sides computing in 16 bits), the whole tensor by its projection on A; the %s rows below "
+               "judge only the rest (--trajectory, or other starts)\n",
+            fc_prec_name(p->prec), C_ACT_SCALE, fc_prec_name(p->prec));
+}

@@ -1,0 +1,48 @@
+// oracle/compare_model.h — private to the comparison engine's files
+// (compare*.c): what the engine asks of the 16-bit model (compare_model.c)
+// and of the optimizer's explanations (compare_optim.c). The public interface
+// is compare.h.
+#ifndef FC_COMPARE_MODEL_H
+#define FC_COMPARE_MODEL_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "compare.h"
+
+static inline double fc_dmax(double a, double b) { return a > b ? a : b; }
+
+// --- the 16-bit model (compare_model.c) ---
+
+// The unit roundoff of a precision: 2^-8 (bf16), 2^-11 (fp16), 2^-24 (fp32).
+double fc_cmp_unit_roundoff(fc_prec p);
+// Whether this step is judged by the model (a 16-bit default policy, A's
+// magnitudes known, both sides starting from bit-identical parameters).
+int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
+// Per element of the flat parameter vector [numel]: what rounding may move a
+// gradient element by; NULL when the step is not judged by the model. Owned by the caller.
+double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
+// [numel]: the same carried into a momentum state (exp_avg, exp_avg_sq,
+// momentum_buffer); NULL for other states or without allow_g.
+double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b,
+                               const char *state, const double *allow_g);
+// The gradient norm's allowance: the norm of allow_g (0 without it).
+double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const double *allow_g);
+// What |<B - A, A>| may reach for a tensor of n elements under rounding noise
+// (proj = <B - A, A>, noise = sum (allow_i a_i)^2, aa = <A, A>).
+double fc_cmp_projection_allowed(const fc_cmp_policy *p, double ntol, const float *a, const float *b, size_t n,
+                                 double proj, double noise, double aa);
+// The policy line that states the model (nothing when it does not apply).
+void fc_cmp_print_model(FILE *f, const fc_cmp_policy *p);
+
+// --- what the optimizer explains (compare_optim.c) ---
+
+// [numel]: what each parameter element may differ by from the two sides'
+// optimizer inputs; NULL when they are not all there.
+double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b);
+// The clip coefficient a side applied to its gradient (1 without clipping).
+double fc_cmp_clip_coef(const fc_cmp_ctx *c, const fc_trace_step *s);
+// [numel]: the magnitude of the two terms a momentum state sums; NULL for other states.
+double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const char *state);
+
+#endif

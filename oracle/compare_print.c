@@ -1,0 +1,94 @@
+// oracle/compare_print.c — the comparison's printed form: the rows table and
+// the first divergence with its owner.
+#include "compare.h"
+#include "compare_model.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *fc_cmp_fmt_err(double x, char *buf, size_t cap) {
+    if (isinf(x)) snprintf(buf, cap, "inf");
+    else if (x == 0) snprintf(buf, cap, "0");
+    else snprintf(buf, cap, "%.3g", x);
+    return buf;
+}
+
+void fc_cmp_fmt_tol(const fc_tol *t, char *buf, size_t cap) {
+    if (t->exact) snprintf(buf, cap, "exact");
+    else if (t->atol > 0) snprintf(buf, cap, "rtol %g ntol %g atol %g", t->rtol, t->ntol, t->atol);
+    else if (t->ntol > 0) snprintf(buf, cap, "rtol %g ntol %g", t->rtol, t->ntol);
+    else snprintf(buf, cap, "rtol %g", t->rtol);
+    size_t n = strlen(buf);
+    // a diverged row grows with the previous parameters' relative difference
+    if (!t->exact && t->kappa > 0 && n < cap) snprintf(buf + n, cap - n, ", each + %g x prev dP", t->kappa);
+}
+
+void fc_cmp_print_header(FILE *f) {
+    fprintf(f, "%6s  %-4s  %8s  %-5s  %7s  %11s  %12s  %11s  %11s  %8s  %s\n", "step", "row", "prev dP", "kind",
+            "tensors", "max abs err", "max err/scale", "ULP@scale", "norm ratio", "of tol", "result");
+}
+
+void fc_cmp_print_rows(FILE *f, const fc_cmp_result *r) {
+    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
+        const fc_cmp_kind_stats *s = &r->kinds[k];
+        if (s->n_tensors == 0) continue;
+        char a[32], b[32], u[32], n[32], h[32], pd[32];
+        fprintf(f, "%6ld  %-4s  %8s  %-5s  %7d  %11s  %12s  %11s  %11s  %8s  ", r->step, r->lockstep ? "lock" : "div",
+                r->prev_diff < 0 ? "?" : fc_cmp_fmt_err(r->prev_diff, pd, sizeof pd), fc_cmp_kind_name((fc_cmp_kind)k), s->n_tensors,
+                fc_cmp_fmt_err(s->max_abs, a, sizeof a), fc_cmp_fmt_err(s->max_scaled, b, sizeof b),
+                fc_cmp_fmt_err(s->max_ulp, u, sizeof u), fc_cmp_fmt_err(s->norm_ratio, n, sizeof n),
+                k == FC_CMP_BATCH ? "-" : fc_cmp_fmt_err(s->headroom, h, sizeof h));
+        if (s->n_failed) fprintf(f, "FAIL (%d of %d tensors)\n", s->n_failed, s->n_tensors);
+        else fprintf(f, "pass\n");
+    }
+}
+
+static void format_value(const fc_cmp_divergence *d, double v, uint32_t bits, char *buf, size_t cap) {
+    if (!d->is_float) snprintf(buf, cap, "%.0f", v);
+    else if (d->is_float == 2) snprintf(buf, cap, "%.17g", v);  // a double: 17 digits tell any two apart
+    else if (isnan(v)) snprintf(buf, cap, "%snan (0x%08x)", signbit(v) ? "-" : "", bits);
+    else snprintf(buf, cap, "%.9g (0x%08x)", v, bits);  // 9 digits tell every pair of floats apart
+}
+
+static void format_index(const fc_cmp_divergence *d, char *buf, size_t cap) {
+    if (d->ndim == 2)
+        snprintf(buf, cap, "element %lld [%lld, %lld] of shape [%lld, %lld]", d->index, d->multi[0], d->multi[1],
+                 d->shape[0], d->shape[1]);
+    else if (d->ndim == 1)
+        snprintf(buf, cap, "element %lld [%lld] of shape [%lld]", d->index, d->multi[0], d->shape[0]);
+    else
+        snprintf(buf, cap, "the scalar");
+}
+
+void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d) {
+    if (!d->found) return;
+    if (d->index < 0) {
+        fprintf(f, "first divergence: step %ld, %s: %s\n", d->step, d->tensor, d->note);
+        return;
+    }
+    char idx[160], va[64], vb[64], ae[32], sc[32], se[32], u[32], al[32], ex[32], nr[32], tol[64];
+    format_index(d, idx, sizeof idx);
+    format_value(d, d->a, d->a_bits, va, sizeof va);
+    format_value(d, d->b, d->b_bits, vb, sizeof vb);
+    fc_cmp_fmt_tol(&d->tol, tol, sizeof tol);
+    fprintf(f, "first divergence: step %ld, tensor %s, %s%s\n", d->step, d->tensor, idx,
+            d->whole_tensor ? " (its largest error: the tensor fails as a whole)" : "");
+    fprintf(f, "  A = %s\n  B = %s\n", va, vb);
+    if (d->tol.exact) {
+        fprintf(f, "  error: abs %s; allowed: exact\n", fc_cmp_fmt_err(d->abs_err, ae, sizeof ae));
+    } else {
+        fprintf(f, "  error: abs %s", fc_cmp_fmt_err(d->abs_err, ae, sizeof ae));
+        if (d->explained > 0)
+            fprintf(f, " (of which %s explains %s)", d->rounding ? "16-bit rounding of its terms" : "the optimizer",
+                    fc_cmp_fmt_err(d->explained, ex, sizeof ex));
+        fprintf(f, " = %s of the tensor's scale %s, %s ULP at that scale; allowed %s (%s)\n",
+                fc_cmp_fmt_err(d->scaled, se, sizeof se), fc_cmp_fmt_err(d->scale, sc, sizeof sc),
+                fc_cmp_fmt_err(d->ulp, u, sizeof u), fc_cmp_fmt_err(d->allowed, al, sizeof al), tol);
+        if (d->whole_tensor)
+            fprintf(f, "  whole tensor: %s = %s, allowed %.3g\n",
+                    d->projection ? "|<B - A, A>| / <A, A> (16-bit rounding: its projection on A)" : "||A - B|| / ||A||",
+                    fc_cmp_fmt_err(d->norm_ratio, nr, sizeof nr), d->norm_allowed);
+    }
+    fprintf(f, "  owner under B's layout: %s\n", d->owner_text);
+    if (d->note[0]) fprintf(f, "  note: %s\n", d->note);
+}
