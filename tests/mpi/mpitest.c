@@ -121,11 +121,27 @@ static int compare(int p, const char *what, const fc_run_config *cfg, int W, con
                    int same_compute, fc_props *v) {
     memset(v, 0, sizeof *v);
     int exact = bitwise == MT_BITWISE_ANY || (bitwise == MT_BITWISE_REF && mt_tested_is_ref());
-    fc_props_pair pair = {cfg, W, against, same_compute, NULL, 0};  // whole runs (trajectory)
+    // Against the local ground truth (the reference on this rank alone,
+    // mt_run_ref), every step after the first is judged in lockstep: the
+    // reference re-runs it from the tested run's own state after the step
+    // before (DESIGN §8), so a difference never hides behind a trajectory
+    // that has drifted. Bitwise claims, and tested runs against tested runs
+    // (collective on every rank), are judged whole.
+    fc_run_result lock;
+    memset(&lock, 0, sizeof lock);
+    int locked = !exact && n > 1 && against->strategy == FC_STRATEGY_LOCAL && tested->ok && expected->ok &&
+                 mt_rank() == 0;  // the tested run's tensors are on rank 0
+    if (locked) {
+        fc_run_config lc = *against;
+        lc.steps = n;
+        fc_runner_lockstep(fc_reference_impl(), &lc, MPI_COMM_SELF, tested, t0, expected->first_step + e0, &lock);
+    }
+    fc_props_pair pair = {cfg, W, against, same_compute, locked ? &lock : NULL, 0};
     int ok = fc_props_compare(v, p, &pair, tested, t0, expected, e0, n, exact, what);
+    fc_runner_free(&lock);
     if (g_verbose)
-        printf("  P%-2d %-60.60s %s: max err/scale %.3g, %.3g ULP at scale, %.3g of tolerance\n", p, what,
-               exact ? "bitwise" : "policy", v->max_scaled[p], v->max_ulp[p], v->headroom[p]);
+        printf("  P%-2d %-60.60s %s%s: max err/scale %.3g, %.3g ULP at scale, %.3g of tolerance\n", p, what,
+               exact ? "bitwise" : "policy", locked ? " (lockstep)" : "", v->max_scaled[p], v->max_ulp[p], v->headroom[p]);
     return ok;
 }
 
