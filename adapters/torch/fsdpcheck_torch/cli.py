@@ -152,7 +152,9 @@ def cmd_run(argv):
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(args0.backend, timeout=datetime.timedelta(seconds=300))
     from .engine import Run
-    rc = 0
+    from .teardown import shutdown
+
+    rc, finished = 0, False
     try:
         for args, cfg, ref in parsed:
             if jobs is None:
@@ -171,8 +173,9 @@ def cmd_run(argv):
             import gc
             gc.collect()
             dist.barrier()
+        finished = True
     finally:
-        dist.destroy_process_group()
+        shutdown(meet=finished)
     return rc
 
 

@@ -75,7 +75,15 @@ def cmd_trainer(argv):
         if rank == 0:
             print(f"fsdpcheck-torch: {e}", file=sys.stderr)
         return 2
-    return train(opts, cfg, ref, extras, fsdp, argv)
+    from .teardown import shutdown
+
+    try:
+        rc = train(opts, cfg, ref, extras, fsdp, argv)
+    except BaseException:
+        shutdown(meet=False)  # the other ranks may never get here
+        raise
+    shutdown(meet=True)  # Accelerate never destroys the group it made
+    return rc
 
 
 def _fsdp_config_for_trainer(argv):
