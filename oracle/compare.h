@@ -233,7 +233,18 @@ typedef struct {
     const fc_optim_config *optim; // the optimizer of both runs; NULL: parameters get no optimizer allowance
     const fc_run_config *a_layout;// A's config and world size, for the 16-bit roundings A's side made
     int a_world;                  // (NULL: B's config at W = 1, what `compare` re-runs)
+    // 1: that side computes its activations and input gradients in fp32 and
+    // rounds only the parameters it gathers and the gradients it produces
+    // (the built-in reference, reference/fsdp.c: fc_cmp_impl_act32); 0: in
+    // param_dtype, as PyTorch's mixed precision does, and as is assumed of
+    // any implementation that is not the reference.
+    int a_act32, b_act32;
 } fc_cmp_ctx;
+
+// Whether the implementation a config or trace names ("implementation",
+// cfg->impl) computes its activations in fp32 under 16-bit parameters: the
+// built-in reference (and its fault catalogue) does.
+int fc_cmp_impl_act32(const char *impl);
 
 void fc_cmp_result_init(fc_cmp_result *r, long step);
 void fc_cmp_result_free(fc_cmp_result *r);

@@ -314,7 +314,8 @@ int fc_cmd_compare(int argc, char **argv) {
             b_has_prev_state = side == 1;
         }
     }
-    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, ta.world_size};
+    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, ta.world_size,
+                      fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl)};
     // 16 bits in lockstep: each step's gradient magnitudes, from the state it starts from (compare.h)
     fc_rerun mag;
     memset(&mag, 0, sizeof mag);
@@ -347,6 +348,7 @@ int fc_cmd_compare(int argc, char **argv) {
             sa.batch = rd[0].s.batch;  // the recorded batch: the data must still be A's, exactly
         }
         ctx.a_world = lock && b_has_prev_state ? 1 : ta.world_size;  // the re-run is one process
+        ctx.a_act32 = (lock && b_has_prev_state) || fc_cmp_impl_act32(ta.impl);  // ... of the reference
         if (mag_buf) {
             // the magnitudes depend on the parameters and the batch; the state only travels along
             if (fc_magnitude_step(&mag, s, sa.prev_params, (const float *const *)sa.state, mag_buf, &e))

@@ -5,6 +5,7 @@
 // measurements are here, once.
 #include "compare.h"
 #include "compare_model.h"
+#include "layout.h"  // fc_divide_factors
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,23 +24,29 @@
 // the magnitude pass, reference/magnitude.c, run from the same state on the
 // same batch). With n roundings on the two sides together (roundings()),
 // Higham's bound gamma_n sum |x_i| gives, per element,
-//     |a - b| <= n u mag + C_ACT_SCALE s u scale_A   (+ fp32's row at the tensor's scale)
-// u = 2^-8 (bf16) or 2^-11 (fp16), the unit roundoff. A side with 16-bit
-// parameters computes its activations in 16 bits too (s of them: 0 to 2), so
-// its dy carries errors the element's own terms do not count: C_ACT more
-// roundings per layer above (the input gradient crossed them), and an error
-// relative to the whole tensor (scale_A = max |A| of the tensor, A's alone).
-// Measured (2026-11-24, largest |a - b| over the bound without the margin):
+//     |a - b| <= n u mag + C_ACT_SCALE s u scale_A + eta   (+ fp32's row at the tensor's scale)
+// u = 2^-8 (bf16) or 2^-11 (fp16), the unit roundoff; eta what underflows
+// into subnormals may add (underflow()). A side with 16-bit
+// parameters that computes its activations in 16 bits too (PyTorch's mixed
+// precision; s of them: 0 to 2) has a dy that carries errors the element's
+// own terms do not count: C_ACT more roundings per layer above (the input
+// gradient crossed them), and an error relative to the whole tensor (scale_A
+// = max |A| of the tensor, A's alone). The reference computes its activations
+// in fp32 from the 16-bit parameters it gathers (fc_cmp_ctx.a_act32,
+// b_act32): it adds neither.
+// Measured (2026-11-24, largest |a - b| over the bound without the margin;
+// PyTorch's side is the only one with 16-bit activations, the reference's
+// rounds once, K = 1):
 //   reference W=2 vs W=4, gpt2-tiny, bf16/fp32, steps 0-1 (n u mag alone)   0.039 of it
 //   PyTorch FSDP2 vs reference, gpt2-tiny (2 layers), bf16/fp32, 3 steps:
-//     error 2.54 u mag (grad.transformer.h.1.ln_1.bias)              -> C_ACT 2: n = 10, 3.9x margin
+//     error 2.54 u mag (grad.transformer.h.1.ln_1.bias)              -> C_ACT 4: n = 1 + 9, 3.9x margin
 //   PyTorch FSDP2 vs reference, gpt2-124m (12 layers), bf16/fp32, 3 steps:
-//     error 13.6 u mag (grad.transformer.h.2.ln_1.bias, step 1)      -> C_ACT 2: n = 50, 3.7x margin
+//     error 13.6 u mag (grad.transformer.h.2.ln_1.bias, step 1)      -> C_ACT 4: n = 1 + 49, 3.7x margin
 //     embedding rows: 3 bf16 ULPs of 0.03 = 2.65 u scale where the element's
 //     own terms are 1000x smaller (the input gradient at the bottom of 12
-//     bf16 layers)                                                   -> C_ACT_SCALE 3 per side: 2.3x margin
-#define C_ACT 2
-#define C_ACT_SCALE 3
+//     bf16 layers)                                                   -> C_ACT_SCALE 6 per side: 2.3x margin
+#define C_ACT 4
+#define C_ACT_SCALE 6
 // Momentum states carry their gradient's allowance through the update
 // (exp_avg: (1 - beta1) coef allow; exp_avg_sq: (1 - beta2) coef^2 (2|g| + allow) allow),
 // the gradient norm the norm of the allowances.
@@ -63,17 +70,52 @@
 // The unit roundoff of a precision: 2^-8 (bf16, 8 significant bits), 2^-11 (fp16).
 double fc_cmp_unit_roundoff(fc_prec p) { return p == FC_PREC_BF16 ? 0x1p-8 : p == FC_PREC_FP16 ? 0x1p-11 : 0x1p-24; }
 
+// Whether dividing by f can round relative to the quotient: a power of two
+// divides exactly, but for underflow (underflow()).
+static int inexact_divide(double f) {
+    int e;
+    return frexp(f, &e) != 0.5;
+}
+
+// Below the smallest normal a rounding errs by up to half the subnormal
+// spacing, whatever the magnitudes: fp16 2^-25 (its smallest normal is 6.1e-5,
+// and gradients of 1e-6 are common), bf16 2^-134 (fp32's range).
+static double half_subnormal(fc_prec p) { return p == FC_PREC_FP16 ? 0x1p-25 : p == FC_PREC_BF16 ? 0x1p-134 : 0; }
+
+// The absolute error one side's underflows may add to a gradient element:
+// per micro-batch, the gradient produced in param_dtype, and in reduce_dtype
+// the cast and each divide by a factor other than 1 (power of two or not;
+// additions of subnormals are exact). Measured (2026-11-25, sweep seed
+// 20261125 case 964, fp16/fp16, W=3 against W=2): an element of -2.7e-6
+// three subnormal spacings apart.
+static double underflow(const fc_run_config *c, int W) {
+    int K = c->grad_accum > 0 ? c->grad_accum : 1;
+    double eta = K * half_subnormal(c->param_dtype);
+    if (c->reduce_dtype != FC_PREC_FP32) {
+        double pre, post;
+        fc_divide_factors(c->divide, W, &pre, &post);
+        eta += K * ((c->param_dtype != c->reduce_dtype) + (pre != 1) + (post != 1)) * half_subnormal(c->reduce_dtype);
+    }
+    return eta;
+}
+
 // The 16-bit roundings one side's gradient element goes through, each of a
 // partial sum bounded by its magnitude: per micro-batch, the gradient produced
-// in param_dtype, and in reduce_dtype the cast, the pre-divide, the W - 1
-// adds of the reduction and the post-divide (W + 2); with 16-bit parameters
-// also C_ACT per layer for the activations such a side computes in 16 bits:
-// the input gradient a layer receives has crossed every layer above it. At least 1.
-static int roundings(const fc_run_config *c, int W) {
+// in param_dtype, and in reduce_dtype the cast (when the gradient was produced
+// in another dtype), the pre-divide and the post-divide (when their factor is
+// not a power of two: fc_divide_factors), and the W - 1 adds of the
+// reduction; with 16-bit parameters also C_ACT per layer when the side
+// computes its activations in 16 bits (act16): the input gradient a layer
+// receives has crossed every layer above it. At least 1.
+static int roundings(const fc_run_config *c, int W, int act16) {
     int K = c->grad_accum > 0 ? c->grad_accum : 1, n = 0;
     int depth = c->model.kind == FC_MODEL_GPT2 ? c->model.n_layer : c->model.n_layers;  // layers dy crosses
-    if (c->param_dtype != FC_PREC_FP32) n += K + C_ACT * depth;
-    if (c->reduce_dtype != FC_PREC_FP32) n += K * (W + 2);
+    if (c->param_dtype != FC_PREC_FP32) n += K + (act16 ? C_ACT * depth : 0);
+    if (c->reduce_dtype != FC_PREC_FP32) {
+        double pre, post;
+        fc_divide_factors(c->divide, W, &pre, &post);
+        n += K * ((W - 1) + (c->param_dtype != c->reduce_dtype) + inexact_divide(pre) + inexact_divide(post));
+    }
     return n > 0 ? n : 1;
 }
 
@@ -86,16 +128,19 @@ int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_
     return a->grad_mag && fc_cmp_policy_magnitudes(c->policy) && r->prev_diff == 0;
 }
 
+int fc_cmp_impl_act32(const char *impl) { return impl && !strcmp(impl, "reference"); }
+
 // n u: what one unit of magnitude may move a gradient element by.
 static double rounding_coef(const fc_cmp_ctx *c) {
     const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
     int aw = c->a_layout ? c->a_world : 1;
-    int n = roundings(al, aw) + roundings(c->layout, c->world);
+    int n = roundings(al, aw, !c->a_act32) + roundings(c->layout, c->world, !c->b_act32);
     return n * fc_cmp_unit_roundoff(c->policy->prec);
 }
 
 // The 16-bit model's allowance of each gradient element, n u mag + C_ACT_SCALE
-// s u scale_A (the constants above); NULL when the step is not judged by it.
+// s u scale_A + the underflows (the constants above); NULL when the step is
+// not judged by it.
 double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
     if (!r->magnitudes) return NULL;
     size_t n = c->m->numel;
@@ -103,15 +148,16 @@ double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const
     // sides that compute in 16 bits: the input gradients they propagate carry
     // errors relative to the tensor, not to the element's own terms
     const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
-    int sides16 = (al->param_dtype != FC_PREC_FP32) + (c->layout->param_dtype != FC_PREC_FP32);
+    int sides16 = (al->param_dtype != FC_PREC_FP32 && !c->a_act32) + (c->layout->param_dtype != FC_PREC_FP32 && !c->b_act32);
     double floor_coef = C_ACT_SCALE * sides16 * fc_cmp_unit_roundoff(c->policy->prec);
+    double eta = underflow(al, c->a_layout ? c->a_world : 1) + underflow(c->layout, c->world);
     for (int p = 0; p < c->m->n_params; p++) {
         const fc_param *q = &c->m->params[p];
         double scale = 0;  // A's: B's own values must not widen what B is allowed
         for (size_t i = q->offset; i < q->offset + q->numel; i++)
             if (isfinite(a->grads[i])) scale = fc_dmax(scale, fabs((double)a->grads[i]));
         for (size_t i = q->offset; i < q->offset + q->numel; i++)
-            allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale;
+            allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale + eta;
     }
     return allow;
 }
@@ -172,7 +218,7 @@ void fc_cmp_print_model(FILE *f, const fc_cmp_policy *p) {
     if (!fc_cmp_policy_magnitudes(p)) return;
     fprintf(f, "  %s, steps both sides start from equal parameters: grad, norm and optim per element within fp32's "
                "row + n u mag + %d s u max|A| (mag: the magnitude pass; n: the 16-bit roundings of both sides; "
-               "s: sides computing in 16 bits), the whole tensor by its projection on A; the %s rows below "
+               "s: sides computing activations in 16 bits, PyTorch's mixed precision; not the reference), the whole tensor by its projection on A; the %s rows below "
                "judge only the rest (--trajectory, or other starts)\n",
             fc_prec_name(p->prec), C_ACT_SCALE, fc_prec_name(p->prec));
 }

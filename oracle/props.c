@@ -72,7 +72,7 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
     else fc_cmp_policy_defaults(&pol, fc_cmp_precision(pair->cfg, pair->against));
     if (bitwise) fc_cmp_policy_bitwise(&pol);
     fc_cmp_ctx ctx = {&m, &pol, pair->cfg, pair->W, &pair->against->optim, pair->against,
-                      pair->against_W > 0 ? pair->against_W : pair->W};
+                      pair->against_W > 0 ? pair->against_W : pair->W, expected->act32, tested->act32};
     int ok = 1;
     // 16 bits: each step's gradient magnitudes, from the state it starts from (compare.h)
     fc_rerun mag;
@@ -107,6 +107,7 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
         fc_trace_step a = pair->lock && k > 0 ? fc_run_trace_step(pair->lock, k) : fc_run_trace_step(expected, e0 + k);
         fc_trace_step b = fc_run_trace_step(tested, t0 + k);
         b.step = a.step;  // judged as the same step (a resumed run numbers its own)
+        ctx.a_act32 = pair->lock && k > 0 ? pair->lock->act32 : expected->act32;
         if (mag_buf) {
             fc_error e;
             // the magnitudes depend on the parameters and the batch; the state only travels along

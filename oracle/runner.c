@@ -76,6 +76,7 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     int rank;
     mpiCheck(MPI_Comm_rank(comm, &rank));
     ops = fc_impl_for(ops, cfg, &e);
+    r->act32 = fc_runner_act32(ops);
     fc_impl *im = ops ? ops->create(cfg, comm, &e) : NULL;
     if (!im) {
         snprintf(r->error, sizeof r->error, "create: %s", e.msg);
@@ -168,6 +169,8 @@ fc_trace_step fc_run_trace_step(const fc_run_result *r, int t) {
     }
     return ts;
 }
+
+int fc_runner_act32(const fc_impl_ops *ops) { return ops && (ops == fc_reference_impl() || ops == fc_reference_faults_impl()); }
 
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {
     run_how how = {0};

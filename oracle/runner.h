@@ -29,7 +29,12 @@ typedef struct {
     fc_run_step *step;                 // [steps]
     fc_comm_log log;                   // this rank's comm log
     fc_mem_stats mem;                  // this rank's memory figures
+    int act32;                         // the built-in reference ran: activations in fp32 (fc_cmp_ctx)
 } fc_run_result;
+
+// Whether ops is the built-in reference (or its fault catalogue), which
+// computes activations in fp32 under 16-bit parameters (fc_cmp_ctx.b_act32).
+int fc_runner_act32(const fc_impl_ops *ops);
 
 // Step t of a run as the comparison engine sees it (no batch, the norm known).
 fc_trace_step fc_run_trace_step(const fc_run_result *r, int t);

@@ -220,7 +220,8 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         sa.grad_mag = mag_buf;
     }
     fc_rerun_close(&rr);
-    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, lock ? 1 : ta.world_size};
+    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, lock ? 1 : ta.world_size,
+                      lock || fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl)};
     probe p = {&ctx, &sa, &sb};
     fc_cmp_result r;
     fc_cmp_result_init(&r, step);

@@ -29,14 +29,14 @@
 #include "sweep_internal.h"
 #include "theory.h"
 
-// Compares run t (tested, config cfg at W) with run b (config bcfg) under p.
+// Compares run t (tested, config cfg at W) with run b (config bcfg at bW) under p.
 // same_compute: both ran the same per-rank arithmetic (only the reduction
 // tree, prefetch or offload differs), so the reduce_dtype bounds the noise.
 // lock: NULL, or b's implementation in lockstep with t (run_expected).
-static int judge(fc_case_result *res, int p, const fc_run_config *cfg, int W, const fc_run_config *bcfg,
+static int judge(fc_case_result *res, int p, const fc_run_config *cfg, int W, const fc_run_config *bcfg, int bW,
                  const fc_run_result *t, int t0, const fc_run_result *b, int b0, const fc_run_result *lock, int n,
                  int bitwise, int same_compute, const char *against) {
-    fc_props_pair pair = {cfg, W, bcfg, same_compute, lock, 0};
+    fc_props_pair pair = {cfg, W, bcfg, same_compute, lock, bW};
     return fc_props_compare(&res->v, p, &pair, t, t0, b, b0, n, bitwise, against);
 }
 
@@ -196,7 +196,7 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
             snprintf(against, sizeof against, "uninterrupted (%s checkpoint at step %d, loaded at W=%d %s)",
                      k->sharded ? "sharded" : "full", k->at, k->W, fc_strategy_name(k->strategy));
             // the resumed run's steps 0.. are the uninterrupted run's steps at..
-            judge(res, 7, &lc, k->W, cfg, &r, 0, t, k->at, bitwise || lc.steps < 2 ? NULL : &lock, lc.steps, bitwise, 0,
+            judge(res, 7, &lc, k->W, cfg, W, &r, 0, t, k->at, bitwise || lc.steps < 2 ? NULL : &lock, lc.steps, bitwise, 0,
                   against);
         }
         fc_runner_free(&lock);
@@ -232,7 +232,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
         if (t.ok) {
             // P12: the same case again, bitwise (any implementation: DESIGN §8)
             fc_runner_run(x->tested, &tc, sub, &again);
-            if (is0) judge(res, 12, cfg, W, cfg, &again, 0, &t, 0, NULL, n, 1, 1, "itself");
+            if (is0) judge(res, 12, cfg, W, cfg, W, &again, 0, &t, 0, NULL, n, 1, 1, "itself");
             fc_runner_free(&again);
             int mixed = cfg->param_dtype != FC_PREC_FP32 || cfg->reduce_dtype != FC_PREC_FP32;
             int hybrid = fc_strategy_hybrid(cfg->strategy);
@@ -242,7 +242,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 fc_run_config lc = local_of(*cfg);
                 run_local_rank0(x, &lc, sub, &t, &e);
                 if (is0) {
-                    int ok = judge(res, 1, cfg, W, &lc, &t, 0, &e.run, 0, lock_of(&e), n, 0, 0, "local");
+                    int ok = judge(res, 1, cfg, W, &lc, 1, &t, 0, &e.run, 0, lock_of(&e), n, 0, 0, "local");
                     fc_model m;
                     fc_model_build(&m, &cfg->model);
                     int uneven = 0;
@@ -256,7 +256,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                         l1c.grad_accum = 1;
                         expected_run l1;
                         run_expected(x->ref, &l1c, MPI_COMM_SELF, &t, 0, &l1);
-                        judge(res, 6, cfg, W, &l1c, &t, 0, &l1.run, 0, lock_of(&l1), n, 0, 0, "local with K=1");
+                        judge(res, 6, cfg, W, &l1c, 1, &t, 0, &l1.run, 0, lock_of(&l1), n, 0, 0, "local with K=1");
                         free_expected(&l1);
                     }
                 }
@@ -272,7 +272,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 int same_tree = !hybrid || (cfg->shard_group && cfg->shard_group == W);
                 int bitwise = exact && same_tree;
                 run_expected(x->ref, &dc, sub, &t, bitwise, &e);
-                if (is0) judge(res, mixed ? 9 : 2, cfg, W, &dc, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "no_shard");
+                if (is0) judge(res, mixed ? 9 : 2, cfg, W, &dc, W, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "no_shard");
                 free_expected(&e);
             }
             // P3: hybrid against full_shard / shard_grad_op over the whole world
@@ -282,14 +282,14 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 fcfg.shard_group = 0;
                 int bitwise = exact && cfg->shard_group == W;
                 run_expected(x->ref, &fcfg, sub, &t, bitwise, &e);
-                if (is0) judge(res, 3, cfg, W, &fcfg, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "full_shard");
+                if (is0) judge(res, 3, cfg, W, &fcfg, W, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "full_shard");
                 free_expected(&e);
             }
             // P4: the same implementation without prefetch
             if (cfg->forward_prefetch || cfg->backward_prefetch != FC_PREFETCH_NONE) {
                 fc_run_config nc = no_prefetch(tc);
                 run_expected(x->tested, &nc, sub, &t, exact, &e);
-                if (is0) judge(res, 4, cfg, W, &nc, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no prefetch");
+                if (is0) judge(res, 4, cfg, W, &nc, W, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no prefetch");
                 free_expected(&e);
             }
             // P14: the same implementation without offload
@@ -297,7 +297,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 fc_run_config oc = tc;
                 oc.cpu_offload = 0;
                 run_expected(x->tested, &oc, sub, &t, exact, &e);
-                if (is0) judge(res, 14, cfg, W, &oc, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no offload");
+                if (is0) judge(res, 14, cfg, W, &oc, W, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no offload");
                 free_expected(&e);
             }
             // P10, P11: every rank's own log and memory against the theory

@@ -10,8 +10,10 @@
 //     the gradient itself).
 //  3. Judgement: under a bf16 policy with the magnitudes, a gradient element
 //     moved by a third of n u mag passes, one moved by 3x the whole per-element
-//     bound (README: n u mag + 3 s u max|A| + fp32's row) fails, and a tensor
-//     scaled by (1 + 4u) fails as a whole.
+//     bound (README: n u mag + 6 s u max|A| + fp32's row) fails, and a tensor
+//     scaled by (1 + 4u) fails as a whole; with both sides the reference
+//     (activations in fp32: no per-layer roundings, no floor), an element
+//     moved by twice that smaller bound fails where bf16 activations pass it.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,23 +90,31 @@ static void bound_and_judgement(void) {
     b16.param_dtype = FC_PREC_BF16;  // both sides bf16 params, fp32 reduce, W = 1
     fc_cmp_policy pol;
     fc_cmp_policy_defaults(&pol, fc_cmp_precision(&b16, &b16));
-    fc_cmp_ctx ctx = {&s.m, &pol, &b16, 1, &c.optim, &b16, 1};
-    int depth = c.model.n_layer, rounds = 2 * (1 + 2 * depth);  // README: per side K + 2 per layer
+    // both sides computing their activations in bf16 (PyTorch's mixed precision)
+    fc_cmp_ctx ctx = {&s.m, &pol, &b16, 1, &c.optim, &b16, 1, 0, 0};
+    int depth = c.model.n_layer, rounds = 2 * (1 + 4 * depth);  // README: per side K + 4 per layer
     double u = 0x1p-8;
     const fc_param *w = &s.m.params[0];  // wte
     size_t i = w->offset + w->numel / 3;
     double scale = 0;
     for (size_t j = w->offset; j < w->offset + w->numel; j++) scale = fmax(scale, fabs((double)s.grads[j]));
-    double mag_part = rounds * u * s.mag[i], bound = mag_part + 3 * 2 * u * scale + 3.6e-5 * scale;
+    double mag_part = rounds * u * s.mag[i], bound = mag_part + 6 * 2 * u * scale + 3.6e-5 * scale;
+    // both sides the reference (activations in fp32): one rounding per side,
+    // the gradient produced in bf16, and no activation floor
+    double bound32 = 2 * u * s.mag[i] + 3.6e-5 * scale;
     float *bg = mallocCheck(n * sizeof(float));
     struct {
         double delta;
-        int whole, expect_pass;
+        int whole, act32, expect_pass;
         const char *what;
-    } cases[] = {{mag_part / 3, 0, 1, "a third of n u mag"},
-                 {3 * bound, 0, 0, "3x the per-element bound"},
-                 {4 * u, 1, 0, "the whole tensor scaled by 1 + 4u"}};
-    for (int k = 0; k < 3; k++) {
+    } cases[] = {{mag_part / 3, 0, 0, 1, "a third of n u mag"},
+                 {3 * bound, 0, 0, 0, "3x the per-element bound"},
+                 {4 * u, 1, 0, 0, "the whole tensor scaled by 1 + 4u"},
+                 {bound32 / 2, 0, 1, 1, "act32: half the per-element bound"},
+                 {2 * bound32, 0, 1, 0, "act32: twice the per-element bound"},
+                 {2 * bound32, 0, 0, 1, "act16: act32's twice its bound, within bf16 activations' bound"}};
+    MT_CHECK(2 * bound32 < bound / 2, "the case needs bound32 %.3g well below bound %.3g", bound32, bound);
+    for (int k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
         memcpy(bg, s.grads, n * sizeof(float));
         if (cases[k].whole)
             for (size_t j = w->offset; j < w->offset + w->numel; j++) bg[j] = (float)(bg[j] * (1 + cases[k].delta));
@@ -113,6 +123,7 @@ static void bound_and_judgement(void) {
         fc_trace_step b = s.a;
         b.grads = bg;
         b.grad_mag = NULL;  // B's side never brings magnitudes: A's are the expected ones
+        ctx.a_act32 = ctx.b_act32 = cases[k].act32;
         fc_cmp_result r;
         fc_cmp_result_init(&r, 0);
         fc_compare_add(&ctx, &s.a, &b, FC_CMP_MASK(FC_CMP_GRAD), &r);

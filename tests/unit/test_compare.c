@@ -477,7 +477,7 @@ TestSuite(step, .init = step_setup, .fini = step_teardown);
 
 static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0};
     fc_cmp_result_free(&R);
     fc_cmp_result_init(&R, A.s.step);
     fc_compare_add(&c, &A.s, &B.s, kinds, &R);
@@ -485,7 +485,7 @@ static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
 
 static void compare_under(fc_strategy s, int world) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0};
     fc_cmp_result_free(&R);
     fc_compare_step(&c, &A.s, &B.s, &R);
 }
@@ -1119,7 +1119,7 @@ Test(step, parts_accumulate_into_one_result) {
     // `compare` reads a step a tensor set at a time: the same result as all at once
     *elem(&B, "param", "layers.2.bias", 1) += 1.0f;
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0};
     fc_cmp_result parts;
     fc_cmp_result_init(&parts, 3);
     fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(FC_CMP_BATCH) | FC_CMP_MASK(FC_CMP_LOSS), &parts);
