@@ -10,7 +10,7 @@
 //     the gradient itself).
 //  3. Judgement: under a bf16 policy with the magnitudes, a gradient element
 //     moved by a third of n u mag passes, one moved by 3x the whole per-element
-//     bound (README: n u mag + 6 s u max|A| + fp32's row) fails, and a tensor
+//     bound (README: n u mag + 0.5 L s u max|A| + fp32's row) fails, and a tensor
 //     scaled by (1 + 4u) fails as a whole; with both sides the reference
 //     (activations in fp32: no per-layer roundings, no floor), an element
 //     moved by twice that smaller bound fails where bf16 activations pass it.
@@ -98,7 +98,7 @@ static void bound_and_judgement(void) {
     size_t i = w->offset + w->numel / 3;
     double scale = 0;
     for (size_t j = w->offset; j < w->offset + w->numel; j++) scale = fmax(scale, fabs((double)s.grads[j]));
-    double mag_part = rounds * u * s.mag[i], bound = mag_part + 6 * 2 * u * scale + 3.6e-5 * scale;
+    double mag_part = rounds * u * s.mag[i], bound = mag_part + 0.5 * depth * 2 * u * scale + 3.6e-5 * scale;
     // both sides the reference (activations in fp32): one rounding per side,
     // the gradient produced in bf16, and no activation floor
     double bound32 = 2 * u * s.mag[i] + 3.6e-5 * scale;
