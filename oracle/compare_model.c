@@ -22,11 +22,11 @@
 // and every partial sum is bounded by mag, the sum of the magnitudes of the
 // terms that formed the element (a weight's |x|^T |dy|, a bias's sum of |dy|:
 // the magnitude pass, reference/magnitude.c, run from the same state on the
-// same batch). With n roundings on the two sides together (roundings()),
+// same batch). With n roundings on the two sides together (side_of()),
 // Higham's bound gamma_n sum |x_i| gives, per element,
 //     |a - b| <= n u mag + C_ACT_SCALE L s u scale_A + eta   (+ fp32's row at the tensor's scale)
 // u = 2^-8 (bf16) or 2^-11 (fp16), the unit roundoff; eta what underflows
-// into subnormals may add (underflow()). A side with 16-bit
+// into subnormals may add (side_of()). A side with 16-bit
 // parameters that computes its activations in 16 bits too (PyTorch's mixed
 // precision; s of them: 0 to 2) has a dy that carries errors the element's
 // own terms do not count: C_ACT more roundings per layer above (the input
@@ -75,7 +75,7 @@
 double fc_cmp_unit_roundoff(fc_prec p) { return p == FC_PREC_BF16 ? 0x1p-8 : p == FC_PREC_FP16 ? 0x1p-11 : 0x1p-24; }
 
 // Whether dividing by f can round relative to the quotient: a power of two
-// divides exactly, but for underflow (underflow()).
+// divides exactly, but for underflow (side_of()).
 static int inexact_divide(double f) {
     int e;
     return frexp(f, &e) != 0.5;
@@ -86,44 +86,54 @@ static int inexact_divide(double f) {
 // and gradients of 1e-6 are common), bf16 2^-134 (fp32's range).
 static double half_subnormal(fc_prec p) { return p == FC_PREC_FP16 ? 0x1p-25 : p == FC_PREC_BF16 ? 0x1p-134 : 0; }
 
-// The absolute error one side's underflows may add to a gradient element:
-// per micro-batch, the gradient produced in param_dtype, and in reduce_dtype
-// the cast and each divide by a factor other than 1 (power of two or not;
-// additions of subnormals are exact). Measured (2026-11-25, sweep seed
-// 20261125 case 964, fp16/fp16, W=3 against W=2): an element of -2.7e-6
-// three subnormal spacings apart.
-static double underflow(const fc_run_config *c, int W) {
-    int K = c->grad_accum > 0 ? c->grad_accum : 1;
-    double eta = K * half_subnormal(c->param_dtype);
-    if (c->reduce_dtype != FC_PREC_FP32) {
-        double pre, post;
-        fc_divide_factors(c->divide, W, &pre, &post);
-        eta += K * ((c->param_dtype != c->reduce_dtype) + (pre != 1) + (post != 1)) * half_subnormal(c->reduce_dtype);
-    }
-    return eta;
-}
-
-// The 16-bit roundings one side's gradient element goes through, each of a
-// partial sum bounded by its magnitude: per micro-batch, the gradient produced
-// in param_dtype, and in reduce_dtype the cast (when the gradient was produced
-// in another dtype), the pre-divide and the post-divide (when their factor is
-// not a power of two: fc_divide_factors), and the W - 1 adds of the
-// reduction; with 16-bit parameters also C_ACT per layer when the side
-// computes its activations in 16 bits (act16): the input gradient a layer
-// receives has crossed every layer above it. At least 1.
 // The layers the input gradient crosses on its way down.
 static int depth_of(const fc_run_config *c) { return c->model.kind == FC_MODEL_GPT2 ? c->model.n_layer : c->model.n_layers; }
 
-static int roundings(const fc_run_config *c, int W, int act16) {
-    int K = c->grad_accum > 0 ? c->grad_accum : 1, n = 0;
-    int depth = depth_of(c);
-    if (c->param_dtype != FC_PREC_FP32) n += K + (act16 ? C_ACT * depth : 0);
+// What one side's arithmetic may do to a gradient element.
+//  n: its 16-bit roundings, each of a partial sum bounded by the element's
+//     magnitude: per micro-batch, the gradient produced in param_dtype, and
+//     in reduce_dtype the cast (when the gradient was produced in another
+//     dtype), the pre-divide and the post-divide (when their factor is not a
+//     power of two: fc_divide_factors), and the W - 1 adds of the reduction;
+//     with 16-bit parameters also C_ACT per layer when the side computes its
+//     activations in 16 bits (act16): the input gradient a layer receives has
+//     crossed every layer above it.
+//  eta: the absolute error its underflows may add: per micro-batch, the
+//     gradient produced in param_dtype, and in reduce_dtype the cast and each
+//     divide by a factor other than 1 (power of two or not; additions of
+//     subnormals are exact). Measured (2026-11-25, sweep seed 20261125 case
+//     964, fp16/fp16, W=3 against W=2): an element of -2.7e-6 three subnormal
+//     spacings apart.
+//  act16: 1 when it has 16-bit parameters and computes its activations in 16
+//     bits (the C_ACT_SCALE term).
+typedef struct {
+    int n, act16;
+    double eta;
+} side_rounding;
+
+static side_rounding side_of(const fc_run_config *c, int W, int act16) {
+    int K = c->grad_accum > 0 ? c->grad_accum : 1;
+    side_rounding r = {0, c->param_dtype != FC_PREC_FP32 && act16, 0};
+    if (c->param_dtype != FC_PREC_FP32) r.n += K + (r.act16 ? C_ACT * depth_of(c) : 0);
+    r.eta += K * half_subnormal(c->param_dtype);
     if (c->reduce_dtype != FC_PREC_FP32) {
         double pre, post;
         fc_divide_factors(c->divide, W, &pre, &post);
-        n += K * ((W - 1) + (c->param_dtype != c->reduce_dtype) + inexact_divide(pre) + inexact_divide(post));
+        int cast = c->param_dtype != c->reduce_dtype;
+        r.n += K * ((W - 1) + cast + inexact_divide(pre) + inexact_divide(post));
+        r.eta += K * (cast + (pre != 1) + (post != 1)) * half_subnormal(c->reduce_dtype);
     }
-    return n > 0 ? n : 1;
+    return r;
+}
+
+// Both sides together: A's config and world (B's config at W = 1 when the
+// context has none, what `compare` re-runs), then B's; n at least 1.
+static side_rounding both_sides(const fc_cmp_ctx *c) {
+    const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
+    side_rounding a = side_of(al, c->a_layout ? c->a_world : 1, !c->a_act32);
+    side_rounding b = side_of(c->layout, c->world, !c->b_act32);
+    int n = a.n + b.n;
+    return (side_rounding){n > 0 ? n : 1, a.act16 + b.act16, a.eta + b.eta};
 }
 
 // Whether this step is judged by the 16-bit model: a 16-bit default policy,
@@ -137,34 +147,24 @@ int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_
 
 int fc_cmp_impl_act32(const char *impl) { return impl && !strcmp(impl, "reference"); }
 
-// n u: what one unit of magnitude may move a gradient element by.
-static double rounding_coef(const fc_cmp_ctx *c) {
-    const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
-    int aw = c->a_layout ? c->a_world : 1;
-    int n = roundings(al, aw, !c->a_act32) + roundings(c->layout, c->world, !c->b_act32);
-    return n * fc_cmp_unit_roundoff(c->policy->prec);
-}
-
 // The 16-bit model's allowance of each gradient element, n u mag + C_ACT_SCALE
 // L s u scale_A + the underflows (the constants above); NULL when the step is
 // not judged by it.
 double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
     if (!r->magnitudes) return NULL;
     size_t n = c->m->numel;
-    double k = rounding_coef(c), *allow = mallocCheck(n * sizeof(double));
+    side_rounding sr = both_sides(c);
+    double u = fc_cmp_unit_roundoff(c->policy->prec), k = sr.n * u, *allow = mallocCheck(n * sizeof(double));
     // sides that compute in 16 bits: the input gradients they propagate carry
     // errors relative to the tensor, not to the element's own terms
-    const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
-    int sides16 = (al->param_dtype != FC_PREC_FP32 && !c->a_act32) + (c->layout->param_dtype != FC_PREC_FP32 && !c->b_act32);
-    double floor_coef = C_ACT_SCALE * depth_of(c->layout) * sides16 * fc_cmp_unit_roundoff(c->policy->prec);
-    double eta = underflow(al, c->a_layout ? c->a_world : 1) + underflow(c->layout, c->world);
+    double floor_coef = C_ACT_SCALE * depth_of(c->layout) * sr.act16 * u;
     for (int p = 0; p < c->m->n_params; p++) {
         const fc_param *q = &c->m->params[p];
         double scale = 0;  // A's: B's own values must not widen what B is allowed
         for (size_t i = q->offset; i < q->offset + q->numel; i++)
             if (isfinite(a->grads[i])) scale = fc_dmax(scale, fabs((double)a->grads[i]));
         for (size_t i = q->offset; i < q->offset + q->numel; i++)
-            allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale + eta;
+            allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale + sr.eta;
     }
     return allow;
 }
