@@ -176,12 +176,10 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
         if (isfinite(b[i])) scale = fc_dmax(scale, fabs((double)b[i]));
         if (terms && isfinite(terms[i])) scale = fc_dmax(scale, terms[i]), norm_t += terms[i] * terms[i];
     }
-    double aa = norm_a;  // <A, A>
     norm_a = fc_dmax(norm_a, norm_t);
     int scalar = w->ndim == 0;
     t->scale = scale;
     double allowed = tol->atol + tol->rtol * scale, ulp = fc_ulp_at(scale), norm_e = 0;
-    double proj = 0, noise = 0;  // <B - A, A> and sum (allow_i a_i)^2
     size_t first_bad = SIZE_MAX;
     double first_excess = 0;
     for (size_t i = 0; i < n; i++) {
@@ -195,10 +193,6 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
         // headroom: the error against everything it was allowed (the row and what is explained)
         if (!tol->exact) t->headroom = fc_dmax(t->headroom, allowed + ex > 0 ? d / (allowed + ex) : d > 0 ? INFINITY : 0);
         norm_e += e * e;
-        if (al->rounding && isfinite(d)) {
-            proj += ((double)b[i] - (double)a[i]) * (double)a[i];
-            noise += (ex * a[i]) * (ex * a[i]);
-        }
         if (bad) {
             t->n_bad++;
             if (first_bad == SIZE_MAX) first_bad = i, first_excess = ex;
@@ -206,13 +200,13 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
     }
     double n_allowed = 0;
     if (!scalar && !tol->exact && al->rounding) {
-        // the whole tensor under rounding noise: its projection on A (the
-        // constants above); norm_ratio reports |<B - A, A>| / <A, A>
-        n_allowed = fc_cmp_projection_allowed(c->policy, tol->ntol, a, b, n, proj, noise, aa);
-        t->norm_ratio = aa > 0 ? fabs(proj) / aa : proj != 0 ? INFINITY : 0;
-        t->norm_bad = !(fabs(proj) <= n_allowed);
-        t->headroom = fc_dmax(t->headroom, n_allowed > 0 ? fabs(proj) / n_allowed : proj != 0 ? INFINITY : 0);
-        n_allowed = aa > 0 ? n_allowed / aa : 0;
+        // the whole tensor under rounding noise: its weighted projection on A
+        // (compare_model.c); norm_ratio reports |delta|
+        fc_cmp_proj pj = fc_cmp_projection(c->policy, tol->ntol, a, b, allow, allowed, n);
+        t->norm_ratio = fabs(pj.delta);
+        t->norm_bad = !(t->norm_ratio <= pj.allowed);
+        t->headroom = fc_dmax(t->headroom, pj.allowed > 0 ? t->norm_ratio / pj.allowed : pj.delta != 0 ? INFINITY : 0);
+        n_allowed = pj.allowed;
     } else if (!scalar && !tol->exact && tol->ntol > 0) {
         // the whole tensor: an error spread thinly over every element
         norm_a = sqrt(norm_a), norm_e = sqrt(norm_e);  // (||terms|| where it is larger)

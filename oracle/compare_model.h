@@ -28,10 +28,13 @@ double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, cons
                                const char *state, const double *allow_g);
 // The gradient norm's allowance: the norm of allow_g (0 without it).
 double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const double *allow_g);
-// What |<B - A, A>| may reach for a tensor of n elements under rounding noise
-// (proj = <B - A, A>, noise = sum (allow_i a_i)^2, aa = <A, A>).
-double fc_cmp_projection_allowed(const fc_cmp_policy *p, double ntol, const float *a, const float *b, size_t n,
-                                 double proj, double noise, double aa);
+// The whole tensor under rounding noise: delta, the weighted projection of B -
+// A on A (w_i = 1 / (allow_i + row)^2), and what |delta| may reach.
+typedef struct {
+    double delta, allowed;
+} fc_cmp_proj;
+fc_cmp_proj fc_cmp_projection(const fc_cmp_policy *p, double ntol, const float *a, const float *b,
+                              const double *allow, double row, size_t n);
 // The policy line that states the model (nothing when it does not apply).
 void fc_cmp_print_model(FILE *f, const fc_cmp_policy *p);
 

@@ -86,7 +86,7 @@ void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d) {
                 fc_cmp_fmt_err(d->ulp, u, sizeof u), fc_cmp_fmt_err(d->allowed, al, sizeof al), tol);
         if (d->whole_tensor)
             fprintf(f, "  whole tensor: %s = %s, allowed %.3g\n",
-                    d->projection ? "|<B - A, A>| / <A, A> (16-bit rounding: its projection on A)" : "||A - B|| / ||A||",
+                    d->projection ? "|<B - A, A>_w| / <A, A>_w (16-bit rounding: its projection on A, w = 1/allowance^2)" : "||A - B|| / ||A||",
                     fc_cmp_fmt_err(d->norm_ratio, nr, sizeof nr), d->norm_allowed);
     }
     fprintf(f, "  owner under B's layout: %s\n", d->owner_text);

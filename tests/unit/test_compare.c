@@ -12,7 +12,10 @@
 //    the diverged row once they do not;
 //  - the first divergence and the rank that owns it under full_shard / hybrid
 //    / no_shard layouts with uneven and empty shards;
-//  - fc_props_compare on runs as the runner keeps them.
+//  - fc_props_compare on runs as the runner keeps them;
+//  - the 16-bit whole-tensor test (fc_cmp_projection): weighted by each
+//    element's allowance, so a tensor whose magnitudes span decades is judged
+//    by its bulk, not its few largest elements.
 // Single process, in memory: no MPI, no files.
 #include <criterion/criterion.h>
 
@@ -24,6 +27,7 @@
 #include <string.h>
 
 #include "compare.h"
+#include "compare_model.h"  // fc_cmp_projection
 #include "config.h"
 #include "model.h"
 #include "optim.h"
@@ -1278,4 +1282,55 @@ Test(props, the_norm_of_every_step_is_compared) {
     fc_props_pair pair = {&g_cfg, 2, &g_cfg, 0, NULL, 0};
     cr_expect_not(fc_props_compare(&v, 8, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "local"));
     cr_expect_not_null(strstr(v.detail, "P8 vs local (fp32, lockstep): step 1, grad_norm: "), "%s", v.detail);
+}
+
+// ----------------------------------------------------------------------------
+// The whole tensor under 16-bit rounding (fc_cmp_projection)
+
+#define PJ_N 4096
+// A whose magnitudes span 6 decades (exp_avg_sq = (1 - beta2) g^2 does), each
+// element allowed 8u of itself (n u mag with no cancellation); signs alternate.
+static void pj_tensor(float *a, double *allow) {
+    for (int i = 0; i < PJ_N; i++) {
+        a[i] = (float)((i % 2 ? -1.0 : 1.0) * pow(10.0, -6.0 * i / PJ_N));
+        allow[i] = 8 * 0x1p-8 * fabs((double)a[i]);
+    }
+}
+
+Test(projection, noise_at_the_full_allowance_passes) {
+    // every element off by 0.9 of its allowance, of pseudo-random sign: each
+    // element passes, and so must the tensor (Hoeffding at 6 sigma)
+    static float a[PJ_N], b[PJ_N];
+    static double allow[PJ_N];
+    pj_tensor(a, allow);
+    uint32_t x = 12345;
+    for (int i = 0; i < PJ_N; i++) {
+        x = x * 1664525u + 1013904223u;
+        b[i] = (float)(a[i] + ((x >> 31) ? 0.9 : -0.9) * allow[i]);
+    }
+    fc_cmp_policy pol;
+    fc_cmp_policy_defaults(&pol, FC_PREC_BF16);
+    fc_cmp_proj pj = fc_cmp_projection(&pol, 0, a, b, allow, 0, PJ_N);
+    cr_assert(fabs(pj.delta) <= pj.allowed, "delta %.3g, allowed %.3g", pj.delta, pj.allowed);
+}
+
+Test(projection, the_bulk_scaled_fails_though_the_largest_elements_hide_it_unweighted) {
+    // all but the 512 largest elements (an eighth) scaled by 1 + 4u: the
+    // weighted estimate finds 7/8 of 4u (every element counts by |a_i| /
+    // allow_i, the same here); <B - A, A> / <A, A> unweighted, 1/30 of it, is below the one
+    // rounding of a scalar (u) the test allows whatever the noise
+    static float a[PJ_N], b[PJ_N];
+    static double allow[PJ_N];
+    pj_tensor(a, allow);
+    double u = 0x1p-8, num = 0, aa = 0;
+    for (int i = 0; i < PJ_N; i++) {
+        b[i] = i < 512 ? a[i] : (float)(a[i] * (1 + 4 * u));
+        num += ((double)b[i] - a[i]) * a[i], aa += (double)a[i] * a[i];
+    }
+    cr_assert(num / aa < u, "unweighted %.3g: the case needs the largest elements to hide the bulk", num / aa);
+    fc_cmp_policy pol;
+    fc_cmp_policy_defaults(&pol, FC_PREC_BF16);
+    fc_cmp_proj pj = fc_cmp_projection(&pol, 0, a, b, allow, 0, PJ_N);
+    cr_assert(fabs(pj.delta - 3.5 * u) < 0.01 * u, "weighted delta %.4g, expected 3.5u = %.4g", pj.delta, 3.5 * u);
+    cr_assert(fabs(pj.delta) > pj.allowed, "delta %.3g passed, allowed %.3g", pj.delta, pj.allowed);
 }
