@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # ci/test.sh — sets up, builds and runs the whole default test suite:
+#   0. the Python adapter is ruff clean (ci/lint.sh: check and format, pinned ruff);
 #   1. Debug + ASan/UBSan build: unit, mpi and property tests (not the sweeps);
 #   2. Release build: the conformance gate (label gate: the default sweep per W,
 #      the fault catalogue each caught by its own property, the out-of-tree port
@@ -17,6 +18,9 @@ JOBS=$(nproc)
 export HWLOC_COMPONENTS=-pci,-x86
 t0=$SECONDS
 stage() { echo "== [$((SECONDS - t0)) s] $*"; }
+
+stage "lint: the Python adapter (ruff check, ruff format --check)"
+bash ci/lint.sh
 
 stage "debug (ASan+UBSan): unit, mpi, property"
 cmake --preset debug >/dev/null

@@ -22,10 +22,23 @@ import time
 
 from .config import APIS, FAULTS, UsageError, apply_flags, default_config, validate
 
-OWN = {"--api": True, "-n": True, "--world": True, "--device": True, "--backend": True,
-       "--inject": True, "--ckpt-at": True, "--force-sum-reduction": False, "--optim-state-offload": False,
-       "--keep": True, "--report": True, "--fsdpcheck": True, "--mpiexec": True, "--quiet": False,
-       "--timeout": True}
+OWN = {
+    "--api": True,
+    "-n": True,
+    "--world": True,
+    "--device": True,
+    "--backend": True,
+    "--inject": True,
+    "--ckpt-at": True,
+    "--force-sum-reduction": False,
+    "--optim-state-offload": False,
+    "--keep": True,
+    "--report": True,
+    "--fsdpcheck": True,
+    "--mpiexec": True,
+    "--quiet": False,
+    "--timeout": True,
+}
 TORCH_PASS = ("--api", "--device", "--backend", "--inject", "--ckpt-at")
 TORCH_PASS_BOOL = ("--force-sum-reduction", "--optim-state-offload")
 
@@ -43,8 +56,10 @@ def find_fsdpcheck(explicit=None):
     for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return os.path.abspath(c)
-    raise UsageError("cannot find the fsdpcheck binary: pass --fsdpcheck PATH or set FSDPCHECK "
-                     "(build it with cmake --preset default && cmake --build --preset default)")
+    raise UsageError(
+        "cannot find the fsdpcheck binary: pass --fsdpcheck PATH or set FSDPCHECK "
+        "(build it with cmake --preset default && cmake --build --preset default)"
+    )
 
 
 def model_stub(flags):
@@ -58,6 +73,7 @@ def model_stub(flags):
     if name.startswith("mlp"):
         return {"model_type": "fsdpcheck-mlp"}
     import json
+
     try:
         with open(name) as f:
             return json.load(f)
@@ -74,8 +90,15 @@ def reference_divide(api, cfg, world, force_sum):
 
 
 def torchrun_cmd(world, args):
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}",
-            "-m", "fsdpcheck_torch"] + args
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world}",
+        "-m",
+        "fsdpcheck_torch",
+    ] + args
 
 
 def env_for_runs():
@@ -88,11 +111,14 @@ def env_for_runs():
 
 
 def parse(argv):
-    from .cli import split_args
+    from .flags import split_args
+
     opts, flags = split_args(argv, OWN)
     api = opts.get("--api")
     if api not in APIS:
-        raise UsageError("check: --api fsdp1|fsdp2 is required" if api is None else f"--api {api!r}: not fsdp1 or fsdp2")
+        raise UsageError(
+            "check: --api fsdp1|fsdp2 is required" if api is None else f"--api {api!r}: not fsdp1 or fsdp2"
+        )
     w = opts.get("-n", opts.get("--world", "2"))
     try:
         world = int(w)
@@ -112,6 +138,7 @@ def parse(argv):
     cfg.pop("_model_flag", None)
     validate(cfg, world)
     from .config import unsupported
+
     why = unsupported(api, cfg, opts.get("--device", "cpu"))
     if why:
         raise UsageError(f"{api}: {why}")
@@ -155,7 +182,9 @@ def run_reference(job, fsdpcheck, mpiexec, env):
         ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, job.opts.get("--force-sum-reduction"))]
     cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags + ["--trace", job.ref_dir, "--quiet"]
     t0 = time.time()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL, check=False
+    )
     job.t["reference_s"] = time.time() - t0
     if p.returncode != 0:
         msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -167,6 +196,7 @@ def run_reference(job, fsdpcheck, mpiexec, env):
 def run_torch(jobs, env):
     """One torchrun for jobs of one world size (a --jobs file when several)."""
     import json
+
     world = jobs[0].world
     if len(jobs) == 1:
         args = jobs[0].torch_args()
@@ -177,8 +207,15 @@ def run_torch(jobs, env):
         args = ["run", "--jobs", path]
     t0 = time.time()
     try:
-        p = subprocess.run(torchrun_cmd(world, args), capture_output=True, text=True, env=env,
-                           timeout=sum(j.timeout for j in jobs), stdin=subprocess.DEVNULL)
+        p = subprocess.run(
+            torchrun_cmd(world, args),
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=sum(j.timeout for j in jobs),
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     finally:
         if len(jobs) > 1:
             os.unlink(path)
@@ -195,7 +232,7 @@ def torch_failure(job, p):
             return RuntimeError(f"the torch run failed: {f.read().strip()[-3000:]}")
     lines = [l for l in p.stderr.splitlines() if l.startswith("fsdpcheck-torch:")]
     if lines and p.returncode != 0:
-        return UsageError(lines[0][len("fsdpcheck-torch: "):])
+        return UsageError(lines[0][len("fsdpcheck-torch: ") :])
     tail = "\n".join(p.stderr.strip().splitlines()[-25:])
     return RuntimeError(f"the torch run failed (exit {p.returncode}):\n{tail}")
 
@@ -204,7 +241,9 @@ def compare(job, fsdpcheck, env):
     cmd = [fsdpcheck, "compare", job.ref_dir, job.torch_dir]
     if "--report" in job.opts:
         cmd += ["--report", job.opts["--report"]]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL, check=False
+    )
     if p.returncode == 2:
         raise RuntimeError(f"fsdpcheck compare refused the traces: {p.stderr.strip() or p.stdout.strip()}")
     return p.returncode, p.stdout + p.stderr
@@ -278,6 +317,8 @@ def cmd_check(argv):
     except RuntimeError as e:
         print(f"fsdpcheck-torch: {e}", file=sys.stderr)
         return 2
-    print(f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference {t['reference_s']:.1f} s, "
-          f"torch {t['torch_s']:.1f} s)")
+    print(
+        f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference {t['reference_s']:.1f} s, "
+        f"torch {t['torch_s']:.1f} s)"
+    )
     return rc

@@ -15,7 +15,8 @@ Exit codes as fsdpcheck's: 0 pass, 1 a comparison failed, 2 bad input or usage
 import os
 import sys
 
-from .config import (APIS, BACKENDS, DEVICES, FAULTS, UsageError, like_config, validate)
+from .config import APIS, BACKENDS, DEVICES, FAULTS, UsageError, like_config, validate
+from .flags import split_args
 
 PROG = "fsdpcheck-torch"
 DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl", "xla": "xla"}
@@ -24,36 +25,23 @@ BACKEND_DEVICE = {"gloo": ("cpu", "cuda"), "nccl": ("cuda",), "hccl": ("hpu",), 
 USAGE = __doc__
 
 
-def split_args(argv, own):
-    """Separates this command's own flags (own: flag -> takes a value) from
-    the run flags, keeping the run flags' order."""
-    opts, rest = {}, []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in own:
-            if own[a]:
-                if i + 1 >= len(argv):
-                    raise UsageError(f"{a} needs a value")
-                opts[a] = argv[i + 1]
-                i += 2
-            else:
-                opts[a] = True
-                i += 1
-        else:
-            rest.append(a)
-            i += 1
-    return opts, rest
-
-
-RUN_OWN = {"--api": True, "--device": True, "--backend": True, "--like": True, "--trace": True,
-           "--inject": True, "--ckpt-at": True, "--force-sum-reduction": False,
-           "--optim-state-offload": False}
+RUN_OWN = {
+    "--api": True,
+    "--device": True,
+    "--backend": True,
+    "--like": True,
+    "--trace": True,
+    "--inject": True,
+    "--ckpt-at": True,
+    "--force-sum-reduction": False,
+    "--optim-state-offload": False,
+}
 
 
 def parse_run(argv, world):
     """The worker's arguments -> (args, cfg, ref); raises UsageError."""
     from .tracefile import RefTrace
+
     opts, flags = split_args(argv, RUN_OWN)
     api = opts.get("--api")
     if api not in APIS:
@@ -90,12 +78,14 @@ def parse_run(argv, world):
     if world is not None:
         validate(cfg, world)
     from .config import unsupported
+
     why = unsupported(api, cfg, device)
     if why:
         raise UsageError(f"{api}: {why}")
 
     class A:
         pass
+
     a = A()
     a.api, a.device, a.backend, a.like, a.trace = api, device, backend, opts["--like"], opts["--trace"]
     a.inject, a.ckpt_at, a.force_sum_reduction = inject, ckpt_at, bool(opts.get("--force-sum-reduction"))
@@ -115,6 +105,7 @@ def cmd_run(argv):
     jobs = None
     if argv[:1] == ["--jobs"] and len(argv) == 2:
         import json
+
         try:
             with open(argv[1]) as f:
                 jobs = json.load(f)
@@ -124,7 +115,7 @@ def cmd_run(argv):
             return 2
     parsed = []
     try:
-        for job in (jobs if jobs is not None else [argv]):
+        for job in jobs if jobs is not None else [argv]:
             parsed.append(parse_run(job, world))
     except UsageError as e:
         if rank == 0:
@@ -138,15 +129,17 @@ def cmd_run(argv):
     args0 = parsed[0][0]
     if args0.device == "xla":
         from . import xla
+
         return max(xla.run(a, c, r) for a, c, r in parsed)
     import datetime
 
     import torch
     import torch.distributed as dist
+
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     if args0.device == "hpu":
         os.environ.setdefault("PT_HPU_LAZY_MODE", "0")  # eager mode
-        import habana_frameworks.torch.core  # noqa: F401
+        import habana_frameworks.torch.core
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
     if args0.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
@@ -162,15 +155,17 @@ def cmd_run(argv):
                 continue
             try:
                 Run(args, cfg, ref).train()
-            except Exception as e:  # recorded; the next job still runs
+            except Exception as e:  # noqa: BLE001 (any failure is recorded in error.txt; the next job still runs)
                 rc = 1
                 import traceback
+
                 if rank == 0:
                     os.makedirs(args.trace, exist_ok=True)
                     with open(os.path.join(args.trace, "error.txt"), "w") as f:
                         f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
                 print(f"{PROG}: rank {rank}: job {args.trace} failed: {type(e).__name__}: {e}", file=sys.stderr)
             import gc
+
             gc.collect()
             dist.barrier()
         finished = True
@@ -190,12 +185,15 @@ def main(argv=None):
             return cmd_run(rest)
         if cmd == "check":
             from .check import cmd_check
+
             return cmd_check(rest)
         if cmd == "sweep":
             from .sweep import cmd_sweep
+
             return cmd_sweep(rest)
         if cmd == "trainer":
             from .trainer import cmd_trainer
+
             return cmd_trainer(rest)
     except UsageError as e:
         print(f"{PROG}: {e}", file=sys.stderr)

@@ -11,14 +11,11 @@ the C CLI: `--fsdp-config FILE` sets what the file sets, at its position.
 
 import copy
 import json
+import math
 import os
 
 from . import fsdp_config
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line on stderr, exit code 2."""
-
+from .errors import UsageError
 
 STRATEGIES = ("no_shard", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2")
 PREFETCH = ("none", "pre", "post")
@@ -42,7 +39,7 @@ def _float(flag, v):
         x = float(v)
     except ValueError:
         raise UsageError(f"{flag}: not a number: {v!r}")
-    if x != x or x in (float("inf"), float("-inf")):
+    if not math.isfinite(x):
         raise UsageError(f"{flag}: must be finite, got {v!r}")
     return x
 
@@ -67,19 +64,24 @@ def _choice(flag, v, choices):
 def _set(key):
     def f(cfg, v):
         cfg[key] = v
+
     return f
 
 
 def _set_opt(key):
     def f(cfg, v):
         cfg["optimizer"][key] = v
+
     return f
 
 
 RUN_FLAGS = {
     "--strategy": (True, lambda c, v: c.__setitem__("strategy", _choice("--strategy", v, STRATEGIES))),
     "--shard-group": (True, lambda c, v: c.__setitem__("shard_group", _int("--shard-group", v))),
-    "--backward-prefetch": (True, lambda c, v: c.__setitem__("backward_prefetch", _choice("--backward-prefetch", v, PREFETCH))),
+    "--backward-prefetch": (
+        True,
+        lambda c, v: c.__setitem__("backward_prefetch", _choice("--backward-prefetch", v, PREFETCH)),
+    ),
     "--forward-prefetch": (False, lambda c, v: c.__setitem__("forward_prefetch", True)),
     "--limit-all-gathers": (False, lambda c, v: c.__setitem__("limit_all_gathers", True)),
     "--param-dtype": (True, lambda c, v: c.__setitem__("param_dtype", _choice("--param-dtype", v, DTYPES))),
@@ -106,14 +108,34 @@ RUN_FLAGS = {
 def default_config():
     """`fsdpcheck run`'s defaults (core/config.c fc_run_config_defaults)."""
     return {
-        "strategy": "full_shard", "shard_group": 0, "backward_prefetch": "none",
-        "forward_prefetch": False, "limit_all_gathers": False, "param_dtype": "fp32",
-        "reduce_dtype": "fp32", "divide": "prepost", "grad_accum": 1, "no_sync": False,
-        "clip_grad_norm": 0.0, "norm_type": "2", "cpu_offload": False,
-        "optimizer": {"kind": "adamw", "lr": 1e-3, "weight_decay": 0.01, "beta1": 0.9,
-                      "beta2": 0.999, "eps": 1e-8, "momentum": 0.9, "dampening": 0.0,
-                      "nesterov": False},
-        "steps": 3, "global_batch": 8, "seq_len": 16, "seed": "1234",
+        "strategy": "full_shard",
+        "shard_group": 0,
+        "backward_prefetch": "none",
+        "forward_prefetch": False,
+        "limit_all_gathers": False,
+        "param_dtype": "fp32",
+        "reduce_dtype": "fp32",
+        "divide": "prepost",
+        "grad_accum": 1,
+        "no_sync": False,
+        "clip_grad_norm": 0.0,
+        "norm_type": "2",
+        "cpu_offload": False,
+        "optimizer": {
+            "kind": "adamw",
+            "lr": 1e-3,
+            "weight_decay": 0.01,
+            "beta1": 0.9,
+            "beta2": 0.999,
+            "eps": 1e-8,
+            "momentum": 0.9,
+            "dampening": 0.0,
+            "nesterov": False,
+        },
+        "steps": 3,
+        "global_batch": 8,
+        "seq_len": 16,
+        "seed": "1234",
     }
 
 
@@ -157,8 +179,9 @@ def validate(cfg, world):
     if not sharded and cfg["limit_all_gathers"]:
         raise UsageError(f"--limit-all-gathers needs a sharded strategy ({s} gathers nothing)")
     if cfg["limit_all_gathers"] and not cfg["forward_prefetch"] and cfg["backward_prefetch"] == "none":
-        raise UsageError("--limit-all-gathers limits prefetched all-gathers: add --forward-prefetch "
-                         "or --backward-prefetch pre|post")
+        raise UsageError(
+            "--limit-all-gathers limits prefetched all-gathers: add --forward-prefetch or --backward-prefetch pre|post"
+        )
     if cfg["shard_group"] and not hybrid:
         raise UsageError("--shard-group applies to hybrid_shard and hybrid_shard_zero2 only")
     if cfg["no_sync"] and cfg["grad_accum"] < 2:
@@ -198,12 +221,12 @@ def read_trace_json(directory):
     except (OSError, ValueError) as e:
         raise UsageError(f"{path}: cannot read: {e}")
     if not isinstance(t, dict) or t.get("format") != "fsdpcheck-trace":
-        raise UsageError(f"{path}: \"format\" is not \"fsdpcheck-trace\" (not an fsdpcheck trace)")
+        raise UsageError(f'{path}: "format" is not "fsdpcheck-trace" (not an fsdpcheck trace)')
     if t.get("version") != 1:
         raise UsageError(f"{path}: trace format version {t.get('version')!r}, this adapter reads version 1")
     for k in ("config", "units", "steps", "first_step", "world_size"):
         if k not in t:
-            raise UsageError(f"{path}: missing \"{k}\"")
+            raise UsageError(f'{path}: missing "{k}"')
     return t
 
 
@@ -214,13 +237,16 @@ def like_config(ref, flags, device="cpu"):
     cfg, extras = apply_flags(base, flags, device)
     mflag = cfg.pop("_model_flag", None)
     if mflag is not None and mflag != ref["config"]["model"].get("fsdpcheck_name"):
-        raise UsageError(f"--model {mflag}: the reference trace's model is "
-                         f"{ref['config']['model'].get('fsdpcheck_name')} (--like takes the model, "
-                         "its weights and its batches from the trace)")
+        raise UsageError(
+            f"--model {mflag}: the reference trace's model is "
+            f"{ref['config']['model'].get('fsdpcheck_name')} (--like takes the model, "
+            "its weights and its batches from the trace)"
+        )
     for key, flag in (("global_batch", "--global-batch"), ("seq_len", "--seq-len"), ("seed", "--seed")):
         if cfg[key] != ref["config"][key]:
-            raise UsageError(f"{flag} {cfg[key]}: the reference trace has {ref['config'][key]} "
-                             "(--like replays its batches)")
+            raise UsageError(
+                f"{flag} {cfg[key]}: the reference trace has {ref['config'][key]} (--like replays its batches)"
+            )
     if ref["first_step"] != 0:
         raise UsageError("--like needs a trace that starts at step 0 (this one continues a checkpoint)")
     if cfg["steps"] > ref["steps"]:
@@ -233,14 +259,18 @@ def unsupported(api, cfg, device):
     """The first setting `api` cannot express, as a sentence, or None."""
     if api == "fsdp2":
         if cfg["backward_prefetch"] == "post":
-            return ("FSDP2 has no BACKWARD_POST prefetch (fully_shard prefetches the next unit's "
-                    "all-gather before the current backward, i.e. BACKWARD_PRE)")
+            return (
+                "FSDP2 has no BACKWARD_POST prefetch (fully_shard prefetches the next unit's "
+                "all-gather before the current backward, i.e. BACKWARD_PRE)"
+            )
         if cfg["limit_all_gathers"]:
             return "FSDP2 has no all-gather rate limiter (limit_all_gathers is FSDP1's)"
     if cfg["cpu_offload"] and device == "cpu":
         # measured with torch 2.15: FSDP1 CPUOffload(offload_params=True) and FSDP2
         # CPUOffloadPolicy() both pin host memory through CUDA and raise "Found no
         # NVIDIA driver on your system" on a CPU-only machine
-        return ("--cpu-offload needs an accelerator: FSDP1 CPUOffload and FSDP2 CPUOffloadPolicy pin host memory "
-                "through CUDA (\"Found no NVIDIA driver\" here), and with --device cpu there is nothing to offload")
+        return (
+            "--cpu-offload needs an accelerator: FSDP1 CPUOffload and FSDP2 CPUOffloadPolicy pin host memory "
+            'through CUDA ("Found no NVIDIA driver" here), and with --device cpu there is nothing to offload'
+        )
     return None

@@ -22,9 +22,8 @@ The batch written is the samples the ranks really trained on (gathered from
 them), so a data bug shows in `batch.input` itself.
 """
 
-import datetime
+import itertools
 import os
-import sys
 
 import torch
 import torch.distributed as dist
@@ -64,6 +63,7 @@ class Run:
     # ------------------------------------------------------------------ wrap
     def mesh(self):
         from torch.distributed.device_mesh import init_device_mesh
+
         s = self.cfg["strategy"]
         dt = self.device.type
         if s.startswith("hybrid"):
@@ -81,22 +81,35 @@ class Run:
         return model
 
     def wrap_fsdp1(self, model):
-        from torch.distributed.fsdp import (BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy)
+        from torch.distributed.fsdp import BackwardPrefetch, CPUOffload, MixedPrecision, ShardingStrategy
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
         c = self.cfg
-        strat = {"no_shard": ShardingStrategy.NO_SHARD, "full_shard": ShardingStrategy.FULL_SHARD,
-                 "shard_grad_op": ShardingStrategy.SHARD_GRAD_OP, "hybrid_shard": ShardingStrategy.HYBRID_SHARD,
-                 "hybrid_shard_zero2": ShardingStrategy._HYBRID_SHARD_ZERO2}[c["strategy"]]
-        bp = {"none": None, "pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST}[c["backward_prefetch"]]
-        kw = dict(sharding_strategy=strat, auto_wrap_policy=ModuleWrapPolicy({M.unit_class(self.mcfg)}),
-                  backward_prefetch=bp, forward_prefetch=c["forward_prefetch"],
-                  limit_all_gathers=c["limit_all_gathers"], use_orig_params=True,
-                  cpu_offload=CPUOffload(offload_params=c["cpu_offload"]))
+        strat = {
+            "no_shard": ShardingStrategy.NO_SHARD,
+            "full_shard": ShardingStrategy.FULL_SHARD,
+            "shard_grad_op": ShardingStrategy.SHARD_GRAD_OP,
+            "hybrid_shard": ShardingStrategy.HYBRID_SHARD,
+            "hybrid_shard_zero2": ShardingStrategy._HYBRID_SHARD_ZERO2,
+        }[c["strategy"]]
+        bp = {"none": None, "pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST}[
+            c["backward_prefetch"]
+        ]
+        kw = {
+            "sharding_strategy": strat,
+            "auto_wrap_policy": ModuleWrapPolicy({M.unit_class(self.mcfg)}),
+            "backward_prefetch": bp,
+            "forward_prefetch": c["forward_prefetch"],
+            "limit_all_gathers": c["limit_all_gathers"],
+            "use_orig_params": True,
+            "cpu_offload": CPUOffload(offload_params=c["cpu_offload"]),
+        }
         if c["param_dtype"] != "fp32" or c["reduce_dtype"] != "fp32":
             kw["mixed_precision"] = MixedPrecision(
                 param_dtype=DT[c["param_dtype"]] if c["param_dtype"] != "fp32" else None,
-                reduce_dtype=DT[c["reduce_dtype"]])
+                reduce_dtype=DT[c["reduce_dtype"]],
+            )
         # FSDP1 picks the accelerator unless told: device_id=cpu is its CPU path
         kw["device_id"] = self.device
         if c["strategy"].startswith("hybrid"):
@@ -111,18 +124,21 @@ class Run:
 
     def wrap_fsdp2(self, model):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
         c = self.cfg
         mesh = self.mesh()
         raf = c["strategy"] in ("full_shard", "hybrid_shard")
-        mp = MixedPrecisionPolicy(param_dtype=DT[c["param_dtype"]] if c["param_dtype"] != "fp32" else None,
-                                  reduce_dtype=DT[c["reduce_dtype"]] if c["reduce_dtype"] != "fp32" else None)
+        mp = MixedPrecisionPolicy(
+            param_dtype=DT[c["param_dtype"]] if c["param_dtype"] != "fp32" else None,
+            reduce_dtype=DT[c["reduce_dtype"]] if c["reduce_dtype"] != "fp32" else None,
+        )
         off = CPUOffloadPolicy() if c["cpu_offload"] else OffloadPolicy()
         units = M.unit_modules(model, self.mcfg)
         for u in units:
             fully_shard(u, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
         fully_shard(model, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
         if c["forward_prefetch"]:
-            for a, b in zip(units, units[1:]):
+            for a, b in itertools.pairwise(units):
                 a.set_modules_to_forward_prefetch([b])
         if c["backward_prefetch"] == "pre":
             for a, b in zip(units[1:], units):
@@ -142,16 +158,28 @@ class Run:
     def optimizer(self, model):
         o = self.cfg["optimizer"]
         if o["kind"] == "adamw":
-            return torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]),
-                                     eps=o["eps"], weight_decay=o["weight_decay"])
-        return torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"],
-                               dampening=o["dampening"], weight_decay=o["weight_decay"], nesterov=o["nesterov"])
+            return torch.optim.AdamW(
+                model.parameters(),
+                lr=o["lr"],
+                betas=(o["beta1"], o["beta2"]),
+                eps=o["eps"],
+                weight_decay=o["weight_decay"],
+            )
+        return torch.optim.SGD(
+            model.parameters(),
+            lr=o["lr"],
+            momentum=o["momentum"],
+            dampening=o["dampening"],
+            weight_decay=o["weight_decay"],
+            nesterov=o["nesterov"],
+        )
 
     # --------------------------------------------------------------- capture
     def full_grads(self, model):
         out = {}
         if self.api == "fsdp1":
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
             with FSDP.summon_full_params(model, writeback=False, with_grads=True):
                 for n, p in model.named_parameters():
                     g = p.grad if p.grad is not None else torch.zeros_like(p)
@@ -169,6 +197,7 @@ class Run:
         out = {}
         if self.api == "fsdp1":
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
             with FSDP.summon_full_params(model, writeback=False):
                 for n, p in model.named_parameters():
                     out[clean_name(n)] = p.detach().float().cpu().clone()
@@ -181,13 +210,16 @@ class Run:
     def full_optim_state(self, model, optim):
         """Optimizer state by model name, through the full (rank-0) state dict."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
         # FSDP1 on a CPU device: with cpu_offload=True its full optimizer state
         # dict aliases every state of a parameter to one reused all-gather
         # buffer (`.cpu()` of a CPU tensor does not copy), so exp_avg comes out
         # equal to exp_avg_sq. cpu_offload=False clones instead. The bug is kept
         # reachable with --optim-state-offload, so `check` shows it.
         offload = self.device.type != "cpu" or self.args.optim_state_offload
-        osd = get_optimizer_state_dict(model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=offload))
+        osd = get_optimizer_state_dict(
+            model, optim, options=StateDictOptions(full_state_dict=True, cpu_offload=offload)
+        )
         out = {s: {} for s in self.state_names}
         if self.rank != 0:
             return out, osd
@@ -209,13 +241,17 @@ class Run:
         optimizer.safetensors (<state>.<name>, step)."""
         from safetensors.torch import save_file
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         msd = get_model_state_dict(model, options=opts)
-        states, osd = self.full_optim_state(model, optim)
+        states, _osd = self.full_optim_state(model, optim)
         if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
-            save_file({n: msd[n].float().contiguous() for n in self.names},
-                      os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+            save_file(
+                {n: msd[n].float().contiguous() for n in self.names},
+                os.path.join(directory, "model.safetensors"),
+                metadata={"format": "pt"},
+            )
             t = {f"{s}.{n}": states[s][n].contiguous() for s in self.state_names for n in self.names}
             t["step"] = torch.tensor(step, dtype=torch.int64)
             save_file(t, os.path.join(directory, "optimizer.safetensors"))
@@ -225,8 +261,11 @@ class Run:
         """A fresh model and optimizer, loaded from the checkpoint (every rank
         reads the full files; set_*_state_dict shards them)."""
         from safetensors.torch import load_file
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
-                                                             set_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_optimizer_state_dict,
+        )
+
         msd = load_file(os.path.join(directory, "model.safetensors"))
         model = self.build(msd)
         optim = self.optimizer(model)
@@ -238,9 +277,12 @@ class Run:
         if self.cfg["optimizer"]["kind"] == "sgd":
             for n in self.names:
                 state[n].pop("step")
-        groups = [dict({k: v for k, v in g.items() if k != "params"}, params=list(self.names)) for g in optim.param_groups]
-        set_optimizer_state_dict(model, optim, {"state": state, "param_groups": groups},
-                                 options=StateDictOptions(full_state_dict=True))
+        groups = [
+            dict({k: v for k, v in g.items() if k != "params"}, params=list(self.names)) for g in optim.param_groups
+        ]
+        set_optimizer_state_dict(
+            model, optim, {"state": state, "param_groups": groups}, options=StateDictOptions(full_state_dict=True)
+        )
         return model, optim
 
     # ------------------------------------------------------------------ step
@@ -249,7 +291,7 @@ class Run:
         r = self.rank
         if self.fault == "data_overlap" and r > 0:
             r -= 1  # the bug: a rank reads its neighbour's samples
-        return inp[r * n:(r + 1) * n], tgt[r * n:(r + 1) * n]
+        return inp[r * n : (r + 1) * n], tgt[r * n : (r + 1) * n]
 
     def gather_batch(self, x):
         parts = [torch.empty_like(x) for _ in range(self.W)]
@@ -278,13 +320,14 @@ class Run:
             mb = inp.shape[0] // K
             loss_sum = 0.0
             for k in range(K):
-                x = inp[k * mb:(k + 1) * mb].to(self.device)
-                y = tgt[k * mb:(k + 1) * mb].long().to(self.device)
+                x = inp[k * mb : (k + 1) * mb].to(self.device)
+                y = tgt[k * mb : (k + 1) * mb].long().to(self.device)
                 if gpt2:
                     x = x.long()
                 sync = not c["no_sync"] or k == K - 1
                 if self.api == "fsdp1":
                     import contextlib
+
                     ctx = model.no_sync() if not sync else contextlib.nullcontext()
                 else:
                     model.set_requires_gradient_sync(sync)
@@ -299,18 +342,31 @@ class Run:
                 if self.api == "fsdp1":
                     model.clip_grad_norm_(c["clip_grad_norm"], norm_type=NORM[c["norm_type"]])
                 else:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip_grad_norm"], norm_type=NORM[c["norm_type"]])
+                    torch.nn.utils.clip_grad_norm_(
+                        model.parameters(), c["clip_grad_norm"], norm_type=NORM[c["norm_type"]]
+                    )
             optim.step()
             params = self.full_params(model)
             states, _ = self.full_optim_state(model, optim)
-            lt = torch.tensor([loss_sum / K], dtype=torch.float64, device=self.device if self.device.type != "cpu" else "cpu")
+            lt = torch.tensor(
+                [loss_sum / K], dtype=torch.float64, device=self.device if self.device.type != "cpu" else "cpu"
+            )
             dist.all_reduce(lt)
             used_inp = self.gather_batch(inp.to(self.device)).cpu()
             used_tgt = self.gather_batch(tgt.to(self.device)).cpu()
             if self.rank == 0:
-                tracefile.write_step(out, step, float(lt.item()) / self.W,
-                                     used_inp.to(g_inp.dtype), used_tgt.to(g_tgt.dtype),
-                                     grads, params, states, self.names, self.state_names)
+                tracefile.write_step(
+                    out,
+                    step,
+                    float(lt.item()) / self.W,
+                    used_inp.to(g_inp.dtype),
+                    used_tgt.to(g_tgt.dtype),
+                    grads,
+                    params,
+                    states,
+                    self.names,
+                    self.state_names,
+                )
                 print(f"step {step}: loss {float(lt.item()) / self.W:.6f}", flush=True)
         if self.rank == 0:
             self.finish(out, c["steps"])
@@ -323,15 +379,24 @@ class Run:
         c["inject"] = self.fault
         c["init"] = ""
         try:
-            from importlib.metadata import version
+            from importlib.metadata import PackageNotFoundError, version
+
             tv = version("transformers")
-        except Exception:
+        except PackageNotFoundError:
             tv = None
-        info = {"api": self.api, "torch_version": torch.__version__, "transformers_version": tv,
-                "device": self.args.device, "backend": self.args.backend, "world_size": self.W,
-                "shard_group": self.F, "force_sum_reduction_for_comms": bool(self.force_sum),
-                "gradient_divide": c["divide"], "checkpoint_at": self.args.ckpt_at or None,
-                "like": os.path.abspath(self.ref.dir)}
+        info = {
+            "api": self.api,
+            "torch_version": torch.__version__,
+            "transformers_version": tv,
+            "device": self.args.device,
+            "backend": self.args.backend,
+            "world_size": self.W,
+            "shard_group": self.F,
+            "force_sum_reduction_for_comms": bool(self.force_sum),
+            "gradient_divide": c["divide"],
+            "checkpoint_at": self.args.ckpt_at or None,
+            "like": os.path.abspath(self.ref.dir),
+        }
         tracefile.write_trace_json(out, impl, self.W, steps, c, self.ref.units, info)
 
     def divide_mode(self):

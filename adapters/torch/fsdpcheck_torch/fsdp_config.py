@@ -10,22 +10,42 @@ value this adapter cannot honour is one clear line and exit code 2.
 
 import json
 
-STRATEGY = {"FULL_SHARD": "full_shard", "SHARD_GRAD_OP": "shard_grad_op", "NO_SHARD": "no_shard",
-            "HYBRID_SHARD": "hybrid_shard", "HYBRID_SHARD_ZERO2": "hybrid_shard_zero2",
-            "_HYBRID_SHARD_ZERO2": "hybrid_shard_zero2",
-            "1": "full_shard", "2": "shard_grad_op", "3": "no_shard", "4": "hybrid_shard", "5": "hybrid_shard_zero2"}
+STRATEGY = {
+    "FULL_SHARD": "full_shard",
+    "SHARD_GRAD_OP": "shard_grad_op",
+    "NO_SHARD": "no_shard",
+    "HYBRID_SHARD": "hybrid_shard",
+    "HYBRID_SHARD_ZERO2": "hybrid_shard_zero2",
+    "_HYBRID_SHARD_ZERO2": "hybrid_shard_zero2",
+    "1": "full_shard",
+    "2": "shard_grad_op",
+    "3": "no_shard",
+    "4": "hybrid_shard",
+    "5": "hybrid_shard_zero2",
+}
 PREFETCH = {"BACKWARD_PRE": "pre", "BACKWARD_POST": "post", "NO_PREFETCH": "none"}
-DTYPE = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "torch.float32": "fp32",
-         "bf16": "bf16", "bfloat16": "bf16", "torch.bfloat16": "bf16",
-         "fp16": "fp16", "float16": "fp16", "half": "fp16", "torch.float16": "fp16"}
+DTYPE = {
+    "fp32": "fp32",
+    "float32": "fp32",
+    "float": "fp32",
+    "torch.float32": "fp32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "torch.bfloat16": "bf16",
+    "fp16": "fp16",
+    "float16": "fp16",
+    "half": "fp16",
+    "torch.float16": "fp16",
+}
 WRAP_CLASSES = {"gpt2": "GPT2Block", "fsdpcheck-mlp": "Linear"}
 # keys that cannot change the results (accepted and ignored)
 NEUTRAL = ("use_orig_params", "sync_module_states", "cpu_ram_efficient_loading", "min_num_params")
 
 
 def _err(path, key, value, why):
-    from .config import UsageError
-    return UsageError(f"{path}: \"{key}\": {json.dumps(value)[:80]} {why}")
+    from .errors import UsageError
+
+    return UsageError(f'{path}: "{key}": {json.dumps(value)[:80]} {why}')
 
 
 def _bool(path, key, v):
@@ -33,7 +53,7 @@ def _bool(path, key, v):
         return v
     if isinstance(v, str) and v.lower() in ("true", "false"):
         return v.lower() == "true"
-    raise _err(path, key, v, "is not a boolean (true, false, \"true\" or \"false\")")
+    raise _err(path, key, v, 'is not a boolean (true, false, "true" or "false")')
 
 
 def _enum(path, key, v, table, what):
@@ -44,7 +64,8 @@ def _enum(path, key, v, table, what):
 
 
 def load(path):
-    from .config import UsageError
+    from .errors import UsageError
+
     try:
         with open(path) as f:
             data = json.load(f)
@@ -66,8 +87,13 @@ def apply_file(cfg, extras, path, device):
     for raw_key, v in data.items():
         key = raw_key[5:] if raw_key.startswith("fsdp_") and raw_key != "fsdp_config" else raw_key
         if key == "sharding_strategy":
-            cfg["strategy"] = _enum(path, raw_key, v, STRATEGY,
-                                    "a sharding strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 or 1..5")
+            cfg["strategy"] = _enum(
+                path,
+                raw_key,
+                v,
+                STRATEGY,
+                "a sharding strategy: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 or 1..5",
+            )
         elif key in ("backward_prefetch", "backward_prefetch_policy"):
             cfg["backward_prefetch"] = _enum(path, raw_key, v, PREFETCH, "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH")
         elif key == "forward_prefetch":
@@ -77,13 +103,23 @@ def apply_file(cfg, extras, path, device):
         elif key == "limit_all_gathers":
             cfg["limit_all_gathers"] = _bool(path, raw_key, v)
         elif key == "state_dict_type":
-            sd = _enum(path, raw_key, v, {"FULL_STATE_DICT": "full", "SHARDED_STATE_DICT": "sharded", "1": "full", "3": "sharded"},
-                       "FULL_STATE_DICT or SHARDED_STATE_DICT")
+            sd = _enum(
+                path,
+                raw_key,
+                v,
+                {"FULL_STATE_DICT": "full", "SHARDED_STATE_DICT": "sharded", "1": "full", "3": "sharded"},
+                "FULL_STATE_DICT or SHARDED_STATE_DICT",
+            )
             extras["state_dict_type"] = sd
         elif key == "auto_wrap_policy":
             if str(v).upper() != "TRANSFORMER_BASED_WRAP":
-                raise _err(path, raw_key, v, "is not supported: fsdpcheck's units are one per transformer block (gpt2) "
-                           "or Linear layer (mlp): use TRANSFORMER_BASED_WRAP")
+                raise _err(
+                    path,
+                    raw_key,
+                    v,
+                    "is not supported: fsdpcheck's units are one per transformer block (gpt2) "
+                    "or Linear layer (mlp): use TRANSFORMER_BASED_WRAP",
+                )
         elif key == "transformer_layer_cls_to_wrap":
             names = v if isinstance(v, list) else [v]
             want = WRAP_CLASSES.get(mtype)
@@ -92,7 +128,12 @@ def apply_file(cfg, extras, path, device):
             extras["wrap_cls"] = want
         elif key == "activation_checkpointing":
             if _bool(path, raw_key, v):
-                raise _err(path, raw_key, v, "is not supported: activation checkpointing is not modelled by the reference (accepted: false)")
+                raise _err(
+                    path,
+                    raw_key,
+                    v,
+                    "is not supported: activation checkpointing is not modelled by the reference (accepted: false)",
+                )
         elif key == "version":
             if v not in (1, 2, "1", "2"):
                 raise _err(path, raw_key, v, "is not an FSDP version (1 or 2)")
@@ -115,17 +156,31 @@ def apply_file(cfg, extras, path, device):
         elif key == "xla":
             if _bool(path, raw_key, v):
                 if device != "xla":
-                    raise _err(path, raw_key, v, f"is an XLA FSDP configuration: it runs with --device xla, not --device {device}")
+                    raise _err(
+                        path,
+                        raw_key,
+                        v,
+                        f"is an XLA FSDP configuration: it runs with --device xla, not --device {device}",
+                    )
                 extras["xla"] = True
         elif key in ("xla_fsdp_settings", "xla_fsdp_grad_ckpt", "xla_fsdp_v2"):
             if device != "xla":
-                raise _err(path, raw_key, v, f"is an XLA FSDP setting: it runs with --device xla, not --device {device}")
+                raise _err(
+                    path, raw_key, v, f"is an XLA FSDP setting: it runs with --device xla, not --device {device}"
+                )
             extras[key] = v
         elif key in NEUTRAL:
             if key == "min_num_params" and v not in (0, "0"):
-                raise _err(path, raw_key, v, "is not supported: size-based wrapping does not match fsdpcheck's units (use 0)")
+                raise _err(
+                    path, raw_key, v, "is not supported: size-based wrapping does not match fsdpcheck's units (use 0)"
+                )
         else:
-            raise _err(path, raw_key, v, "is not a key this adapter knows (sharding_strategy, backward_prefetch, "
-                       "forward_prefetch, offload_params, limit_all_gathers, state_dict_type, auto_wrap_policy, "
-                       "transformer_layer_cls_to_wrap, activation_checkpointing, version, mixed_precision, "
-                       "mixed_precision_policy, xla, use_orig_params, sync_module_states, cpu_ram_efficient_loading)")
+            raise _err(
+                path,
+                raw_key,
+                v,
+                "is not a key this adapter knows (sharding_strategy, backward_prefetch, "
+                "forward_prefetch, offload_params, limit_all_gathers, state_dict_type, auto_wrap_policy, "
+                "transformer_layer_cls_to_wrap, activation_checkpointing, version, mixed_precision, "
+                "mixed_precision_policy, xla, use_orig_params, sync_module_states, cpu_ram_efficient_loading)",
+            )

@@ -12,8 +12,8 @@ cross-entropy on the last layer's logits.
 """
 
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
+from torch import nn
 
 
 class MLP(nn.Module):
@@ -31,11 +31,26 @@ class MLP(nn.Module):
 
 def gpt2_config(m):
     from transformers import GPT2Config
-    c = GPT2Config(vocab_size=m["vocab_size"], n_positions=m["n_positions"], n_embd=m["n_embd"],
-                   n_layer=m["n_layer"], n_head=m["n_head"], layer_norm_epsilon=m["layer_norm_epsilon"],
-                   activation_function="gelu_new", n_inner=None, resid_pdrop=0.0, embd_pdrop=0.0,
-                   attn_pdrop=0.0, summary_first_dropout=0.0, tie_word_embeddings=True, use_cache=False,
-                   bos_token_id=None, eos_token_id=None, loss_type="ForCausalLM")
+
+    c = GPT2Config(
+        vocab_size=m["vocab_size"],
+        n_positions=m["n_positions"],
+        n_embd=m["n_embd"],
+        n_layer=m["n_layer"],
+        n_head=m["n_head"],
+        layer_norm_epsilon=m["layer_norm_epsilon"],
+        activation_function="gelu_new",
+        n_inner=None,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        summary_first_dropout=0.0,
+        tie_word_embeddings=True,
+        use_cache=False,
+        bos_token_id=None,
+        eos_token_id=None,
+        loss_type="ForCausalLM",
+    )
     c._attn_implementation = "eager"
     return c
 
@@ -45,6 +60,7 @@ def build(model_cfg):
     kind = model_cfg.get("model_type")
     if kind == "gpt2":
         from transformers import GPT2LMHeadModel
+
         model = GPT2LMHeadModel(gpt2_config(model_cfg))
         model.config._attn_implementation = "eager"
         return model
@@ -57,6 +73,7 @@ def unit_class(model_cfg):
     """The module class FSDP wraps as a unit (DESIGN §2 units)."""
     if model_cfg.get("model_type") == "gpt2":
         from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+
         return GPT2Block
     return nn.Linear
 

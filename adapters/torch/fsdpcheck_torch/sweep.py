@@ -21,15 +21,27 @@ from xml.sax.saxutils import escape, quoteattr
 
 from .config import UsageError
 
-OWN = {"--cases": True, "--api": True, "--world": True, "-n": True, "--seed": True, "--junit": True,
-       "--report": True, "--fsdpcheck": True, "--device": True, "--backend": True}
+OWN = {
+    "--cases": True,
+    "--api": True,
+    "--world": True,
+    "-n": True,
+    "--seed": True,
+    "--junit": True,
+    "--report": True,
+    "--fsdpcheck": True,
+    "--device": True,
+    "--backend": True,
+}
 
 
 def draw(rng, max_world):
     worlds = [w for w in (1, 2, 4) if w <= max_world]
     W = rng.choice(worlds)
     model = rng.choice(["mlp-tiny", "gpt2-tiny"])
-    strategies = ["full_shard", "shard_grad_op", "no_shard"] + (["hybrid_shard", "hybrid_shard_zero2"] if W >= 2 else [])
+    strategies = ["full_shard", "shard_grad_op", "no_shard"] + (
+        ["hybrid_shard", "hybrid_shard_zero2"] if W >= 2 else []
+    )
     s = rng.choice(strategies)
     f = ["--model", model, "--strategy", s, "--steps", "2"]
     if s.startswith("hybrid"):
@@ -63,7 +75,8 @@ def draw(rng, max_world):
 
 def cmd_sweep(argv):
     from .check import parse, run_checks
-    from .cli import split_args
+    from .flags import split_args
+
     opts, rest = split_args(argv, OWN)
     if rest:
         raise UsageError(f"sweep: unexpected argument {rest[0]!r}")
@@ -120,8 +133,10 @@ def cmd_sweep(argv):
         if r[4] == "unsupported":
             lacks.setdefault(r[3], set()).add(r[5].split(": ", 1)[-1])
     ran = [r for r in results if r[4] != "unsupported"]
-    print(f"\nsweep: {len(ran)} runs, {sum(r[4] == 'pass' for r in ran)} passed, {failed} failed, "
-          f"{len(results) - len(ran)} unsupported")
+    print(
+        f"\nsweep: {len(ran)} runs, {sum(r[4] == 'pass' for r in ran)} passed, {failed} failed, "
+        f"{len(results) - len(ran)} unsupported"
+    )
     for api in apis:
         for why in sorted(lacks.get(api, ())):
             print(f"  {api} lacks: {why}")
@@ -138,7 +153,9 @@ def write_junit(path, results):
     skips = sum(r[4] == "unsupported" for r in results)
     with open(path, "w") as f:
         f.write('<?xml version="1.0" encoding="UTF-8"?>\n')
-        f.write(f'<testsuite name="fsdpcheck-torch sweep" tests="{len(results)}" failures="{fails}" skipped="{skips}">\n')
+        f.write(
+            f'<testsuite name="fsdpcheck-torch sweep" tests="{len(results)}" failures="{fails}" skipped="{skips}">\n'
+        )
         for i, W, flags, api, status, detail, dt in results:
             name = quoteattr(f"case {i} {api} W={W} {' '.join(flags)}")
             f.write(f'  <testcase classname="fsdpcheck_torch.sweep.{api}" name={name} time="{dt:.1f}">')
@@ -153,12 +170,13 @@ def write_junit(path, results):
 def write_report(path, results, apis, lacks):
     with open(path, "w") as f:
         f.write("# fsdpcheck-torch sweep\n\n| case | API | W | flags | result | detail |\n|---|---|---|---|---|---|\n")
-        for i, W, flags, api, status, detail, dt in results:
-            f.write(f"| {i} | {api} | {W} | `{' '.join(flags)}` | {status} | {detail} |\n")
+        f.writelines(
+            f"| {i} | {api} | {W} | `{' '.join(flags)}` | {status} | {detail} |\n"
+            for i, W, flags, api, status, detail, dt in results
+        )
         f.write("\n## Settings each API lacks\n\n")
         for api in apis:
-            for why in sorted(lacks.get(api, ())) or ["(none drawn)"]:
-                f.write(f"- {api}: {why}\n")
+            f.writelines(f"- {api}: {why}\n" for why in sorted(lacks.get(api, ())) or ["(none drawn)"])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import json
 import os
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from .config import UsageError, read_trace_json
@@ -40,7 +40,7 @@ class RefTrace:
         try:
             with safe_open(path, "pt") as f:
                 keys = list(f.keys())
-        except Exception as e:  # safetensors raises its own error types
+        except (OSError, SafetensorError) as e:  # safetensors raises its own error type
             raise UsageError(f"{path}: not a valid safetensors file ({e})")
         unit_names = {n for u in self.units for n in u["params"]}
         if set(keys) != unit_names:
@@ -49,7 +49,7 @@ class RefTrace:
     def init(self):
         path = os.path.join(self.dir, "init.safetensors")
         with safe_open(path, "pt") as f:
-            return {k: f.get_tensor(k).float() for k in f.keys()}
+            return {k: f.get_tensor(k).float() for k in f.keys()}  # noqa: SIM118 (safe_open is not a dict)
 
     def batch(self, step):
         path = os.path.join(self.dir, f"step-{step:06d}.safetensors")
@@ -58,7 +58,7 @@ class RefTrace:
         try:
             with safe_open(path, "pt") as f:
                 return f.get_tensor("batch.input"), f.get_tensor("batch.target")
-        except Exception as e:
+        except (OSError, SafetensorError) as e:
             raise UsageError(f"{path}: cannot read the batch ({e})")
 
 
@@ -67,13 +67,19 @@ def write_init(directory, tensors):
     for n in os.listdir(directory):
         if (n.startswith("step-") and n.endswith(".safetensors")) or n == "trace.json":
             os.unlink(os.path.join(directory, n))
-    save_file({k: v.detach().float().contiguous() for k, v in tensors.items()},
-              os.path.join(directory, "init.safetensors"), metadata={"format": FORMAT, "content": "init"})
+    save_file(
+        {k: v.detach().float().contiguous() for k, v in tensors.items()},
+        os.path.join(directory, "init.safetensors"),
+        metadata={"format": FORMAT, "content": "init"},
+    )
 
 
 def write_step(directory, step, loss, batch_input, batch_target, grads, params, states, names, state_names):
-    t = {"loss": torch.tensor(loss, dtype=torch.float32),
-         "batch.input": batch_input.contiguous(), "batch.target": batch_target.contiguous()}
+    t = {
+        "loss": torch.tensor(loss, dtype=torch.float32),
+        "batch.input": batch_input.contiguous(),
+        "batch.target": batch_target.contiguous(),
+    }
     for n in names:
         t[f"grad.{n}"] = grads[n].detach().float().contiguous()
         t[f"param.{n}"] = params[n].detach().float().contiguous()
@@ -86,8 +92,17 @@ def write_step(directory, step, loss, batch_input, batch_target, grads, params, 
 
 
 def write_trace_json(directory, implementation, world, steps, config, units, torch_info):
-    j = {"format": FORMAT, "version": 1, "implementation": implementation, "world_size": world,
-         "first_step": 0, "steps": steps, "config": config, "units": units, "torch": torch_info}
+    j = {
+        "format": FORMAT,
+        "version": 1,
+        "implementation": implementation,
+        "world_size": world,
+        "first_step": 0,
+        "steps": steps,
+        "config": config,
+        "units": units,
+        "torch": torch_info,
+    }
     path = os.path.join(directory, "trace.json")
     with open(path + ".tmp", "w") as f:
         json.dump(j, f, indent=1)

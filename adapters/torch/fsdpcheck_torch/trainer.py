@@ -34,8 +34,9 @@ OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--all
 
 
 def parse(argv, world):
-    from .cli import split_args
+    from .flags import split_args
     from .tracefile import RefTrace
+
     opts, flags = split_args(argv, OWN)
     for k in ("--like", "--trace"):
         if k not in opts:
@@ -48,12 +49,19 @@ def parse(argv, world):
     if cfg["optimizer"]["kind"] != "adamw":
         raise UsageError("trainer: the Trainer path uses optim=adamw_torch (the reference trace uses sgd)")
     if cfg["optimizer"]["weight_decay"] != 0:
-        raise UsageError("trainer: the Trainer exempts biases and LayerNorm weights from weight decay and the "
-                         "reference decays every parameter: run the reference with --weight-decay 0")
+        raise UsageError(
+            "trainer: the Trainer exempts biases and LayerNorm weights from weight decay and the "
+            "reference decays every parameter: run the reference with --weight-decay 0"
+        )
     fsdp = opts.get("--fsdp", "full_shard auto_wrap")
     words = fsdp.split()
-    strat = {"full_shard": "full_shard", "shard_grad_op": "shard_grad_op", "no_shard": "no_shard",
-             "hybrid_shard": "hybrid_shard", "hybrid_shard_zero2": "hybrid_shard_zero2"}
+    strat = {
+        "full_shard": "full_shard",
+        "shard_grad_op": "shard_grad_op",
+        "no_shard": "no_shard",
+        "hybrid_shard": "hybrid_shard",
+        "hybrid_shard_zero2": "hybrid_shard_zero2",
+    }
     ws = [w for w in words if w in strat]
     if len(ws) != 1 or any(w not in strat and w not in ("auto_wrap", "offload") for w in words):
         raise UsageError(f"--fsdp {fsdp!r}: expected one of {', '.join(strat)} plus auto_wrap [offload]")
@@ -61,6 +69,7 @@ def parse(argv, world):
         raise UsageError(f"--fsdp {ws[0]}: the reference trace ran {cfg['strategy']}")
     if world is not None:
         from .config import validate
+
         validate(cfg, world)
     return opts, cfg, ref, extras, fsdp
 
@@ -151,6 +160,7 @@ def train(opts, cfg, ref, extras, fsdp, argv):
                 lg = output.logits.detach().float()
                 self.losses.append(float(F.cross_entropy(lg.view(-1, lg.shape[-1]), y.view(-1))))
                 self.inputs.append((kwargs["input_ids"].detach().cpu(), y.detach().cpu()))
+
             model.register_forward_hook(hook, with_kwargs=True)
             if rank == 0:
                 tracefile.write_init(out, {n: init[n] for n in names})
@@ -160,6 +170,7 @@ def train(opts, cfg, ref, extras, fsdp, argv):
             fsdp1 = hasattr(m, "_fsdp_wrapped_module") or type(m).__name__ == "FullyShardedDataParallel"
             if fsdp1:
                 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
                 with FSDP.summon_full_params(m, writeback=False, with_grads=grads):
                     for n, p in m.named_parameters():
                         t = (p.grad if p.grad is not None else torch.zeros_like(p)) if grads else p
@@ -183,10 +194,13 @@ def train(opts, cfg, ref, extras, fsdp, argv):
 
         def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kw):
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
             params, _ = self._full(model, False)
             opt = getattr(optimizer, "optimizer", optimizer)
             # cpu_offload=False on the CPU: see engine.full_optim_state (FSDP1 aliasing)
-            osd = get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+            osd = get_optimizer_state_dict(
+                model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=False)
+            )
             step = state.global_step  # steps done before this one
             lt = torch.tensor([sum(self.losses) / len(self.losses)], dtype=torch.float64)
             dist.all_reduce(lt)
@@ -200,8 +214,18 @@ def train(opts, cfg, ref, extras, fsdp, argv):
                 st = osd["state"]
                 states = {s: {n: st[n][s] for n in names} for s in state_names}
                 # rank r's K micro-batches in order are its B/W samples in order
-                tracefile.write_step(out, step, float(lt.item()) / world, torch.cat(px).to(torch.int32),
-                                     torch.cat(py).to(torch.int32), self.grads, params, states, names, state_names)
+                tracefile.write_step(
+                    out,
+                    step,
+                    float(lt.item()) / world,
+                    torch.cat(px).to(torch.int32),
+                    torch.cat(py).to(torch.int32),
+                    self.grads,
+                    params,
+                    states,
+                    names,
+                    state_names,
+                )
                 print(f"step {step}: loss {float(lt.item()) / world:.6f}", flush=True)
             self.losses, self.inputs = [], []
 
@@ -209,13 +233,32 @@ def train(opts, cfg, ref, extras, fsdp, argv):
     tmp = tempfile.mkdtemp(prefix="fsdpcheck-trainer-")
     fsdp_cfg = _fsdp_config_for_trainer(argv)
     targs = TrainingArguments(
-        output_dir=tmp, max_steps=steps, per_device_train_batch_size=mb, gradient_accumulation_steps=K,
-        learning_rate=o["lr"], weight_decay=o["weight_decay"], adam_beta1=o["beta1"], adam_beta2=o["beta2"],
-        adam_epsilon=o["eps"], optim="adamw_torch", lr_scheduler_type="constant", warmup_steps=0,
-        max_grad_norm=0.0, fsdp=fsdp, fsdp_config=fsdp_cfg, train_sampling_strategy="sequential",
-        remove_unused_columns=False, report_to="none", save_strategy="no", logging_strategy="no",
-        disable_tqdm=True, dataloader_num_workers=0, use_cpu=opts.get("--device", "cpu") == "cpu",
-        bf16=cfg["param_dtype"] == "bf16", fp16=cfg["param_dtype"] == "fp16")
+        output_dir=tmp,
+        max_steps=steps,
+        per_device_train_batch_size=mb,
+        gradient_accumulation_steps=K,
+        learning_rate=o["lr"],
+        weight_decay=o["weight_decay"],
+        adam_beta1=o["beta1"],
+        adam_beta2=o["beta2"],
+        adam_epsilon=o["eps"],
+        optim="adamw_torch",
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        max_grad_norm=0.0,
+        fsdp=fsdp,
+        fsdp_config=fsdp_cfg,
+        train_sampling_strategy="sequential",
+        remove_unused_columns=False,
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        use_cpu=opts.get("--device", "cpu") == "cpu",
+        bf16=cfg["param_dtype"] == "bf16",
+        fp16=cfg["param_dtype"] == "fp16",
+    )
     cb = TraceCallback()
     trainer = Trainer(model=model, args=targs, train_dataset=Replay(), data_collator=collate, callbacks=[cb])
     cb.trainer = trainer
@@ -223,25 +266,38 @@ def train(opts, cfg, ref, extras, fsdp, argv):
     fsdp_applied = cb.wrapped_as in ("FullyShardedDataParallel",) or cb.wrapped_as.startswith("FSDP")
     if rank == 0:
         from importlib.metadata import version
+
         c = dict(cfg)
         c["impl"] = "hf-trainer"
         c["inject"] = "none"
         c["init"] = ""
         import accelerate
-        info = {"api": "hf-trainer", "fsdp": fsdp, "fsdp_config": fsdp_cfg, "torch_version": torch.__version__,
-                "transformers_version": version("transformers"), "accelerate_version": accelerate.__version__,
-                "device": opts.get("--device", "cpu"), "backend": dist.get_backend() if dist.is_initialized() else None,
-                "world_size": world, "like": os.path.abspath(ref.dir), "wrapped_as": cb.wrapped_as,
-                "fsdp_applied": fsdp_applied}
+
+        info = {
+            "api": "hf-trainer",
+            "fsdp": fsdp,
+            "fsdp_config": fsdp_cfg,
+            "torch_version": torch.__version__,
+            "transformers_version": version("transformers"),
+            "accelerate_version": accelerate.__version__,
+            "device": opts.get("--device", "cpu"),
+            "backend": dist.get_backend() if dist.is_initialized() else None,
+            "world_size": world,
+            "like": os.path.abspath(ref.dir),
+            "wrapped_as": cb.wrapped_as,
+            "fsdp_applied": fsdp_applied,
+        }
         tracefile.write_trace_json(out, "hf-trainer", world, steps, c, ref.units, info)
     if not fsdp_applied:
         # Accelerate turns FSDP on only for accelerator distributed types
         # (MULTI_GPU, MULTI_HPU, MULTI_XPU, ...): on the CPU (MULTI_CPU) the
         # Trainer silently wraps the model in DDP and ignores fsdp=/fsdp_config.
         if rank == 0:
-            print(f"fsdpcheck-torch: the Trainer wrapped the model in {cb.wrapped_as}, not FSDP: Accelerate "
-                  f"enables FSDP only on an accelerator (its MULTI_CPU type ignores fsdp=); the trace in {out} "
-                  "is of that DDP run" + ("" if opts.get("--allow-ddp") else " (--allow-ddp accepts it)"),
-                  file=sys.stderr)
+            print(
+                f"fsdpcheck-torch: the Trainer wrapped the model in {cb.wrapped_as}, not FSDP: Accelerate "
+                f"enables FSDP only on an accelerator (its MULTI_CPU type ignores fsdp=); the trace in {out} "
+                "is of that DDP run" + ("" if opts.get("--allow-ddp") else " (--allow-ddp accepts it)"),
+                file=sys.stderr,
+            )
         return 0 if opts.get("--allow-ddp") else 2
     return 0

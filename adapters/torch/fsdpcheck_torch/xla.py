@@ -17,17 +17,20 @@ mixed precision through the fsdp_config's xla_fsdp_settings.compute_dtype is
 not applied here (run fp32 first).
 """
 
-import os
 import sys
 
-from .config import UsageError, optim_state_names
+from .config import optim_state_names
 
 
 def _unsupported(cfg):
     if cfg["strategy"] != "full_shard":
         return f"--device xla runs SPMD FSDPv2, which is full_shard only (not {cfg['strategy']})"
-    for k, what in (("forward_prefetch", "--forward-prefetch"), ("limit_all_gathers", "--limit-all-gathers"),
-                    ("no_sync", "--no-sync"), ("cpu_offload", "--cpu-offload")):
+    for k, what in (
+        ("forward_prefetch", "--forward-prefetch"),
+        ("limit_all_gathers", "--limit-all-gathers"),
+        ("no_sync", "--no-sync"),
+        ("cpu_offload", "--cpu-offload"),
+    ):
         if cfg[k]:
             return f"--device xla: {what} has no FSDPv2 equivalent (XLA schedules the collectives)"
     if cfg["backward_prefetch"] != "none":
@@ -65,8 +68,10 @@ def run(args, cfg, ref):
     xr.use_spmd()
     n = xr.global_runtime_device_count()
     if cfg["global_batch"] % n:
-        print(f"fsdpcheck-torch: --global-batch {cfg['global_batch']} is not divisible by the {n} XLA devices",
-              file=sys.stderr)
+        print(
+            f"fsdpcheck-torch: --global-batch {cfg['global_batch']} is not divisible by the {n} XLA devices",
+            file=sys.stderr,
+        )
         return 2
     mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "model"))
     xs.set_global_mesh(mesh)
@@ -80,11 +85,18 @@ def run(args, cfg, ref):
     model = FSDPv2(model, mesh, auto_wrap_policy=policy)
     o = cfg["optimizer"]
     if o["kind"] == "adamw":
-        opt = torch.optim.AdamW(model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"],
-                                weight_decay=o["weight_decay"])
+        opt = torch.optim.AdamW(
+            model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=o["weight_decay"]
+        )
     else:
-        opt = torch.optim.SGD(model.parameters(), lr=o["lr"], momentum=o["momentum"], dampening=o["dampening"],
-                              weight_decay=o["weight_decay"], nesterov=o["nesterov"])
+        opt = torch.optim.SGD(
+            model.parameters(),
+            lr=o["lr"],
+            momentum=o["momentum"],
+            dampening=o["dampening"],
+            weight_decay=o["weight_decay"],
+            nesterov=o["nesterov"],
+        )
     out = args.trace
     tracefile.write_init(out, {k: init[k] for k in names})
     gpt2 = cfg["model"].get("model_type") == "gpt2"
@@ -105,8 +117,10 @@ def run(args, cfg, ref):
             loss = M.loss_of(model, cfg["model"], x, y)
             (loss / K).backward()
             total += float(loss.detach().cpu())
-        grads = {clean_name(k): (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().float()
-                 for k, p in model.named_parameters()}
+        grads = {
+            clean_name(k): (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().float()
+            for k, p in model.named_parameters()
+        }
         if cfg["clip_grad_norm"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip_grad_norm"], norm_type=NORM[cfg["norm_type"]])
         opt.step()
@@ -117,7 +131,13 @@ def run(args, cfg, ref):
         tracefile.write_step(out, step, total / K, g_inp, g_tgt, grads, params, st, names, states)
     c = dict(cfg)
     c.update(impl="torch-xla-fsdpv2", divide="avg", inject="none", init="")
-    info = {"api": "xla-spmd-fsdpv2", "torch_version": torch.__version__, "device": "xla", "backend": "xla",
-            "world_size": n, "verified": False}
+    info = {
+        "api": "xla-spmd-fsdpv2",
+        "torch_version": torch.__version__,
+        "device": "xla",
+        "backend": "xla",
+        "world_size": n,
+        "verified": False,
+    }
     tracefile.write_trace_json(out, "torch-xla-fsdpv2", n, cfg["steps"], c, ref.units, info)
     return 0

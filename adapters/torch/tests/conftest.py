@@ -34,8 +34,15 @@ def env():
 
 def adapter(*args, timeout=900):
     """Runs `python -m fsdpcheck_torch ARGS`; returns (exit code, stdout + stderr)."""
-    p = subprocess.run([sys.executable, "-m", "fsdpcheck_torch", *args], capture_output=True, text=True,
-                       env=env(), timeout=timeout, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, "-m", "fsdpcheck_torch", *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
     return p.returncode, p.stdout + p.stderr
 
 
@@ -61,7 +68,9 @@ def register(name, *argv):
 @pytest.fixture(scope="session")
 def checks(tmp_path_factory):
     import time
+
     from fsdpcheck_torch.check import run_checks
+
     os.environ.update({k: v for k, v in env().items() if k not in os.environ or k == "FSDPCHECK"})
     base = tmp_path_factory.mktemp("checks")
     names = list(CHECKS)

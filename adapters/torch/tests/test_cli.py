@@ -5,8 +5,8 @@ import json
 import os
 
 import pytest
+from conftest import EXAMPLES, adapter
 
-from conftest import EXAMPLES, adapter, fsdpcheck_bin
 from fsdpcheck_torch.config import UsageError, apply_flags, default_config
 
 
@@ -33,7 +33,7 @@ def test_run_missing_trace(tmp_path):
 
 
 def test_run_not_a_trace(tmp_path):
-    (tmp_path / "trace.json").write_text("{\"format\": \"something-else\"}")
+    (tmp_path / "trace.json").write_text('{"format": "something-else"}')
     rc, out = adapter("run", "--api", "fsdp1", "--like", str(tmp_path), "--trace", str(tmp_path / "out"))
     one_line_exit_2(rc, out, "not an fsdpcheck trace")
 
@@ -85,7 +85,7 @@ def test_xla_example_config_needs_xla():
     path = os.path.join(EXAMPLES, "fsdp_config.xla.json")
     with pytest.raises(UsageError, match="XLA FSDP configuration: it runs with --device xla"):
         apply_flags(_cfg(), ["--fsdp-config", path])
-    cfg, extras = apply_flags(_cfg(), ["--fsdp-config", path], device="xla")
+    _cfg_xla, extras = apply_flags(_cfg(), ["--fsdp-config", path], device="xla")
     assert extras["xla"] and extras["xla_fsdp_settings"]["compute_dtype"] == "bfloat16"
 
 

@@ -8,8 +8,7 @@ config, initial weights and batches (torchrun ... --like), then compare.
 import os
 
 import pytest
-
-from conftest import EXAMPLES, check, first_divergence, register
+from conftest import EXAMPLES, first_divergence, register
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2"]
 MLP = ["--model", "mlp-tiny", "--steps", "3"]
@@ -59,11 +58,31 @@ def test_matches_reference(checks, name):
 
 
 # FSDP1's schedule knobs (they change the order of all-gathers, not the math)
-register("fsdp1-prefetch-limiter", "--api", "fsdp1", "-n", "2", *GPT2, "--strategy", "full_shard",
-         "--backward-prefetch", "post", "--forward-prefetch", "--limit-all-gathers")
+register(
+    "fsdp1-prefetch-limiter",
+    "--api",
+    "fsdp1",
+    "-n",
+    "2",
+    *GPT2,
+    "--strategy",
+    "full_shard",
+    "--backward-prefetch",
+    "post",
+    "--forward-prefetch",
+    "--limit-all-gathers",
+)
 # examples/fsdp_config/fsdp_config.multi_gpu.json as users write it (BACKWARD_POST, forward prefetch)
-register("fsdp1-multi_gpu-config", "--api", "fsdp1", "-n", "2", *GPT2, "--fsdp-config",
-         os.path.join(EXAMPLES, "fsdp_config.multi_gpu.json"))
+register(
+    "fsdp1-multi_gpu-config",
+    "--api",
+    "fsdp1",
+    "-n",
+    "2",
+    *GPT2,
+    "--fsdp-config",
+    os.path.join(EXAMPLES, "fsdp_config.multi_gpu.json"),
+)
 
 
 @pytest.mark.parametrize("name", ["fsdp1-prefetch-limiter", "fsdp1-multi_gpu-config"])

@@ -23,11 +23,31 @@ register("torchbug-fsdp1-optim-offload", "--api", "fsdp1", "-n", "2", *GPT2, "--
 # with a one-rank shard group is clamped to NO_SHARD over that one-rank group
 # with only a warning, so the replicas never all-reduce: each rank trains on
 # its own gradient (fsdpcheck's hsdp_no_replicate fault, for real).
-register("torchbug-fsdp1-hsdp-shard-group-1", "--api", "fsdp1", "-n", "2", *GPT2[:4], "--strategy", "hybrid_shard",
-         "--shard-group", "1")
+register(
+    "torchbug-fsdp1-hsdp-shard-group-1",
+    "--api",
+    "fsdp1",
+    "-n",
+    "2",
+    *GPT2[:4],
+    "--strategy",
+    "hybrid_shard",
+    "--shard-group",
+    "1",
+)
 # FSDP2 handles the same (2, 1) mesh correctly
-register("fsdp2-hsdp-shard-group-1", "--api", "fsdp2", "-n", "2", *GPT2[:4], "--strategy", "hybrid_shard",
-         "--shard-group", "1")
+register(
+    "fsdp2-hsdp-shard-group-1",
+    "--api",
+    "fsdp2",
+    "-n",
+    "2",
+    *GPT2[:4],
+    "--strategy",
+    "hybrid_shard",
+    "--shard-group",
+    "1",
+)
 
 
 def caught(result, prefix):

@@ -8,7 +8,6 @@ set_force_sum_reduction_for_comms(True), also matches."""
 import json
 
 import pytest
-
 from conftest import register
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2", "--strategy", "full_shard"]

@@ -21,18 +21,61 @@ def test_trainer_path_on_cpu(tmp_path):
     cfgfile = os.path.join(EXAMPLES, "fsdp_config.trainer.json")
     ref, out = tmp_path / "ref", tmp_path / "trainer"
     e = env()
-    subprocess.run(["mpiexec", "-n", "2", fsdpcheck_bin(), "run", "--model", "gpt2-tiny", "--fsdp-config", cfgfile,
-                    "--weight-decay", "0", "--steps", "2", "--trace", str(ref), "--quiet"],
-                   check=True, env=e, stdin=subprocess.DEVNULL)
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-                        "-m", "fsdpcheck_torch", "trainer", "--like", str(ref), "--trace", str(out),
-                        "--fsdp", "full_shard auto_wrap", "--fsdp-config", cfgfile, "--allow-ddp"],
-                       capture_output=True, text=True, env=e, stdin=subprocess.DEVNULL, timeout=900)
+    subprocess.run(
+        [
+            "mpiexec",
+            "-n",
+            "2",
+            fsdpcheck_bin(),
+            "run",
+            "--model",
+            "gpt2-tiny",
+            "--fsdp-config",
+            cfgfile,
+            "--weight-decay",
+            "0",
+            "--steps",
+            "2",
+            "--trace",
+            str(ref),
+            "--quiet",
+        ],
+        check=True,
+        env=e,
+        stdin=subprocess.DEVNULL,
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "fsdpcheck_torch",
+            "trainer",
+            "--like",
+            str(ref),
+            "--trace",
+            str(out),
+            "--fsdp",
+            "full_shard auto_wrap",
+            "--fsdp-config",
+            cfgfile,
+            "--allow-ddp",
+        ],
+        capture_output=True,
+        text=True,
+        env=e,
+        stdin=subprocess.DEVNULL,
+        timeout=900,
+        check=False,
+    )
     print(p.stdout, p.stderr[-3000:])
     assert p.returncode == 0, p.stderr[-3000:]
     assert "not FSDP: Accelerate enables FSDP only on an accelerator" in p.stderr
     info = json.loads((out / "trace.json").read_text())["torch"]
     assert info["wrapped_as"] == "DistributedDataParallel" and info["fsdp_applied"] is False
-    c = subprocess.run([fsdpcheck_bin(), "compare", str(ref), str(out)], capture_output=True, text=True)
+    c = subprocess.run([fsdpcheck_bin(), "compare", str(ref), str(out)], capture_output=True, text=True, check=False)
     print(c.stdout)
     assert c.returncode == 0, c.stdout

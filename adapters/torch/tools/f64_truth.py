@@ -20,8 +20,8 @@ import torch
 from safetensors.numpy import load_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from fsdpcheck_torch import model as M  # noqa: E402
-from fsdpcheck_torch.tracefile import RefTrace  # noqa: E402
+from fsdpcheck_torch import model as M
+from fsdpcheck_torch.tracefile import RefTrace
 
 
 def tensor_class(n):

@@ -43,8 +43,13 @@ def label(d):
     with open(os.path.join(d, "trace.json")) as f:
         t = json.load(f)
     c = t["config"]
-    parts = [t["implementation"], c["model"].get("fsdpcheck_name", "?"), c["strategy"],
-             f"W={t['world_size']}", f"{c['param_dtype']}/{c['reduce_dtype']}"]
+    parts = [
+        t["implementation"],
+        c["model"].get("fsdpcheck_name", "?"),
+        c["strategy"],
+        f"W={t['world_size']}",
+        f"{c['param_dtype']}/{c['reduce_dtype']}",
+    ]
     if c.get("shard_group"):
         parts.append(f"F={c['shard_group']}")
     if c["grad_accum"] > 1:
