@@ -44,6 +44,22 @@ def clean_name(n):
     return n
 
 
+def build_optimizer(params, o):
+    """The config's optimizer (o: its "optimizer" object) over params, as the reference runs it."""
+    if o["kind"] == "adamw":
+        return torch.optim.AdamW(
+            params, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=o["weight_decay"]
+        )
+    return torch.optim.SGD(
+        params,
+        lr=o["lr"],
+        momentum=o["momentum"],
+        dampening=o["dampening"],
+        weight_decay=o["weight_decay"],
+        nesterov=o["nesterov"],
+    )
+
+
 class Run:
     def __init__(self, args, cfg, ref):
         self.args, self.cfg, self.ref = args, cfg, ref
@@ -156,23 +172,7 @@ class Run:
         return model
 
     def optimizer(self, model):
-        o = self.cfg["optimizer"]
-        if o["kind"] == "adamw":
-            return torch.optim.AdamW(
-                model.parameters(),
-                lr=o["lr"],
-                betas=(o["beta1"], o["beta2"]),
-                eps=o["eps"],
-                weight_decay=o["weight_decay"],
-            )
-        return torch.optim.SGD(
-            model.parameters(),
-            lr=o["lr"],
-            momentum=o["momentum"],
-            dampening=o["dampening"],
-            weight_decay=o["weight_decay"],
-            nesterov=o["nesterov"],
-        )
+        return build_optimizer(model.parameters(), self.cfg["optimizer"])
 
     # --------------------------------------------------------------- capture
     def full_grads(self, model):

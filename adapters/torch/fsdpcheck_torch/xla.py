@@ -63,7 +63,7 @@ def run(args, cfg, ref):
 
     from . import model as M
     from . import tracefile
-    from .engine import NORM, clean_name
+    from .engine import NORM, build_optimizer, clean_name
 
     xr.use_spmd()
     n = xr.global_runtime_device_count()
@@ -83,20 +83,7 @@ def run(args, cfg, ref):
     model = model.to(dev)
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={M.unit_class(cfg["model"])})
     model = FSDPv2(model, mesh, auto_wrap_policy=policy)
-    o = cfg["optimizer"]
-    if o["kind"] == "adamw":
-        opt = torch.optim.AdamW(
-            model.parameters(), lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=o["weight_decay"]
-        )
-    else:
-        opt = torch.optim.SGD(
-            model.parameters(),
-            lr=o["lr"],
-            momentum=o["momentum"],
-            dampening=o["dampening"],
-            weight_decay=o["weight_decay"],
-            nesterov=o["nesterov"],
-        )
+    opt = build_optimizer(model.parameters(), cfg["optimizer"])
     out = args.trace
     tracefile.write_init(out, {k: init[k] for k in names})
     gpt2 = cfg["model"].get("model_type") == "gpt2"
