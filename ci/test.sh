@@ -8,7 +8,8 @@
 #      (skipped with the reason where there is no device), then valgrind (memcheck);
 #   3. clang ASan/UBSan build: the unit suite again, and each libFuzzer harness
 #      for 30 s (label fuzz);
-#   4. the PyTorch adapter (ci/torch.sh: FSDP1 and FSDP2 on the CPU against the reference);
+#   4. the PyTorch adapter (ci/torch.sh: FSDP1 and FSDP2 on the CPU against the reference),
+#      on the pinned lock and, quick, on the oldest supported torch/transformers pair;
 #   5. the package (ci/package.sh: the .deb, and the port template built against it alone);
 #   6. coverage (ci/coverage.sh: fails below 90% of lines in core/, reference/, oracle/).
 set -euo pipefail
@@ -49,6 +50,12 @@ fi
 
 stage "the PyTorch adapter"
 bash ci/torch.sh
+
+stage "the PyTorch adapter on the oldest supported pair (torch 2.7.1, transformers 4.56.2): quick selection"
+# the sweep is left out there: its random FSDP2 no_shard/HSDP cases fail on that torch by
+# pytorch#149781 (named, a true verdict), and the sweep test requires every case to pass
+FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-oldest.lock FSDPCHECK_TORCH_TESTS=quick \
+  FSDPCHECK_TORCH_PYTEST_ARGS="--deselect=tests/test_sweep.py::test_sweep" bash ci/torch.sh
 
 stage "the package and the port template"
 bash ci/package.sh

@@ -6,13 +6,18 @@
 #   2. the Release fsdpcheck binary (built if missing);
 #   3. the adapter's tests with pytest on the CPU with gloo, at W = 1, 2 and 4, for
 #      FSDP1 and FSDP2, each judged by `fsdpcheck compare` under the default policy;
-#      JUnit XML in out/torch-junit.xml.
+#      JUnit XML in out/torch-junit-<lock name>.xml.
 # FSDPCHECK_TORCH_TESTS=quick runs a smaller selection (see adapters/torch/tests/conftest.py).
+# FSDPCHECK_TORCH_LOCK names another lock (requirements-oldest.lock: the oldest supported
+# torch/transformers pair), with its own virtual environment (.venv-torch-<lock name>);
+# FSDPCHECK_TORCH_PYTEST_ARGS adds pytest arguments (a -k selection).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-LOCK=adapters/torch/requirements.lock
-VENV=${FSDPCHECK_TORCH_VENV:-$ROOT/.venv-torch}
+LOCK=${FSDPCHECK_TORCH_LOCK:-adapters/torch/requirements.lock}
+[ -f "$LOCK" ] || { echo "ci/torch.sh: no lock file $LOCK" >&2; exit 2; }
+NAME=$(basename "$LOCK" .lock)
+if [ "$NAME" = requirements ]; then VENV=${FSDPCHECK_TORCH_VENV:-$ROOT/.venv-torch}; else VENV=${FSDPCHECK_TORCH_VENV:-$ROOT/.venv-torch-${NAME#requirements-}}; fi
 HASH=$( (cat "$LOCK"; python3 --version) | sha256sum | cut -c1-16)
 export HWLOC_COMPONENTS=-pci,-x86 OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false TRANSFORMERS_VERBOSITY=error
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1
@@ -48,7 +53,9 @@ echo "== torch adapter: tests (CPU, gloo)"
 mkdir -p out
 start=$(date +%s)
 set +e
-"$VENV/bin/python" -m pytest adapters/torch/tests -v -rA --durations=0 --junitxml=out/torch-junit.xml -p no:cacheprovider
+# shellcheck disable=SC2086 (the extra arguments are words)
+"$VENV/bin/python" -m pytest adapters/torch/tests -v -rA --durations=0 --junitxml="out/torch-junit-$NAME.xml" \
+  -p no:cacheprovider ${FSDPCHECK_TORCH_PYTEST_ARGS:-}
 rc=$?
 set -e
 echo "torch adapter tests: $(( $(date +%s) - start )) s, exit $rc"

@@ -46,6 +46,8 @@ TORCH_PASS_BOOL = ("--force-sum-reduction", "--optim-state-offload")
 def find_fsdpcheck(explicit=None):
     """The fsdpcheck binary: --fsdpcheck, $FSDPCHECK, PATH, or a build of the
     repository this package sits in (build/default/oracle/fsdpcheck)."""
+    if explicit and not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
+        raise UsageError(f"--fsdpcheck {explicit}: not an executable fsdpcheck binary")
     cands = [explicit, os.environ.get("FSDPCHECK"), shutil.which("fsdpcheck")]
     here = os.path.dirname(os.path.abspath(__file__))
     for up in (os.getcwd(), here):
@@ -76,9 +78,11 @@ def model_stub(flags):
 
     try:
         with open(name) as f:
-            return json.load(f)
+            m = json.load(f)
     except (OSError, ValueError):
-        return {"model_type": "gpt2", "n_positions": 1 << 30}  # the reference says what is wrong
+        m = None
+    # anything else the file gets wrong, the reference says, naming the file
+    return m if isinstance(m, dict) else {"model_type": "unknown"}
 
 
 def reference_divide(api, cfg, world, force_sum):
@@ -129,6 +133,14 @@ def parse(argv):
     inject = opts.get("--inject", "none")
     if inject not in FAULTS:
         raise UsageError(f"--inject {inject!r}: this adapter injects {', '.join(FAULTS[1:])}")
+    t = opts.get("--timeout", "900")
+    try:
+        timeout = float(t)
+    except ValueError:
+        raise UsageError(f"--timeout: not a number of seconds: {t!r}")
+    if not timeout > 0 or timeout == float("inf"):
+        raise UsageError(f"--timeout {t}: must be a positive, finite number of seconds")
+    opts["--timeout"] = timeout
     # FSDP's default strategy (fsdpcheck run's default is local, which is not FSDP);
     # a --strategy or an fsdp_config sharding_strategy later in the flags wins
     flags = ["--strategy", "full_shard"] + flags
@@ -155,7 +167,7 @@ class Job:
         os.makedirs(self.work, exist_ok=True)
         self.ref_dir = os.path.join(self.work, "ref")
         self.torch_dir = os.path.join(self.work, "torch")
-        self.timeout = float(self.opts.get("--timeout", "900"))
+        self.timeout = self.opts["--timeout"]
         self.t = {"reference_s": 0.0, "torch_s": 0.0}
 
     def group(self):
@@ -193,11 +205,27 @@ def run_reference(job, fsdpcheck, mpiexec, env):
         raise RuntimeError(f"the reference run failed (exit {p.returncode}): {msg}")
 
 
+class Crash(Exception):
+    """The implementation under test failed to finish its run: a verdict on
+    it (exit 1), not bad input. Its message names each failing rank, its signal
+    or exception, and where."""
+
+
+class Hung(Exception):
+    """A run that did not end within --timeout (exit 3, as fsdpcheck's watchdog)."""
+
+
 def run_torch(jobs, env):
-    """One torchrun for jobs of one world size (a --jobs file when several)."""
+    """One torchrun for jobs of one world size (a --jobs file when several).
+    Returns (the completed process, the ranks' failure reports)."""
     import json
 
+    from . import failure
+
     world = jobs[0].world
+    report = tempfile.mkdtemp(prefix="fsdpcheck-torch-report-")
+    env = dict(env, **{failure.ENV: report})
+    path = None
     if len(jobs) == 1:
         args = jobs[0].torch_args()
     else:
@@ -206,35 +234,122 @@ def run_torch(jobs, env):
             json.dump([j.torch_args()[1:] for j in jobs], f)
         args = ["run", "--jobs", path]
     t0 = time.time()
+    limit = sum(j.timeout for j in jobs)
     try:
         p = subprocess.run(
             torchrun_cmd(world, args),
             capture_output=True,
             text=True,
             env=env,
-            timeout=sum(j.timeout for j in jobs),
+            timeout=limit,
             stdin=subprocess.DEVNULL,
             check=False,
         )
+        fails = failure.collect(report)
+    except subprocess.TimeoutExpired:
+        raise Hung(f"the torch run did not finish within {limit:.0f} s (--timeout): a hung rank or collective")
     finally:
-        if len(jobs) > 1:
+        if path:
             os.unlink(path)
+        shutil.rmtree(report, ignore_errors=True)
     dt = time.time() - t0
     for j in jobs:
         j.t["torch_s"] = dt / len(jobs)
-    return p
+    return p, fails
 
 
-def torch_failure(job, p):
+def launcher_failures(stderr):
+    """The ranks torchrun's ChildFailedError summary names, for a rank that
+    left no report of its own (killed by SIGKILL, say): "rank R: SIGNAL"."""
+    import re
+    import signal
+
+    from .failure import Failure
+
+    out = []
+    for m in re.finditer(r"rank\s*:\s*(\d+).*?\n\s*exitcode\s*:\s*(-?\d+)", stderr):
+        r, code = int(m.group(1)), int(m.group(2))
+        try:
+            what = signal.Signals(-code).name if code < 0 else f"exit code {code}"
+        except ValueError:
+            what = f"signal {-code}"
+        out.append(Failure(r, "signal" if code < 0 else "error", what, "", ""))
+    return out
+
+
+def torch_failure(job, p, fails):
+    """Why job's torch run did not give a trace to judge: UsageError (bad input,
+    exit 2) or Crash (the implementation failed, exit 1)."""
+    from . import known_bugs
+
     err = os.path.join(job.torch_dir, "error.txt")
-    if os.path.exists(err):
+    if os.path.exists(err):  # a job of a --jobs file: its own exception
+        from .failure import parse_error
+
         with open(err) as f:
-            return RuntimeError(f"the torch run failed: {f.read().strip()[-3000:]}")
-    lines = [l for l in p.stderr.splitlines() if l.startswith("fsdpcheck-torch:")]
-    if lines and p.returncode != 0:
-        return UsageError(lines[0][len("fsdpcheck-torch: ") :])
-    tail = "\n".join(p.stderr.strip().splitlines()[-25:])
-    return RuntimeError(f"the torch run failed (exit {p.returncode}):\n{tail}")
+            fails = [parse_error(0, f.read())]
+    if fails and all(f.kind == "usage" for f in fails):
+        return UsageError(fails[0].what)
+    if not fails:
+        lines = [ln for ln in p.stderr.splitlines() if ln.startswith("fsdpcheck-torch:")]
+        if lines and p.returncode != 0:  # refused before any rank armed its report
+            return UsageError(lines[0][len("fsdpcheck-torch: ") :])
+        fails = launcher_failures(p.stderr)
+    done = os.path.exists(os.path.join(job.torch_dir, "trace.json"))
+    head = (
+        f"the torch run ({job.api}) {'ended' if done else 'failed'}"
+        + (f" with exit {p.returncode}" if p.returncode else "")
+        + (" after writing its whole trace" if done else "")
+        + ":"
+    )
+    lines = [f.line() for f in fails] or ["no rank left a report; the launcher's last lines:"] + [
+        "  " + ln for ln in p.stderr.strip().splitlines()[-8:]
+    ]
+    bug = known_bugs.match_crash(job.api, job.opts.get("--device", "cpu"), job.opts.get("--ckpt-at"), fails)
+    if bug:
+        lines.append(bug.line())
+    return Crash("\n  ".join([head] + lines))
+
+
+def gloo_avg_bug(job):
+    """The line naming pytorch#162338, with the ratios measured, when a failed
+    FSDP2 check has its signature (every step-0 gradient exactly W x the
+    reference's), else None."""
+    from . import known_bugs
+
+    if job.api != "fsdp2" or job.world < 2 or job.opts.get("--force-sum-reduction"):
+        return None
+    backend = job.opts.get("--backend", "gloo" if job.opts.get("--device", "cpu") == "cpu" else "")
+    import torch
+    from safetensors import safe_open
+
+    name = "step-000000.safetensors"
+    ratios = []
+    try:
+        with (
+            safe_open(os.path.join(job.ref_dir, name), "pt") as fa,
+            safe_open(os.path.join(job.torch_dir, name), "pt") as fb,
+        ):
+            for k in fa.keys():  # noqa: SIM118 (safe_open is not a dict)
+                if not k.startswith("grad."):
+                    continue
+                a, b = fa.get_tensor(k).double(), fb.get_tensor(k).double()
+                aa = float(torch.dot(a.flatten(), a.flatten()))
+                if aa == 0.0:
+                    continue
+                r = float(torch.dot(b.flatten(), a.flatten())) / aa
+                nb = float(b.norm())
+                ratios.append((r, float((b - r * a).norm()) / nb if nb else 0.0))
+    except Exception:  # noqa: BLE001 (a trace compare already judged; no signature then)
+        return None
+    # fp32: B = W A to rounding (1e-3 is far above it); 16-bit: the two runs'
+    # own roundings differ by up to ~1e-2 of a tensor, far below W - 1
+    tol = 1e-3 if job.cfg["param_dtype"] == job.cfg["reduce_dtype"] == "fp32" else 3e-2
+    bug = known_bugs.match_gloo_avg(job.api, backend, job.world, False, ratios, tol)
+    if bug is None:
+        return None
+    lo, hi = min(r for r, _ in ratios), max(r for r, _ in ratios)
+    return f"{bug.line()}\n  measured: all {len(ratios)} gradients of step 0 are B = {lo:.4f} .. {hi:.4f} x A (W = {job.world})"
 
 
 def compare(job, fsdpcheck, env):
@@ -249,10 +364,36 @@ def compare(job, fsdpcheck, env):
     return p.returncode, p.stdout + p.stderr
 
 
+def judge(job, p, fails, fsdpcheck, env):
+    """(exit code, text) for one job after its torch run: the crash verdict
+    (1) if the run did not end cleanly, whatever it wrote; else compare's
+    verdict, with the known bug its failure shows."""
+    done = os.path.exists(os.path.join(job.torch_dir, "trace.json"))
+    err = os.path.exists(os.path.join(job.torch_dir, "error.txt"))
+    if not done or err or p.returncode != 0:
+        raise torch_failure(job, p, fails)
+    rc, text = compare(job, fsdpcheck, env)
+    if rc == 1:
+        bug = gloo_avg_bug(job)
+        if bug:
+            text += bug + "\n"
+    return rc, text
+
+
+def outcome(e):
+    """An exception of a check -> (exit code, its one line or lines)."""
+    code = 1 if isinstance(e, Crash) else 3 if isinstance(e, Hung) else 2
+    verdict = "FAIL: " if code == 1 else ""
+    return code, f"fsdpcheck-torch: {verdict}{e}"
+
+
 def run_checks(argvs):
     """Checks several configs, starting torch once per world size. Returns one
     (exit code, compare output or error, timing) per argv: 0/1 from compare,
-    2 with the message for bad input or a failed run."""
+    1 for a torch run that crashed, 2 with the message for bad input or a
+    failed reference run, 3 for a run that hung. A torchrun that exits
+    non-zero fails every job in it that has no error of its own to show: the
+    exit code of a run is never explained away by a trace that exists."""
     env = env_for_runs()
     results = [None] * len(argvs)
     jobs = {}
@@ -260,7 +401,7 @@ def run_checks(argvs):
         try:
             jobs[i] = Job(argv)
         except UsageError as e:
-            results[i] = (2, f"fsdpcheck-torch: {e}", {})
+            results[i] = outcome(e) + ({},)
     try:
         if not jobs:
             return results
@@ -273,20 +414,19 @@ def run_checks(argvs):
                 run_reference(j, fsdpcheck, mpiexec, env)
                 ready.setdefault(j.group(), []).append(i)
             except (UsageError, RuntimeError) as e:
-                results[i] = (2, f"fsdpcheck-torch: {e}", j.t)
+                results[i] = outcome(e) + (j.t,)
         for idx in ready.values():
-            p = run_torch([jobs[i] for i in idx], env)
+            try:
+                p, fails = run_torch([jobs[i] for i in idx], env)
+            except Hung as e:
+                for i in idx:
+                    results[i] = outcome(e) + (jobs[i].t,)
+                continue
             for i in idx:
-                j = jobs[i]
-                done = os.path.exists(os.path.join(j.torch_dir, "trace.json"))
-                if not done or (len(idx) == 1 and p.returncode != 0):
-                    results[i] = (2, f"fsdpcheck-torch: {torch_failure(j, p)}", j.t)
-                    continue
                 try:
-                    rc, out = compare(j, fsdpcheck, env)
-                    results[i] = (rc, out, j.t)
-                except RuntimeError as e:
-                    results[i] = (2, f"fsdpcheck-torch: {e}", j.t)
+                    results[i] = judge(jobs[i], p, fails, fsdpcheck, env) + (jobs[i].t,)
+                except (UsageError, RuntimeError, Crash) as e:
+                    results[i] = outcome(e) + (jobs[i].t,)
         return results
     finally:
         for j in jobs.values():
@@ -294,16 +434,15 @@ def run_checks(argvs):
 
 
 def run_check(argv, out=sys.stdout):
-    """One check; raises UsageError (bad input) or RuntimeError (a run failed)."""
+    """One check -> (exit code, text, timing); raises UsageError (bad input),
+    Crash (the torch run failed), Hung, or RuntimeError (the reference failed)."""
     job = Job(argv)
     env = env_for_runs()
     try:
         fsdpcheck = find_fsdpcheck(job.opts.get("--fsdpcheck"))
         run_reference(job, fsdpcheck, job.opts.get("--mpiexec", "mpiexec"), env)
-        p = run_torch([job], env)
-        if p.returncode != 0 or not os.path.exists(os.path.join(job.torch_dir, "trace.json")):
-            raise torch_failure(job, p)
-        rc, text = compare(job, fsdpcheck, env)
+        p, fails = run_torch([job], env)
+        rc, text = judge(job, p, fails, fsdpcheck, env)
         if not job.opts.get("--quiet"):
             out.write(text)
         return rc, text, job.t
@@ -314,9 +453,12 @@ def run_check(argv, out=sys.stdout):
 def cmd_check(argv):
     try:
         rc, _, t = run_check(argv)
-    except RuntimeError as e:
-        print(f"fsdpcheck-torch: {e}", file=sys.stderr)
-        return 2
+    except (RuntimeError, Crash, Hung) as e:
+        code, line = outcome(e)
+        print(line, file=sys.stderr)
+        if code == 1:
+            print("fsdpcheck-torch check: FAIL (the implementation under test did not finish its run)")
+        return code
     print(
         f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference {t['reference_s']:.1f} s, "
         f"torch {t['torch_s']:.1f} s)"

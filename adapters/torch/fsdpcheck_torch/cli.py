@@ -73,7 +73,7 @@ def parse_run(argv, world):
     cfg, extras = like_config(ref.meta, flags, device)
     if extras.get("api") and extras["api"] != api:
         raise UsageError(f"--fsdp-config says FSDP version {extras['api'][-1]}, the run says --api {api}")
-    if ckpt_at and not 1 <= ckpt_at < cfg["steps"]:
+    if "--ckpt-at" in opts and not 1 <= ckpt_at < cfg["steps"]:
         raise UsageError(f"--ckpt-at {ckpt_at}: must be in 1..steps-1 ({cfg['steps'] - 1})")
     if world is not None:
         validate(cfg, world)
@@ -118,6 +118,9 @@ def cmd_run(argv):
         for job in jobs if jobs is not None else [argv]:
             parsed.append(parse_run(job, world))
     except UsageError as e:
+        from . import failure
+
+        failure.record(rank, "usage", str(e))
         if rank == 0:
             print(f"{PROG}: {e}", file=sys.stderr)
         return 2
@@ -131,38 +134,52 @@ def cmd_run(argv):
         from . import xla
 
         return max(xla.run(a, c, r) for a, c, r in parsed)
+    from . import failure
+
+    # from here a crash is the implementation's: faulthandler names the rank's
+    # signal and frame in $FSDPCHECK_TORCH_REPORT, and `check` reads it
+    return failure.guarded(rank, lambda: _train(parsed, jobs is not None, rank))
+
+
+def _train(parsed, several, rank):
+    """Trains each parsed job in one process group. With several (a --jobs
+    file), a job's exception is written to its error.txt and the next runs: the
+    exit code is then non-zero only for what no error.txt records (a crash, an
+    abort), so `check` never has a failed exit to explain away."""
     import datetime
 
     import torch
     import torch.distributed as dist
 
+    args0 = parsed[0][0]
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-    if args0.device == "hpu":
+    if args0.device == "hpu":  # pragma: no cover (hpu)
         os.environ.setdefault("PT_HPU_LAZY_MODE", "0")  # eager mode
         import habana_frameworks.torch.core
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
-    if args0.device == "cuda":
+    if args0.device == "cuda":  # pragma: no cover (cuda)
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(args0.backend, timeout=datetime.timedelta(seconds=300))
     from .engine import Run
     from .teardown import shutdown
 
-    rc, finished = 0, False
+    finished = False
     try:
         for args, cfg, ref in parsed:
-            if jobs is None:
+            if not several:
                 Run(args, cfg, ref).train()
                 continue
             try:
                 Run(args, cfg, ref).train()
             except Exception as e:  # noqa: BLE001 (any failure is recorded in error.txt; the next job still runs)
-                rc = 1
                 import traceback
 
+                kind = "usage" if isinstance(e, UsageError) else "error"
                 if rank == 0:
                     os.makedirs(args.trace, exist_ok=True)
                     with open(os.path.join(args.trace, "error.txt"), "w") as f:
-                        f.write(f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+                        what = str(e) if kind == "usage" else f"{type(e).__name__}: {e}"
+                        f.write(f"{kind}\n{what}\n{traceback.format_exc()}")
                 print(f"{PROG}: rank {rank}: job {args.trace} failed: {type(e).__name__}: {e}", file=sys.stderr)
             import gc
 
@@ -171,7 +188,41 @@ def cmd_run(argv):
         finished = True
     finally:
         shutdown(meet=finished)
-    return rc
+    return 0
+
+
+RUN_HELP = """torchrun --nproc-per-node W -m fsdpcheck_torch run --api fsdp1|fsdp2 --like REF_TRACE --trace OUT
+    [--device cpu|cuda|hpu|xla] [--backend gloo|nccl|hccl|xla] [run flags]
+    [--inject data_overlap|no_divide|ckpt_drop_optim] [--ckpt-at K]
+    [--force-sum-reduction] [--optim-state-offload]
+torchrun --nproc-per-node W -m fsdpcheck_torch run --jobs JOBS.json
+
+One rank of a torch FSDP run on a reference trace: the model, its initial
+weights and every step's global batch come from REF_TRACE (--like); the run
+flags (fsdpcheck run's: --strategy, --param-dtype, --fsdp-config FILE, ...)
+change the rest; the trace is written to OUT. --jobs runs a JSON list of such
+argument lists in one process group.
+"""
+
+
+def command_help(cmd):
+    """The usage text of a command (its module's docstring)."""
+    if cmd == "run":
+        return RUN_HELP
+    if cmd == "check":
+        from . import check
+
+        return check.__doc__
+    if cmd == "sweep":
+        from . import sweep
+
+        return sweep.__doc__
+    from . import trainer
+
+    return trainer.__doc__
+
+
+COMMANDS = ("run", "check", "sweep", "trainer")
 
 
 def main(argv=None):
@@ -180,6 +231,12 @@ def main(argv=None):
         print(USAGE)
         return 0 if argv else 2
     cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"{PROG}: unknown command {cmd!r} ({', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    if "-h" in rest or "--help" in rest:
+        print(command_help(cmd).strip())
+        return 0
     try:
         if cmd == "run":
             return cmd_run(rest)
@@ -191,12 +248,9 @@ def main(argv=None):
             from .sweep import cmd_sweep
 
             return cmd_sweep(rest)
-        if cmd == "trainer":
-            from .trainer import cmd_trainer
+        from .trainer import cmd_trainer
 
-            return cmd_trainer(rest)
+        return cmd_trainer(rest)
     except UsageError as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return 2
-    print(f"{PROG}: unknown command {cmd!r} (run, check, sweep, trainer)", file=sys.stderr)
-    return 2

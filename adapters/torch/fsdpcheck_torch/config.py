@@ -10,11 +10,10 @@ the C CLI: `--fsdp-config FILE` sets what the file sets, at its position.
 """
 
 import copy
-import json
 import math
 import os
 
-from . import fsdp_config
+from . import fsdp_config, strictjson
 from .errors import UsageError
 
 STRATEGIES = ("no_shard", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2")
@@ -26,8 +25,13 @@ DIVIDES = ("prepost", "avg", "sum-then-divide")
 APIS = ("fsdp1", "fsdp2")
 DEVICES = ("cpu", "cuda", "hpu", "xla")
 BACKENDS = ("gloo", "nccl", "hccl", "xla")
-# faults this adapter can put into the torch run (names from DESIGN §9)
-FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim")
+# faults this adapter can put into the torch run: numerical ones (names from
+# DESIGN §9) that compare must catch, and two crashes of the implementation
+# under test that check must report as a verdict (exit 1) naming the rank:
+# segv (the last rank dies of SIGSEGV in step 1's backward, or step 0's with
+# one step) and abort_at_exit (the last rank aborts after the whole trace is
+# written, the failure a trace on disk must not hide)
+FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim", "segv", "abort_at_exit")
 
 # Flags that change what the run trains on: with --like they must equal the
 # reference's (the batches and the initial weights come from its trace).
@@ -198,8 +202,10 @@ def validate(cfg, world):
     if o["lr"] < 0 or o["weight_decay"] < 0 or o["momentum"] < 0 or cfg["clip_grad_norm"] < 0:
         raise UsageError("--lr, --weight-decay, --momentum and --clip-grad-norm must be >= 0")
     m = cfg["model"]
-    if m.get("model_type") == "gpt2" and not 1 <= cfg["seq_len"] <= m["n_positions"]:
-        raise UsageError(f"--seq-len {cfg['seq_len']} is outside 1..n_positions ({m['n_positions']})")
+    n = m.get("n_positions") if isinstance(m, dict) else None
+    # a model file with no usable n_positions is the reference's to refuse, by name
+    if m.get("model_type") == "gpt2" and isinstance(n, int) and not 1 <= cfg["seq_len"] <= n:
+        raise UsageError(f"--seq-len {cfg['seq_len']} is outside 1..n_positions ({n})")
 
 
 def optim_state_names(cfg):
@@ -215,11 +221,13 @@ def read_trace_json(directory):
         raise UsageError(f"{directory}: not a trace directory")
     try:
         with open(path) as f:
-            t = json.load(f)
+            t = strictjson.load(f)
     except FileNotFoundError:
         raise UsageError(f"{directory}: no trace.json (an incomplete trace, or not a trace)")
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: cannot read: {e}")
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror}")
+    except ValueError as e:
+        raise UsageError(f"{path}: not valid JSON ({e})")
     if not isinstance(t, dict) or t.get("format") != "fsdpcheck-trace":
         raise UsageError(f'{path}: "format" is not "fsdpcheck-trace" (not an fsdpcheck trace)')
     if t.get("version") != 1:

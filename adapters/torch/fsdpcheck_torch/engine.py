@@ -159,17 +159,56 @@ class Run:
         if c["backward_prefetch"] == "pre":
             for a, b in zip(units[1:], units):
                 a.set_modules_to_backward_prefetch([b])
-        fsdp_mods = [m for m in model.modules() if hasattr(m, "set_force_sum_reduction_for_comms")]
+        from torch.distributed.fsdp import FSDPModule
+
+        fsdp_mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
         if self.force_sum:
             # the workaround for pytorch/pytorch#162338: SUM collectives, FSDP divides itself
+            require(FSDPModule, "set_force_sum_reduction_for_comms", "--force-sum-reduction")
             for m in fsdp_mods:
                 m.set_force_sum_reduction_for_comms(True)
         if self.fault == "no_divide":
             # gradients summed, not averaged: SUM collectives with a divide factor of 1
+            require(FSDPModule, "set_force_sum_reduction_for_comms", "--inject no_divide")
+            require(FSDPModule, "set_gradient_divide_factor", "--inject no_divide")
             for m in fsdp_mods:
                 m.set_force_sum_reduction_for_comms(True)
                 m.set_gradient_divide_factor(1.0)
         return model
+
+    def applied_reduction(self, model):
+        """How the wrapped modules reduce gradients, read back from them (not
+        from the flags): FSDP1's pre/post divide factors; FSDP2's
+        force_sum_reduction_for_comms and gradient_divide_factor of every
+        parameter group (a torch without them: False and None, since nothing
+        set them). A value the modules disagree on is a list."""
+
+        def one(vals):
+            vals = sorted(set(vals), key=repr)
+            return vals[0] if len(vals) == 1 else vals
+
+        if self.api == "fsdp1":
+            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+            mods = FSDP.fsdp_modules(model)
+            return {
+                "gradient_predivide_factor": one(float(m._gradient_predivide_factor) for m in mods),
+                "gradient_postdivide_factor": one(float(m._gradient_postdivide_factor) for m in mods),
+            }
+        groups = []
+        for m in model.modules():
+            if hasattr(m, "_get_fsdp_state"):
+                st = m._get_fsdp_state()
+                gs = getattr(st, "_fsdp_param_groups", None)
+                if gs is None:  # torch < 2.10: one group per module
+                    gs = [st._fsdp_param_group] if getattr(st, "_fsdp_param_group", None) is not None else []
+                groups += gs
+        return {
+            "force_sum_reduction_for_comms": one(
+                bool(getattr(g, "force_sum_reduction_for_comms", False)) for g in groups
+            ),
+            "gradient_divide_factor": one(getattr(g, "gradient_divide_factor", None) for g in groups),
+        }
 
     def optimizer(self, model):
         return build_optimizer(model.parameters(), self.cfg["optimizer"])
@@ -303,6 +342,7 @@ class Run:
         K = c["grad_accum"]
         init = self.ref.init()
         model = self.build(init)
+        self.applied = self.applied_reduction(model)
         optim = self.optimizer(model)
         out = self.args.trace
         if self.rank == 0:
@@ -335,6 +375,10 @@ class Run:
                     ctx = _null()
                 with ctx:
                     loss = M.loss_of(model, self.mcfg, x, y)
+                    if self.fault == "segv" and step == min(1, c["steps"] - 1) and self.rank == self.W - 1:
+                        import ctypes
+
+                        ctypes.string_at(0)  # reads address 0: SIGSEGV
                     (loss / K).backward() if K > 1 else loss.backward()
                 loss_sum += float(loss.detach().float().cpu())
             grads = self.full_grads(model)
@@ -370,12 +414,16 @@ class Run:
                 print(f"step {step}: loss {float(lt.item()) / self.W:.6f}", flush=True)
         if self.rank == 0:
             self.finish(out, c["steps"])
+        if self.fault == "abort_at_exit":
+            dist.barrier()  # trace.json is written
+            if self.rank == self.W - 1:
+                os.abort()
 
     def finish(self, out, steps):
         c = dict(self.cfg)
         impl = f"torch-{self.api}"
         c["impl"] = impl
-        c["divide"] = self.divide_mode()
+        c["divide"] = self.divide_mode(self.applied)
         c["inject"] = self.fault
         c["init"] = ""
         try:
@@ -392,20 +440,28 @@ class Run:
             "backend": self.args.backend,
             "world_size": self.W,
             "shard_group": self.F,
-            "force_sum_reduction_for_comms": bool(self.force_sum),
+            # read back from the wrapped modules (applied_reduction), not the flags
+            "reduction": self.applied,
             "gradient_divide": c["divide"],
             "checkpoint_at": self.args.ckpt_at or None,
             "like": os.path.abspath(self.ref.dir),
         }
         tracefile.write_trace_json(out, impl, self.W, steps, c, self.ref.units, info)
 
-    def divide_mode(self):
-        """How this run divides gradients, in the reference's --divide names."""
+    def divide_mode(self, applied):
+        """How this run divides gradients, in the reference's --divide names,
+        from what the modules were found to do (applied_reduction)."""
         if self.api == "fsdp1" or self.W == 1:
             return "prepost"
         if self.cfg["reduce_dtype"] == "fp16":
             return "prepost"
-        return "sum-then-divide" if self.force_sum else "avg"
+        return "sum-then-divide" if applied["force_sum_reduction_for_comms"] is True else "avg"
+
+
+def require(cls, method, flag):
+    """Refuses (exit 2) a flag this torch cannot honour, naming what it lacks."""
+    if not hasattr(cls, method):
+        raise UsageError(f"{flag}: torch {torch.__version__} has no {cls.__name__}.{method} (added by pytorch#155915)")
 
 
 class _null:

@@ -10,6 +10,8 @@ value this adapter cannot honour is one clear line and exit code 2.
 
 import json
 
+from . import strictjson
+
 STRATEGY = {
     "FULL_SHARD": "full_shard",
     "SHARD_GRAD_OP": "shard_grad_op",
@@ -68,7 +70,7 @@ def load(path):
 
     try:
         with open(path) as f:
-            data = json.load(f)
+            data = strictjson.load(f)
     except FileNotFoundError:
         raise UsageError(f"--fsdp-config {path}: no such file")
     except (OSError, ValueError) as e:

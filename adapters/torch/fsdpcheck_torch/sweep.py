@@ -118,7 +118,10 @@ def cmd_sweep(argv):
             status, detail = "pass", ""
         elif rc == 1:
             status = "FAIL"
-            detail = next((l.strip() for l in out.splitlines() if l.startswith("first divergence")), "")
+            lines = out.strip().splitlines() or [""]
+            # compare's first divergence, or a crash's head and its first rank
+            detail = next((ln.strip() for ln in lines if ln.startswith("first divergence")), "")
+            detail = detail or " ".join(ln.strip() for ln in lines[:2])
         else:
             status, detail = "error", out.strip().splitlines()[0] if out.strip() else "error"
         dt = t.get("reference_s", 0.0) + t.get("torch_s", 0.0)

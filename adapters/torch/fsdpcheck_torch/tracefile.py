@@ -16,35 +16,153 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from .config import UsageError, read_trace_json
+from . import strictjson
+from .config import STRATEGIES, UsageError, read_trace_json
 
 FORMAT = "fsdpcheck-trace"
 
 
+def header(path):
+    """A safetensors file's header (name -> {dtype, shape, data_offsets}),
+    read with duplicate names refused: the safetensors package keeps one of
+    two tensors of one name without a word, and the C reader refuses it."""
+
+    try:
+        with open(path, "rb") as f:
+            n = f.read(8)
+            if len(n) < 8:
+                raise UsageError(f"{path}: shorter than the 8-byte header length (not a safetensors file)")
+            size = int.from_bytes(n, "little")
+            data = os.path.getsize(path) - 8 - size
+            if data < 0:
+                raise UsageError(f"{path}: header length {size} runs past the end of the file")
+            raw = f.read(size)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read: {e.strerror}")
+    try:
+        h = strictjson.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: the header is not JSON ({e})")
+    if not isinstance(h, dict):
+        raise UsageError(f"{path}: the header is not a JSON object")
+    h.pop("__metadata__", None)
+    for k, v in h.items():
+        end = v.get("data_offsets", [0, 0])[-1] if isinstance(v, dict) else 0
+        if isinstance(end, int) and end > data:
+            raise UsageError(f"{path}: tensor {k} runs past the end of the file ({end} > {data} bytes of data)")
+    # the rest (offsets, sizes, dtypes) is safetensors' own check, at open
+    try:
+        with safe_open(path, "pt") as f:
+            f.keys()
+    except (OSError, SafetensorError) as e:  # safetensors raises its own error type
+        raise UsageError(f"{path}: not a valid safetensors file ({e})")
+    return h
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _check_meta(path, t):
+    """The parts of trace.json this adapter relies on, with their types."""
+
+    def need(cond, what):
+        if not cond:
+            raise UsageError(f"{path}: {what}")
+
+    def is_int(v, lo):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+    need(is_int(t["world_size"], 1), '"world_size" is not an integer >= 1')
+    need(is_int(t["steps"], 1), '"steps" is not an integer >= 1')
+    need(is_int(t["first_step"], 0), '"first_step" is not an integer >= 0')
+    c = t["config"]
+    need(isinstance(c, dict), '"config" is not an object')
+    for k in ("model", "strategy", "global_batch", "seq_len", "seed", "steps", "optimizer", "grad_accum"):
+        need(k in c, f'"config" has no "{k}"')
+    need(
+        isinstance(c["model"], dict) and isinstance(c["model"].get("model_type"), str), '"config.model" is not a model'
+    )
+    known = (*STRATEGIES, "local")  # a reference trace may be the local (W=1, unsharded) run
+    need(c["strategy"] in known, f'"config.strategy" {c["strategy"]!r} is not one of {", ".join(known)}')
+    for k in ("global_batch", "seq_len", "grad_accum", "steps"):
+        need(is_int(c[k], 1), f'"config.{k}" is not an integer >= 1')
+    need(isinstance(c["optimizer"], dict) and "kind" in c["optimizer"], '"config.optimizer" is not an optimizer')
+    need(
+        c["global_batch"] % t["world_size"] == 0,
+        f'"config.global_batch" {c["global_batch"]} is not divisible by "world_size" {t["world_size"]}',
+    )
+    u = t["units"]
+    need(isinstance(u, list) and u, '"units" is not a non-empty list')
+    for x in u:
+        need(
+            isinstance(x, dict)
+            and isinstance(x.get("name"), str)
+            and is_int(x.get("numel"), 1)
+            and isinstance(x.get("params"), list)
+            and x["params"]
+            and all(isinstance(p, str) for p in x["params"]),
+            '"units": each needs a "name", a "numel" >= 1 and a list of "params"',
+        )
+
+
 class RefTrace:
-    """A reference trace opened for replay."""
+    """A reference trace opened for replay. Everything the run will read is
+    checked here, before any rank starts: trace.json, init.safetensors and
+    every step file's batch, so a broken trace is bad input (exit 2), never a
+    failure halfway through training."""
 
     def __init__(self, directory):
         self.dir = directory
         self.meta = read_trace_json(directory)
+        _check_meta(os.path.join(directory, "trace.json"), self.meta)
         self.config = self.meta["config"]
         self.units = self.meta["units"]
         # model parameter names in registry order (the units list them all)
         self.names = [n for u in self.units for n in u["params"]]
         self._check_init()
+        for step in range(self.meta["first_step"], self.meta["first_step"] + self.meta["steps"]):
+            self._check_step(step)
 
     def _check_init(self):
         path = os.path.join(self.dir, "init.safetensors")
         if not os.path.exists(path):
             raise UsageError(f"{path}: missing (an incomplete trace)")
-        try:
-            with safe_open(path, "pt") as f:
-                keys = list(f.keys())
-        except (OSError, SafetensorError) as e:  # safetensors raises its own error type
-            raise UsageError(f"{path}: not a valid safetensors file ({e})")
-        unit_names = {n for u in self.units for n in u["params"]}
-        if set(keys) != unit_names:
-            raise UsageError(f"{path}: its tensors are not the parameters trace.json lists")
+        h = header(path)
+        unit_names = set(self.names)
+        if len(unit_names) != len(self.names):
+            raise UsageError(f'{os.path.join(self.dir, "trace.json")}: a parameter is listed twice in "units"')
+        missing = [n for n in self.names if n not in h]
+        if missing:
+            raise UsageError(f"{path}: parameter {missing[0]} is missing")
+        extra = sorted(set(h) - unit_names)
+        if extra:
+            raise UsageError(f"{path}: tensor {extra[0]} is not a parameter trace.json lists")
+        for u in self.units:
+            got = sum(_numel(h[n]["shape"]) for n in u["params"])
+            if got != u["numel"]:
+                raise UsageError(f"{path}: unit {u['name']} has {got} elements, trace.json says numel {u['numel']}")
+        for n in self.names:
+            if h[n]["dtype"] != "F32":
+                raise UsageError(f"{path}: {n} is {h[n]['dtype']}, a trace's initial weights are F32")
+
+    def _check_step(self, step):
+        path = os.path.join(self.dir, f"step-{step:06d}.safetensors")
+        if not os.path.exists(path):
+            raise UsageError(f"{path}: missing (an incomplete trace)")
+        h = header(path)
+        B = self.config["global_batch"]
+        for k in ("batch.input", "batch.target"):
+            if k not in h:
+                raise UsageError(f"{path}: no {k}")
+            shape = h[k]["shape"]
+            if not shape or shape[0] != B:
+                raise UsageError(f"{path}: {k} has shape {shape}, the config's global batch is {B}")
+        if h["batch.target"]["dtype"] not in ("I32", "I64"):
+            raise UsageError(f"{path}: batch.target is {h['batch.target']['dtype']}, token ids are integers")
 
     def init(self):
         path = os.path.join(self.dir, "init.safetensors")
@@ -53,8 +171,6 @@ class RefTrace:
 
     def batch(self, step):
         path = os.path.join(self.dir, f"step-{step:06d}.safetensors")
-        if not os.path.exists(path):
-            raise UsageError(f"{path}: missing (an incomplete trace)")
         try:
             with safe_open(path, "pt") as f:
                 return f.get_tensor("batch.input"), f.get_tensor("batch.target")

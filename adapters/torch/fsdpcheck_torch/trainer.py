@@ -46,6 +46,18 @@ def parse(argv, world):
     cfg, extras = like_config(ref.meta, flags, device)
     if cfg["model"].get("model_type") != "gpt2":
         raise UsageError("trainer: the Trainer path trains GPT-2 (the reference trace's model is an mlp)")
+    import dataclasses
+
+    import transformers
+
+    fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    if "train_sampling_strategy" not in fields:
+        # the data order rests on it (the module docstring): without it the
+        # Trainer shuffles, and the run would not be the reference's
+        raise UsageError(
+            f"trainer: transformers {transformers.__version__} has no TrainingArguments.train_sampling_strategy "
+            "(a sequential sampler is how the Trainer replays the reference's batches)"
+        )
     if cfg["optimizer"]["kind"] != "adamw":
         raise UsageError("trainer: the Trainer path uses optim=adamw_torch (the reference trace uses sgd)")
     if cfg["optimizer"]["weight_decay"] != 0:
@@ -84,15 +96,19 @@ def cmd_trainer(argv):
         if rank == 0:
             print(f"fsdpcheck-torch: {e}", file=sys.stderr)
         return 2
+    from . import failure
     from .teardown import shutdown
 
-    try:
-        rc = train(opts, cfg, ref, extras, fsdp, argv)
-    except BaseException:
-        shutdown(meet=False)  # the other ranks may never get here
-        raise
-    shutdown(meet=True)  # Accelerate never destroys the group it made
-    return rc
+    def body():
+        try:
+            rc = train(opts, cfg, ref, extras, fsdp, argv)
+        except BaseException:
+            shutdown(meet=False)  # the other ranks may never get here
+            raise
+        shutdown(meet=True)  # Accelerate never destroys the group it made
+        return rc
+
+    return failure.guarded(rank, body)
 
 
 def _fsdp_config_for_trainer(argv):

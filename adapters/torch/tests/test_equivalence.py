@@ -8,7 +8,7 @@ config, initial weights and batches (torchrun ... --like), then compare.
 import os
 
 import pytest
-from conftest import EXAMPLES, first_divergence, register
+from conftest import EXAMPLES, first_divergence, old_torch_bug, register
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2"]
 MLP = ["--model", "mlp-tiny", "--steps", "3"]
@@ -47,13 +47,16 @@ def cases():
             if quick and cid not in QUICK:
                 continue
             name = register(f"{api}-{cid}", "--api", api, "-n", str(W), *flags)
-            yield pytest.param(name, id=name)
+            yield pytest.param(name, old_torch_bug(api, W, flags), id=name)
 
 
-@pytest.mark.parametrize("name", list(cases()))
-def test_matches_reference(checks, name):
+@pytest.mark.parametrize(("name", "bug"), list(cases()))
+def test_matches_reference(checks, name, bug):
     rc, out, _ = checks[name]
     print(out)
+    if bug:  # an old torch: the verdict is the known bug, named
+        assert rc == 1 and f"known PyTorch bug {bug}" in out, out
+        return
     assert rc == 0, f"{first_divergence(out)}\n{out}"
 
 

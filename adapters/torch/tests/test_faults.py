@@ -4,7 +4,7 @@ bug found on the way (FSDP1's full optimizer state dict on a CPU device)."""
 
 import json
 
-from conftest import first_divergence, register
+from conftest import OLD_TORCH, check, first_divergence, register
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2", "--strategy", "full_shard"]
 GPT2_3 = ["--model", "gpt2-tiny", "--steps", "3", "--strategy", "full_shard"]
@@ -13,7 +13,9 @@ GPT2_3 = ["--model", "gpt2-tiny", "--steps", "3", "--strategy", "full_shard"]
 register("fault-data_overlap", "--api", "fsdp1", "-n", "2", *GPT2, "--inject", "data_overlap")
 # gradients left summed over the 2 ranks, not averaged (pytorch/pytorch#162338's symptom)
 register("fault-no_divide", "--api", "fsdp2", "-n", "2", *GPT2, "--inject", "no_divide")
-register("ckpt-round-trip", "--api", "fsdp1", "-n", "2", *GPT2_3, "--ckpt-at", "1")
+CKPT = ("--api", "fsdp1", "-n", "2", *GPT2_3, "--ckpt-at", "1")
+if not OLD_TORCH:  # there it crashes (pytorch#188989), which would take the shared torchrun down with it
+    register("ckpt-round-trip", *CKPT)
 register("fault-ckpt_drop_optim", "--api", "fsdp2", "-n", "2", *GPT2_3, "--ckpt-at", "1", "--inject", "ckpt_drop_optim")
 # torch 2.15 FSDP1: the full optimizer state dict with offload to CPU, on a CPU
 # device, returns exp_avg == exp_avg_sq (one reused gather buffer; `.cpu()` of a
@@ -64,10 +66,18 @@ def test_data_overlap_is_caught(checks):
 
 
 def test_no_divide_is_caught(checks):
+    if OLD_TORCH:  # FSDP2 there has no way to make its collectives SUM
+        rc, out, _ = checks["fault-no_divide"]
+        assert rc == 2 and "has no FSDPModule.set_force_sum_reduction_for_comms" in out, out
+        return
     caught(checks["fault-no_divide"], "grad.")
 
 
 def test_checkpoint_round_trip_passes(checks):
+    if OLD_TORCH:
+        rc, out = check(*CKPT)
+        assert rc == 1 and "rank 0: SIGSEGV" in out and "known PyTorch bug pytorch#188989" in out, out
+        return
     rc, out, d = checks["ckpt-round-trip"]
     assert rc == 0, out
     assert json.loads((d / "torch" / "trace.json").read_text())["torch"]["checkpoint_at"] == 1
@@ -75,6 +85,9 @@ def test_checkpoint_round_trip_passes(checks):
 
 def test_optimizer_state_not_restored_is_caught(checks):
     div = caught(checks["fault-ckpt_drop_optim"], "")
+    if OLD_TORCH:  # FSDP2 on gloo there diverges at step 0 already
+        assert "pytorch#162338" in checks["fault-ckpt_drop_optim"][1]
+        return
     assert "step 1," in div
 
 
@@ -88,4 +101,7 @@ def test_fsdp1_hsdp_one_rank_shard_group_is_caught(checks):
 
 def test_fsdp2_hsdp_one_rank_shard_group_passes(checks):
     rc, out, _ = checks["fsdp2-hsdp-shard-group-1"]
+    if OLD_TORCH:
+        assert rc == 1 and "known PyTorch bug pytorch#149781" in out, out
+        return
     assert rc == 0, out

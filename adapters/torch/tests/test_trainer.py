@@ -72,6 +72,12 @@ def test_trainer_path_on_cpu(tmp_path):
         check=False,
     )
     print(p.stdout, p.stderr[-3000:])
+    from importlib.metadata import version
+
+    if int(version("transformers").split(".")[0]) < 5:  # the oldest pair's 4.56 cannot replay in order
+        assert p.returncode != 0 and "has no TrainingArguments.train_sampling_strategy" in p.stderr, p.stderr
+        assert not (out / "trace.json").exists()
+        return
     assert p.returncode == 0, p.stderr[-3000:]
     assert "not FSDP: Accelerate enables FSDP only on an accelerator" in p.stderr
     info = json.loads((out / "trace.json").read_text())["torch"]

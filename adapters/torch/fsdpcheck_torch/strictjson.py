@@ -1,0 +1,23 @@
+"""JSON as fsdpcheck's C reader takes it (a leaf module): a key given twice
+is an error, not "the last one wins" as Python's json module has it, so a
+file both readers accept means the same thing to both."""
+
+import json
+
+
+def _no_duplicates(pairs):
+    seen = set()
+    for k, _ in pairs:
+        if k in seen:
+            raise ValueError(f"duplicate key {k!r}")
+        seen.add(k)
+    return dict(pairs)
+
+
+def loads(text):
+    """json.loads, refusing duplicate keys (ValueError)."""
+    return json.loads(text, object_pairs_hook=_no_duplicates)
+
+
+def load(f):
+    return loads(f.read())

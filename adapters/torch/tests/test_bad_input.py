@@ -1,0 +1,123 @@
+"""Every bad input gets one line and exit 2, never a traceback, never exit 1.
+
+Runs the adapter's bad-input corpus (tests/bad_input/torch/CASES) and every
+model config, fsdp_config and trace case of the C corpus (tests/bad_input/CASES)
+through the adapter command that reads it, in this process (the commands'
+own entry point, cli.main; a subprocess each would cost a torch import per
+case). Each case must:
+  - return 2;
+  - print exactly one line on stderr, "fsdpcheck-torch: ...", naming the
+    input and stating the problem (the case's two words), and nothing on stdout;
+  - leave its scratch directory (where --trace points) empty: nothing half-written.
+"""
+
+import os
+import shlex
+import shutil
+
+import pytest
+from conftest import ROOT, fsdpcheck_bin
+
+from fsdpcheck_torch.cli import main
+
+CORPUS = os.path.join(ROOT, "tests", "bad_input")
+TORCH = os.path.join(CORPUS, "torch")
+
+# C corpus step-file cases in tensors a replay never reads (a --like run takes
+# only a step's batch): the torch run would train correctly on such a trace,
+# and `fsdpcheck compare` refuses it when it judges (the C corpus's own test).
+NOT_READ_BY_REPLAY = {"missing_grad", "missing_loss", "grad_wrong_shape", "loss_int"}
+
+
+def read_cases(path):
+    with open(path) as f:
+        return [ln.rstrip("\n").split("\t") for ln in f if ln.strip() and not ln.startswith("#")]
+
+
+def adapter_cases():
+    for argv, names, expect in read_cases(os.path.join(TORCH, "CASES")):
+        yield pytest.param(argv, names, expect, id=argv[:90])
+
+
+def c_cases():
+    for kind, path, names, expect in read_cases(os.path.join(CORPUS, "CASES")):
+        full = os.path.join(CORPUS, path)
+        if kind == "model":
+            argv = f"check --api fsdp1 -n 1 --steps 1 --model {full}"
+        elif kind == "fsdp":
+            argv = f"check --api fsdp1 -n 1 --steps 1 --fsdp-config {full}"  # mlp-tiny, as run.sh
+        elif kind == "trace":
+            if os.path.basename(os.path.dirname(path)) in NOT_READ_BY_REPLAY:
+                continue
+            argv = f"run --api fsdp1 --like {{OVER:{os.path.dirname(full)}}} --trace {{OUT}}/t"
+        else:
+            continue  # init, checkpoints: files only the C commands read (the adapter never takes them)
+        yield pytest.param(argv, names, expect, id=f"C:{path}")
+
+
+@pytest.fixture(scope="module")
+def good_trace(tmp_path_factory):
+    import subprocess
+
+    t = tmp_path_factory.mktemp("good") / "T"
+    subprocess.run(
+        [fsdpcheck_bin(), "run", "--model", "mlp-micro", "--steps", "2", "--trace", str(t), "--quiet"],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    return str(t)
+
+
+def laid_over(good, case_dir, dest):
+    """good with case_dir's files laid over it (NAME.remove deletes NAME)."""
+    shutil.copytree(good, dest)
+    for n in os.listdir(case_dir):
+        if n.endswith(".remove"):
+            os.unlink(os.path.join(dest, n[: -len(".remove")]))
+        else:
+            shutil.copy(os.path.join(case_dir, n), os.path.join(dest, n))
+    return dest
+
+
+def expand(argv, good, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    words = []
+    for w in shlex.split(argv):
+        w = w.replace("{T}", good).replace("{OUT}", str(out)).replace("{C}", CORPUS)
+        if w.startswith("{LIKE:"):
+            w = laid_over(good, os.path.join(TORCH, "like", w[6:-1]), str(tmp_path / w[6:-1]))
+        elif w.startswith("{OVER:"):
+            w = laid_over(good, w[6:-1], str(tmp_path / os.path.basename(w[6:-1])))
+        words.append(w)
+    return words, out
+
+
+def refused(argv, names, expect, good, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("FSDPCHECK", fsdpcheck_bin())
+    words, out = expand(argv, good, tmp_path)
+    rc = main(words)
+    cap = capsys.readouterr()
+    err = cap.err.strip().splitlines()
+    assert rc == 2, f"exit {rc}\nstdout: {cap.out}\nstderr: {cap.err}"
+    assert cap.out == "", cap.out
+    assert len(err) == 1 and err[0].startswith("fsdpcheck-torch: "), cap.err
+    assert names in err[0] and expect in err[0], err[0]
+    assert os.listdir(out) == [], os.listdir(out)
+
+
+@pytest.mark.parametrize(("argv", "names", "expect"), list(adapter_cases()))
+def test_adapter_corpus(argv, names, expect, good_trace, tmp_path, capsys, monkeypatch):
+    refused(argv, names, expect, good_trace, tmp_path, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize(("argv", "names", "expect"), list(c_cases()))
+def test_c_corpus_through_the_adapter(argv, names, expect, good_trace, tmp_path, capsys, monkeypatch):
+    refused(argv, names, expect, good_trace, tmp_path, capsys, monkeypatch)
+
+
+def test_corpus_size():
+    """The corpus the closing note counts: if a case file goes missing, this says so."""
+    n = len(list(adapter_cases())) + len(list(c_cases()))
+    print(f"bad-input cases through the adapter: {n}")
+    assert n >= 100
