@@ -28,7 +28,8 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "none", "no_divide", "divide_twice", "shard_offset", "padding_leak", "stale_gather",
     "skip_root_reduce", "hsdp_no_replicate", "no_sync_overwrite", "clip_local_norm",
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
-    "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail"};
+    "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail", "clip_eps_per_rank",
+    "clip_hsdp_shard_norm"};
 
 // The property of DESIGN §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
@@ -54,6 +55,8 @@ static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
     [FC_FAULT_ADAM_STEP_RESET] = 7,
     [FC_FAULT_DATA_OVERLAP] = 1,
     [FC_FAULT_AVG_TAIL] = 1,
+    [FC_FAULT_CLIP_EPS_PER_RANK] = 8,     // only the norm (and the clip coefficient) moves
+    [FC_FAULT_CLIP_HSDP_SHARD_NORM] = 8,
 };
 
 int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }

@@ -95,6 +95,8 @@ typedef enum {
     FC_FAULT_ADAM_STEP_RESET,      // the optimizer step count restarts after a checkpoint load
     FC_FAULT_DATA_OVERLAP,         // a rank reads its neighbour's samples
     FC_FAULT_AVG_TAIL,             // an average leaves the last elements of a shard unscaled
+    FC_FAULT_CLIP_EPS_PER_RANK,    // the norm's eps added once per rank of the norm group (pytorch#149768)
+    FC_FAULT_CLIP_HSDP_SHARD_NORM, // hybrid: the norm over the shard group's gradient, before the replicas' all-reduce
     FC_FAULT_COUNT
 } fc_fault;
 

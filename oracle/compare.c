@@ -299,8 +299,9 @@ static void cmp_batch(const fc_cmp_ctx *c, fc_cmp_result *r, const fc_batch *a, 
     cmp_ints(c, r, "batch.target", &wt, a->target, b->target, gpt2 ? n : (size_t)a->B);
 }
 
-// The gradient norm is a double: judged in double, against its own magnitude.
-// extra: what 16-bit rounding explains (the norm of the gradients' allowances), else 0.
+// The gradient norm is a double: judged in double, against its own magnitude
+// (the row: the rounding of the norm's own computation) plus extra, what the
+// two sides' gradients explain (fc_cmp_norm_allowance).
 static void cmp_norm(const fc_cmp_ctx *c, fc_cmp_result *r, double a, double b, double extra) {
     const fc_tol *tol = &r->row[FC_CMP_NORM];
     fc_cmp_tensor *t = new_tensor(r, FC_CMP_NORM, "grad_norm", 1);
@@ -360,7 +361,7 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
     if (kinds & FC_CMP_MASK(FC_CMP_LOSS)) cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, &NO_ALLOW);
     double *allow_g = fc_cmp_grad_allowance(c, a, r);
     if ((kinds & FC_CMP_MASK(FC_CMP_NORM)) && a->has_norm && b->has_norm)
-        cmp_norm(c, r, a->grad_norm, b->grad_norm, fc_cmp_norm_allowance(c, allow_g));
+        cmp_norm(c, r, a->grad_norm, b->grad_norm, fc_cmp_norm_allowance(c, a->grads, b->grads));
     if (kinds & FC_CMP_MASK(FC_CMP_GRAD)) {
         elem_allow al = {allow_g, NULL, allow_g != NULL};
         cmp_set(c, r, FC_CMP_GRAD, "grad", a->grads, b->grads, &al);

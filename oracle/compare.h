@@ -273,5 +273,7 @@ void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d);
 // tolerance ("exact" or "rtol R ntol N [atol A]").
 const char *fc_cmp_fmt_err(double x, char *buf, size_t cap);
 void fc_cmp_fmt_tol(const fc_tol *t, char *buf, size_t cap);
+// The same for kind k's row (the norm's adds what its gradients explain).
+void fc_cmp_fmt_kind_tol(fc_cmp_kind k, const fc_tol *t, char *buf, size_t cap);
 
 #endif

@@ -122,8 +122,8 @@ static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_
             fc_prec_name(pol->prec), fc_prec_name(pol->prec_div));
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
         char t[64], u[64];
-        fc_cmp_fmt_tol(&pol->tol[k], t, sizeof t);
-        fc_cmp_fmt_tol(&pol->div[k], u, sizeof u);
+        fc_cmp_fmt_kind_tol((fc_cmp_kind)k, &pol->tol[k], t, sizeof t);
+        fc_cmp_fmt_kind_tol((fc_cmp_kind)k, &pol->div[k], u, sizeof u);
         fprintf(f, "| %s | %s | %s |\n", fc_cmp_kind_name((fc_cmp_kind)k), t, u);
     }
     fprintf(f, "\nAn element passes when |A - B| <= atol + rtol * scale, scale = max(max|A|, max|B|) of its tensor "

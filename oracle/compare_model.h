@@ -26,8 +26,9 @@ double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const
 // momentum_buffer); NULL for other states or without allow_g.
 double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b,
                                const char *state, const double *allow_g);
-// The gradient norm's allowance: the norm of allow_g (0 without it).
-double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const double *allow_g);
+// The gradient norm's allowance from the gradients: norm(ga - gb) [numel each]
+// in the layout's norm type; inf when a side has no gradients.
+double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *gb);
 // The whole tensor under rounding noise: delta, the weighted projection of B -
 // A on A (w_i = 1 / (allow_i + row)^2), and what |delta| may reach.
 typedef struct {

@@ -54,7 +54,7 @@
 //   grad   3.56e-06 / 1.49e-06      1.14e-04 / 5.85e-05      2.2e-06     8.72e-07 / 3.23e-07  3.6e-5 / 1.5e-5
 //   param  3.25e-07 / 9.38e-08 (*)  2.25e-07 / 8.44e-08      -           3.21e-07 / 5.62e-08  3.3e-6 / 9.4e-7
 //   optim  3.95e-06 / 2.41e-06      2.00e-04 / 9.04e-05      2.6e-06     1.69e-06 / 7.33e-07  4e-5 / 2.4e-5
-//   norm   (the gradients' noise: it is their norm)                                           3.6e-5
+//   norm   see FC_NORM_RTOL below: judged against its own rounding, not the gradients'
 // (*) beyond what the optimizer explains (compare.h): without that allowance
 // an AdamW element whose gradient sits at rounding noise moves by up to 2 lr.
 //
@@ -91,23 +91,35 @@
 // their reduce_dtype while they stay in lockstep (fc_cmp_policy_same_compute):
 // there bf16 params with fp32 reduce differ by 1.75e-07 (grad) and 3.24e-07
 // (optim) of the scale, inside fp32's lockstep row.
+// The total gradient norm (clip_grad_norm_'s return) is judged by what its
+// own gradients explain: |norm(A) - norm(B)| <= norm(gA - gB), exactly, for
+// every norm type (compare.c), plus the rounding of its own computation, the
+// same row at every precision and step: it is computed from fp32 gradients
+// whatever the policy. Measured, |N - norm(g)| / N with norm(g) in double from
+// the trace's own gradients (bench: gpt2-tiny, W=2, full_shard, 3 steps,
+// --clip-grad-norm 0.05): the reference 1.33e-15 (double); PyTorch 2.15 on
+// the CPU FSDP1 1.45e-07, FSDP2 1.07e-07 (2.4 and 1.8 fp32 ulps: per-tensor
+// norms rounded to fp32, their powers all-reduced in fp32). Margin 4x: 6e-7.
+// What it cannot see: a norm error below 6e-7 of the norm (pytorch#149768's
+// extra eps, (G - 1) * 1e-6, is caught while the norm is below 1.7 (G - 1)).
+#define FC_NORM_RTOL 6e-7
 #define EXACT {0, 0, 0, 1, 0}
 #define TOL(r, n) {r, 0, n, 0, 0}
 #define TOLK(r, n, k) {r, 0, n, 0, k}
-#define ROW(loss, norm, gr, gn, pr, pn, orr, on)                                                                     \
-    {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(loss, 0), [FC_CMP_NORM] = TOL(norm, 0), [FC_CMP_GRAD] = TOL(gr, gn), \
+#define ROW(loss, gr, gn, pr, pn, orr, on)                                                                     \
+    {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOL(loss, 0), [FC_CMP_NORM] = TOL(FC_NORM_RTOL, 0), [FC_CMP_GRAD] = TOL(gr, gn), \
      [FC_CMP_PARAM] = TOL(pr, pn), [FC_CMP_OPTIM] = TOL(orr, on)}
 const fc_tol FC_CMP_LOCKSTEP[3][FC_CMP_KIND_COUNT] = {
-    [FC_PREC_FP32] = ROW(1.2e-6, 3.6e-5, 3.6e-5, 1.5e-5, 3.3e-6, 9.4e-7, 4e-5, 2.4e-5),
-    [FC_PREC_BF16] = ROW(5e-5, 0.4, 0.4, 0.34, 3.3e-6, 9.4e-7, 0.72, 0.72),
-    [FC_PREC_FP16] = ROW(1.2e-5, 0.08, 0.08, 0.083, 3.3e-6, 9.4e-7, 0.09, 0.071)};
-#define DROW(loss, lk, norm, gr, gn, gk, pr, pn, orr, on, ok)                                                   \
-    {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOLK(loss, 0, lk), [FC_CMP_NORM] = TOLK(norm, 0, gk),                 \
+    [FC_PREC_FP32] = ROW(1.2e-6, 3.6e-5, 1.5e-5, 3.3e-6, 9.4e-7, 4e-5, 2.4e-5),
+    [FC_PREC_BF16] = ROW(5e-5, 0.4, 0.34, 3.3e-6, 9.4e-7, 0.72, 0.72),
+    [FC_PREC_FP16] = ROW(1.2e-5, 0.08, 0.083, 3.3e-6, 9.4e-7, 0.09, 0.071)};
+#define DROW(loss, lk, gr, gn, gk, pr, pn, orr, on, ok)                                                   \
+    {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOLK(loss, 0, lk), [FC_CMP_NORM] = TOL(FC_NORM_RTOL, 0),                 \
      [FC_CMP_GRAD] = TOLK(gr, gn, gk), [FC_CMP_PARAM] = TOL(pr, pn), [FC_CMP_OPTIM] = TOLK(orr, on, ok)}
 const fc_tol FC_CMP_DIVERGED[3][FC_CMP_KIND_COUNT] = {
-    [FC_PREC_FP32] = DROW(1.2e-6, 0, 3.6e-5, 3.6e-5, 1.5e-5, 5.7, 3.3e-6, 9.4e-7, 4e-5, 2.4e-5, 4.3),
-    [FC_PREC_BF16] = DROW(1.2e-3, 1.5, 0.4, 0.4, 0.34, 2.3, 3.3e-6, 9.4e-7, 0.72, 0.72, 2.4),
-    [FC_PREC_FP16] = DROW(1.2e-5, 0.9, 0.08, 0.08, 0.083, 1.6, 3.3e-6, 9.4e-7, 0.09, 0.071, 1.2)};
+    [FC_PREC_FP32] = DROW(1.2e-6, 0, 3.6e-5, 1.5e-5, 5.7, 3.3e-6, 9.4e-7, 4e-5, 2.4e-5, 4.3),
+    [FC_PREC_BF16] = DROW(1.2e-3, 1.5, 0.4, 0.34, 2.3, 3.3e-6, 9.4e-7, 0.72, 0.72, 2.4),
+    [FC_PREC_FP16] = DROW(1.2e-5, 0.9, 0.08, 0.083, 1.6, 3.3e-6, 9.4e-7, 0.09, 0.071, 1.2)};
 
 
 static const char *KIND_NAMES[FC_CMP_KIND_COUNT] = {"batch", "loss", "norm", "grad", "param", "optim"};
@@ -180,7 +192,7 @@ void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p) {
         fprintf(f, "  %s (%s):", row ? "diverged" : "lockstep", fc_prec_name(row ? p->prec_div : p->prec));
         for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
             char s[64];
-            fc_cmp_fmt_tol(&t[k], s, sizeof s);
+            fc_cmp_fmt_kind_tol((fc_cmp_kind)k, &t[k], s, sizeof s);
             fprintf(f, "%s %s %s", k ? ";" : "", KIND_NAMES[k], s);
         }
         fputc('\n', f);

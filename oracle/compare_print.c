@@ -23,6 +23,13 @@ void fc_cmp_fmt_tol(const fc_tol *t, char *buf, size_t cap) {
     if (!t->exact && t->kappa > 0 && n < cap) snprintf(buf + n, cap - n, ", each + %g x prev dP", t->kappa);
 }
 
+void fc_cmp_fmt_kind_tol(fc_cmp_kind k, const fc_tol *t, char *buf, size_t cap) {
+    fc_cmp_fmt_tol(t, buf, cap);
+    size_t n = strlen(buf);
+    // the norm's own rounding, plus what its gradients explain (compare.c)
+    if (k == FC_CMP_NORM && !t->exact && n < cap) snprintf(buf + n, cap - n, " + ||gA - gB||");
+}
+
 void fc_cmp_print_header(FILE *f) {
     fprintf(f, "%6s  %-4s  %8s  %-5s  %7s  %11s  %12s  %11s  %11s  %8s  %s\n", "step", "row", "prev dP", "kind",
             "tensors", "max abs err", "max err/scale", "ULP@scale", "norm ratio", "of tol", "result");

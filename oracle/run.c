@@ -249,8 +249,8 @@ int fc_cmd_run(int argc, char **argv) {
         if (rank == 0) {
             // the global batch is a pure function of (seed, step): regenerate it
             fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, first_step + t, 0);
-            fc_trace_step s = {.step = first_step + t, .loss = info.loss, .batch = &batch, .grads = grads,
-                               .params = params, .n_state = n_state};
+            fc_trace_step s = {.step = first_step + t, .loss = info.loss, .has_norm = 1, .grad_norm = info.grad_norm,
+                               .batch = &batch, .grads = grads, .params = params, .n_state = n_state};
             for (int i = 0; i < n_state; i++) {
                 s.state_names[i] = state_names[i];
                 s.state[i] = state[i];

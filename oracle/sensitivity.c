@@ -3,8 +3,8 @@
 //
 // DIR_A and DIR_B are two traces of the same training that legitimately
 // differ (another world size, strategy, implementation): the noise the policy
-// must tolerate is there. For one step, and for each kind (loss, grad, param,
-// optim), B is perturbed in memory and compared with A by the same engine
+// must tolerate is there. For one step, and for each kind (loss, norm, grad,
+// param, optim), B is perturbed in memory and compared with A by the same engine
 // `compare` uses; the smallest perturbation that fails is found by bisection
 // on a logarithmic scale:
 //   one element   b[i] += delta * scale (the tensor's scale, max |A|, |B|), at
@@ -12,7 +12,8 @@
 //                 (for parameters also in units of lr: the optimizer allowance
 //                 is what an element may legitimately move by);
 //   whole tensor  b *= (1 + delta) for every element.
-// The tensor of each kind is the one with most elements (the loss: the loss).
+// The tensor of each kind is the one with most elements (the loss: the loss;
+// the gradient norm, when both traces carry it: b *= 1 + delta).
 // A row reads "caught from delta = X": at X the comparison fails, at X / 1.26
 // (the bisection's resolution) it passes.
 #include <math.h>
@@ -47,16 +48,21 @@ typedef struct {
     size_t n, at;      // elements; the element perturbed (one-element mode)
     double scale;
     int whole;
+    double *dx, dkeep;  // a double scalar instead (the gradient norm), relative: dx = dkeep (1 + delta)
 } perturbation;
 
 static void apply(const perturbation *q, double delta) {
-    if (q->whole)
+    if (q->dx) *q->dx = q->dkeep * (1.0 + delta);
+    else if (q->whole)
         for (size_t i = 0; i < q->n; i++) q->x[i] = (float)(q->keep[i] * (1.0 + delta));
     else
         q->x[q->at] = (float)(q->keep[q->at] + delta * q->scale);
 }
 
-static void restore(const perturbation *q) { memcpy(q->x, q->keep, q->n * sizeof(float)); }
+static void restore(const perturbation *q) {
+    if (q->dx) *q->dx = q->dkeep;
+    else memcpy(q->x, q->keep, q->n * sizeof(float));
+}
 
 static double smallest(const probe *p, fc_cmp_kind kind, const perturbation *q) {
     if (fails(p, kind)) return -1;  // it fails unperturbed: nothing to measure
@@ -94,7 +100,7 @@ static void measure(const probe *p, fc_cmp_kind kind, float *base, const fc_mode
     for (int i = 0; i < m->n_params; i++)
         if (best < 0 || m->params[i].numel > m->params[best].numel) best = i;
     const fc_param *par = &m->params[best];
-    perturbation q = {base + par->offset, NULL, par->numel, 0, 0, 0};
+    perturbation q = {.x = base + par->offset, .n = par->numel};
     q.keep = mallocCheck(q.n * sizeof(float));
     memcpy(q.keep, q.x, q.n * sizeof(float));
     for (size_t i = 0; i < q.n; i++) q.scale = fmax(q.scale, fabs((double)q.keep[i]));
@@ -235,9 +241,16 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     // the loss: a scalar, relative
     {
         float keep = sb.loss;
-        perturbation q = {&sb.loss, &keep, 1, 0, fabs((double)keep), 0};
+        perturbation q = {.x = &sb.loss, .keep = &keep, .n = 1, .scale = fabs((double)keep)};
         printf("%-6s %-44s %10d  ", "loss", "loss", 1);
         print_delta(smallest(&p, FC_CMP_LOSS, &q));
+        printf("\n");
+    }
+    // the total gradient norm (both traces carry it): a double scalar, relative
+    if (sa.has_norm && sb.has_norm) {
+        perturbation q = {.n = 1, .scale = fabs(sb.grad_norm), .dx = &sb.grad_norm, .dkeep = sb.grad_norm};
+        printf("%-6s %-44s %10d  ", "norm", "grad_norm", 1);
+        print_delta(smallest(&p, FC_CMP_NORM, &q));
         printf("\n");
     }
     measure(&p, FC_CMP_GRAD, bb[0], &tb.model, "grad", 0);

@@ -96,11 +96,14 @@ int fc_trace_write_step(fc_trace_writer *w, const fc_trace_step *s, fc_error *e)
     const fc_model *m = w->m;
     if (w->steps_written == 0) w->first_step = s->step;
     int per = 2 + s->n_state;  // grad, param, state...
-    int n = 3 + per * m->n_params, k = 0;
+    int n = 4 + per * m->n_params, k = 0;
     fc_st_entry *ent = callocCheck((size_t)n, sizeof *ent);
     char **names = callocCheck((size_t)n, sizeof *names);
     const fc_batch *b = s->batch;
     ent[k++] = (fc_st_entry){"loss", FC_DT_F32, 0, {0}, &s->loss};
+    // the total norm as clip_grad_norm_ returned it, in double: the reference's
+    // is computed in double, and a float's value is a double exactly
+    if (s->has_norm) ent[k++] = (fc_st_entry){"grad_norm", FC_DT_F64, 0, {0}, &s->grad_norm};
     if (b->kind == FC_MODEL_GPT2) {
         ent[k++] = (fc_st_entry){"batch.input", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->input};
         ent[k++] = (fc_st_entry){"batch.target", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->target};

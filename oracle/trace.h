@@ -2,8 +2,10 @@
 //
 //   DIR/trace.json               format, version, implementation, world size, config
 //   DIR/init.safetensors         the initial weights, model names
-//   DIR/step-NNNNNN.safetensors  loss, batch.input, batch.target, grad.<name>,
-//                                param.<name>, optim.<state>.<name>
+//   DIR/step-NNNNNN.safetensors  loss, [grad_norm], batch.input, batch.target,
+//                                grad.<name>, param.<name>, optim.<state>.<name>
+//   grad_norm (F64, a scalar): the total gradient norm clip_grad_norm_ returned;
+//   required when the config clips (clip_grad_norm > 0), optional otherwise.
 #ifndef FC_TRACE_H
 #define FC_TRACE_H
 
@@ -19,7 +21,7 @@
 typedef struct {
     long step;                 // 0-based global step number
     float loss;                // global mean loss
-    int has_norm;              // grad_norm is known (in memory; traces do not store it)
+    int has_norm;              // grad_norm is known (a trace stores it when has_norm)
     double grad_norm;          // clip_grad_norm's total norm of the step's gradient
     const fc_batch *batch;     // the global batch
     const float *grads;        // [numel] after reduction/divide/accumulation, before clipping

@@ -166,6 +166,7 @@ static int expect_set(const fc_st_file *f, const fc_model *m, const char *path, 
 // Whether `name` is one of the tensors a step file of t holds.
 static int expected_step_tensor(const fc_trace *t, const char *name) {
     if (!strcmp(name, "loss") || !strcmp(name, "batch.input") || !strcmp(name, "batch.target")) return 1;
+    if (!strcmp(name, "grad_norm")) return 1;
     const char *rest = NULL;
     if (!strncmp(name, "grad.", 5)) rest = name + 5;
     else if (!strncmp(name, "param.", 6)) rest = name + 6;
@@ -234,6 +235,13 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
     }
     int rc = check_meta(f, path, step, e);
     if (!rc) rc = expect_tensor(f, path, "loss", FC_DT_F32, 0, scalar, e);
+    // the total gradient norm: what a clipping run's trace must carry
+    int has_norm = fc_st_find(f, "grad_norm") != NULL;
+    if (!rc && !has_norm && c->clip_grad_norm > 0)
+        rc = fc_fail(e, "%s: missing tensor \"grad_norm\" (the config clips: clip_grad_norm %g; a trace of a clipping "
+                        "run records the total norm clip_grad_norm_ returned, each step)",
+                     path, (double)c->clip_grad_norm);
+    if (!rc && has_norm) rc = expect_tensor(f, path, "grad_norm", FC_DT_F64, 0, scalar, e);
     if (!rc) rc = expect_tensor(f, path, "batch.input", in_dtype, in_ndim, in_shape, e);
     if (!rc) rc = expect_tensor(f, path, "batch.target", FC_DT_I32, tgt_ndim, tgt_shape, e);
     if (!rc) rc = expect_set(f, m, path, "grad", e);
@@ -243,7 +251,7 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
         snprintf(prefix, sizeof prefix, "optim.%s", t->state_names[s]);
         rc = expect_set(f, m, path, prefix, e);
     }
-    if (!rc) rc = check_no_extra(f, path, 3 + (2 + t->n_state) * m->n_params, t, m, 0, e);
+    if (!rc) rc = check_no_extra(f, path, 3 + has_norm + (2 + t->n_state) * m->n_params, t, m, 0, e);
     if (rc) fc_st_close(f);
     return rc;
 }
@@ -332,6 +340,14 @@ int fc_trace_read_loss(fc_st_file *f, float *loss, fc_error *e) {
     return fc_st_read_f32(f, fc_st_find(f, "loss"), 0, 1, loss, e);
 }
 
+int fc_trace_read_norm(fc_st_file *f, int *has_norm, double *norm, fc_error *e) {
+    const fc_st_tensor *t = fc_st_find(f, "grad_norm");
+    *has_norm = t != NULL;
+    *norm = 0;
+    // F64 and a scalar (checked on open); the test machines and every trace are little-endian
+    return t ? fc_st_read(f, t, 0, 1, norm, e) : 0;
+}
+
 int fc_trace_read_batch(const fc_trace *t, fc_st_file *f, fc_batch *b, fc_error *e) {
     const fc_run_config *c = &t->cfg;
     fc_batch_alloc(b, &c->model, c->global_batch, c->seq_len);
@@ -383,7 +399,8 @@ int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const
     s->step = step;
     s->prev_params = prev;
     s->n_state = t->n_state;
-    int rc = fc_trace_read_loss(&f, &s->loss, e) || fc_trace_read_batch(t, &f, batch, e) ||
+    int rc = fc_trace_read_loss(&f, &s->loss, e) || fc_trace_read_norm(&f, &s->has_norm, &s->grad_norm, e) ||
+             fc_trace_read_batch(t, &f, batch, e) ||
              fc_trace_read_set(t, &f, "grad", bufs[0], e) || fc_trace_read_set(t, &f, "param", bufs[1], e);
     for (int i = 0; !rc && i < t->n_state; i++) {
         char prefix[64];

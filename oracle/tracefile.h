@@ -55,6 +55,8 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
 
 // Readers for an open, validated step file.
 int fc_trace_read_loss(fc_st_file *f, float *loss, fc_error *e);
+// The step's total gradient norm: *has_norm 0 (and *norm 0) when the file has none.
+int fc_trace_read_norm(fc_st_file *f, int *has_norm, double *norm, fc_error *e);
 // Allocates b (fc_batch_free releases it) and fills it with the global batch.
 int fc_trace_read_batch(const fc_trace *t, fc_st_file *f, fc_batch *b, fc_error *e);
 // Reads one full tensor set into dst[model.numel] in model layout: prefix is

@@ -233,6 +233,7 @@ static void complete_reduce(fc_fsdp *f) {
     if (f->g.sharded) {
         log_ev(f, FC_OP_WAIT, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, 0, rd, FC_PHASE_BACKWARD, 0);
         if (f->g.hybrid && f->g.R > 1 && seam_replicate(f)) {
+            seam_pre_replicate(f, u, acc, U->own_valid);
             log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, S * rb, rd, FC_PHASE_BACKWARD, 0);
             all_reduce_canonical(f, f->replica, acc, S, rd);
             log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, 0, rd, FC_PHASE_BACKWARD, 0);
@@ -370,6 +371,7 @@ static double grad_norm(fc_fsdp *f) {
            FC_PREC_FP32, FC_PHASE_CLIP, 0);
     seam_norm_parts(f, parts, &G, part);
     double total = fc_grad_norm_combine(parts, G, t);
+    seam_norm_total(f, &total, G);
     free(parts);
     return total;
 }

@@ -37,20 +37,25 @@ int fc_fault_data_rank(const struct fc_fsdp *f, int rank) {
 
 typedef struct {
     float **stale;  // [n_units] the previous gather of each unit, [P]
+    float **pre;    // [n_units] clip_hsdp_shard_norm: the shard group's reduced chunk, [S]
+    long pre_step;  // the step pre holds (it is reset when a new step's first chunk arrives)
 } fault_state;
 
 void fc_fault_created(struct fc_fsdp *f) {
-    if (!is(f, FC_FAULT_STALE_GATHER)) return;
+    if (!is(f, FC_FAULT_STALE_GATHER) && !is(f, FC_FAULT_CLIP_HSDP_SHARD_NORM)) return;
     fault_state *s = callocCheck(1, sizeof *s);
     s->stale = callocCheck((size_t)f->m.n_units, sizeof *s->stale);
+    s->pre = callocCheck((size_t)f->m.n_units, sizeof *s->pre);
+    s->pre_step = -1;
     f->seam_state = s;
 }
 
 void fc_fault_destroy(struct fc_fsdp *f) {
     fault_state *s = f->seam_state;
     if (!s) return;
-    for (int u = 0; u < f->m.n_units; u++) free(s->stale[u]);
+    for (int u = 0; u < f->m.n_units; u++) free(s->stale[u]), free(s->pre[u]);
     free(s->stale);
+    free(s->pre);
     free(s);
     f->seam_state = NULL;
 }
@@ -157,8 +162,10 @@ int fc_fault_replicate(const struct fc_fsdp *f) { return !is(f, FC_FAULT_HSDP_NO
 
 void fc_fault_norm_piece(const struct fc_fsdp *f, int u, const float **g, size_t *n) {
     const unit_state *U = &f->u[u];
+    const fault_state *s = f->seam_state;
     if (is(f, FC_FAULT_PADDING_LEAK) && f->g.sharded) *n = U->shard;
     if (is(f, FC_FAULT_CLIP_DOUBLE_COUNT) && !f->g.sharded) *g = U->grad, *n = U->numel;
+    if (is(f, FC_FAULT_CLIP_HSDP_SHARD_NORM) && s->pre[u] && s->pre_step == f->step) *g = s->pre[u];
 }
 
 void fc_fault_norm_group(const struct fc_fsdp *f, MPI_Comm *comm, int *G) {
@@ -167,6 +174,31 @@ void fc_fault_norm_group(const struct fc_fsdp *f, MPI_Comm *comm, int *G) {
 
 void fc_fault_norm_parts(const struct fc_fsdp *f, double *parts, int *G, double part) {
     if (is(f, FC_FAULT_CLIP_LOCAL_NORM)) *G = 1, parts[0] = part;
+}
+
+// clip_eps_per_rank (P8; pytorch#149768): clip_grad_norm_'s eps (1e-6), meant
+// once, is added by each of the G ranks of the norm group (a scalar added to a
+// partial DTensor lands on every rank's local value), so the norm it returns
+// and clips by is G - 1 eps too large. Nothing else moves: the gradients are
+// right, only the norm and, through it, the clip coefficient.
+void fc_fault_norm_total(const struct fc_fsdp *f, double *total, int G) {
+    if (is(f, FC_FAULT_CLIP_EPS_PER_RANK)) *total += (G - 1) * 1e-6;
+}
+
+// clip_hsdp_shard_norm (P8): under hybrid sharding, the norm is taken over the
+// shard group's own gradient, the reduced chunk before the replicas'
+// all-reduce (the norm hooked in too early: each replica sees its own share of
+// the batch), so replicas clip by different norms, all of them wrong.
+void fc_fault_pre_replicate(struct fc_fsdp *f, int u, const float *acc, size_t n) {
+    fault_state *s = f->seam_state;
+    if (!is(f, FC_FAULT_CLIP_HSDP_SHARD_NORM)) return;
+    if (s->pre_step != f->step) {  // the step's first chunk: the gradient restarts from 0
+        for (int v = 0; v < f->m.n_units; v++)
+            if (s->pre[v]) memset(s->pre[v], 0, f->u[v].shard * sizeof(float));
+        s->pre_step = f->step;
+    }
+    if (!s->pre[u]) s->pre[u] = callocCheck(f->u[u].shard, sizeof(float));
+    for (size_t i = 0; i < n; i++) s->pre[u][i] += acc[i] / f->post;
 }
 
 // ---------------------------------------------------------------------------

@@ -47,6 +47,8 @@ void fc_fault_divided(const struct fc_fsdp *f, float *grad, const float *sum, si
 void fc_fault_norm_piece(const struct fc_fsdp *f, int u, const float **g, size_t *n);
 void fc_fault_norm_group(const struct fc_fsdp *f, MPI_Comm *comm, int *G);
 void fc_fault_norm_parts(const struct fc_fsdp *f, double *parts, int *G, double part);
+void fc_fault_norm_total(const struct fc_fsdp *f, double *total, int G);
+void fc_fault_pre_replicate(struct fc_fsdp *f, int u, const float *acc, size_t n);
 fc_ckpt_source_fn fc_fault_ckpt_source(const struct fc_fsdp *f);
 long fc_fault_loaded(struct fc_fsdp *f, long step);
 
@@ -67,6 +69,8 @@ long fc_fault_loaded(struct fc_fsdp *f, long step);
 #define seam_norm_piece(f, u, g, n) fc_fault_norm_piece((f), (u), (g), (n))
 #define seam_norm_group(f, comm, G) fc_fault_norm_group((f), (comm), (G))
 #define seam_norm_parts(f, parts, G, part) fc_fault_norm_parts((f), (parts), (G), (part))
+#define seam_norm_total(f, total, G) fc_fault_norm_total((f), (total), (G))
+#define seam_pre_replicate(f, u, acc, n) fc_fault_pre_replicate((f), (u), (acc), (n))
 #define seam_ckpt_source(f) fc_fault_ckpt_source(f)
 #define seam_loaded(f, step) fc_fault_loaded((f), (step))
 

@@ -44,6 +44,10 @@
 #define seam_norm_group(f, comm, G) ((void)(f), (void)(comm), (void)(G))
 // the gathered partial norms, before they are combined
 #define seam_norm_parts(f, parts, G, part) ((void)(f), (void)(parts), (void)(G), (void)(part))
+// the total norm of G partials, as combined
+#define seam_norm_total(f, total, G) ((void)(f), (void)(total), (void)(G))
+// hybrid: unit u's reduced chunk acc[0..n) (the shard group's sum), before the replicas' all-reduce
+#define seam_pre_replicate(f, u, acc, n) ((void)(f), (void)(u), (void)(acc), (void)(n))
 // which checkpoint tensor fills each parameter's tensor on load: itself
 #define seam_ckpt_source(f) ((void)(f), (fc_ckpt_source_fn)0)
 // the step count a load continues from

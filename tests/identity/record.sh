@@ -11,7 +11,7 @@
 # prefetch and the limiter, bf16 and fp16 policies, accumulation with and
 # without no_sync, clipping with every norm type, cpu_offload, every divide
 # mode, FULL and SHARDED save at one W/strategy and load at another, and each
-# of the 18 injected faults in a configuration that exercises it.
+# of the 20 injected faults in a configuration that exercises it.
 set -euo pipefail
 bin=$(readlink -f "$1"); out=$2
 rm -rf "$out"; mkdir -p "$out"
@@ -80,6 +80,8 @@ run f-reduce_dtype_ignored 2 $F --strategy full_shard --param-dtype bf16 --reduc
 run f-data_overlap 2 $F --strategy full_shard --inject data_overlap
 run f-avg_tail 2 $F --strategy full_shard --inject avg_tail
 run f-avg_tail-ddp 2 $F --strategy no_shard --inject avg_tail
+run f-clip_eps_per_rank 4 $F --strategy full_shard --clip-grad-norm 0.05 --inject clip_eps_per_rank
+run f-clip_hsdp_shard_norm 4 $F --strategy hybrid_shard --shard-group 2 --clip-grad-norm 0.05 --inject clip_hsdp_shard_norm
 for f in ckpt_drop_optim ckpt_swap adam_step_reset; do
   for sd in full sharded; do
     mpiexec -n 2 "$bin" run --quiet $F --steps 2 --strategy full_shard --save "$out/ckpt-$f-$sd" --state-dict $sd --inject $f \

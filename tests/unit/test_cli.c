@@ -483,8 +483,15 @@ static void expect_step_file(const char *dir, int step, const fc_model *m, int B
     const char *states_sgd[] = {"momentum_buffer"};
     const char **states = sgd ? states_sgd : states_adamw;
     int n_states = sgd ? 1 : 2;
-    cr_expect_eq(f.n_tensors, 3 + (2 + n_states) * m->n_params, "%s: %d tensors, want %d", p, f.n_tensors,
-                 3 + (2 + n_states) * m->n_params);
+    // loss, grad_norm, the batch, then grads, params and each state per parameter
+    cr_expect_eq(f.n_tensors, 4 + (2 + n_states) * m->n_params, "%s: %d tensors, want %d", p, f.n_tensors,
+                 4 + (2 + n_states) * m->n_params);
+    const fc_st_tensor *norm = expect_tensor(&f, p, "grad_norm", FC_DT_F64, 0, 0, 0);
+    if (norm) {  // the reference records the norm it computed, clipping or not
+        double g = NAN;
+        cr_assert_eq(fc_st_read(&f, norm, 0, 1, &g, &e), 0, "%s", e.msg);
+        cr_expect(isfinite(g) && g > 0, "%s: grad_norm %g", p, g);
+    }
 
     const fc_st_tensor *loss = expect_tensor(&f, p, "loss", FC_DT_F32, 0, 0, 0);
     if (loss) {

@@ -619,6 +619,37 @@ Test(compare, tensors_must_match_the_registry) {
     expect_usage("metadata says step \"7\"");
 }
 
+// A clipping run's trace carries the total norm clip_grad_norm_ returned, as
+// F64 "grad_norm" in every step file, and compare judges it; without it (or
+// as another dtype) the trace is refused. A run that does not clip may carry
+// it (the reference always does).
+Test(compare, a_clipping_trace_carries_the_norm) {
+    const char *clip[] = {"--clip-grad-norm", "0.05", NULL};
+    const char *a = trace("a", clip), *b = trace("b", clip);
+    fsdpcheck(ARGS("compare", a, b));
+    cr_expect_eq(R.code, 0, "%s%s", R.out, R.err);
+    expect_row("0 lock 0 norm 1 0 0 0 0 0 pass");
+    const char *s1 = tmp_path("b/step-000001.safetensors");
+    edit drop = {.drop = "grad_norm", .step = 1};
+    rewrite_step(s1, s1, &drop);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("step-000001.safetensors: missing tensor \"grad_norm\" (the config clips");
+
+    b = trace("b", clip);
+    rewrite_step(s1, s1, &drop);
+    edit f32 = {.add = "grad_norm", .step = 1};  // F32 [1]
+    rewrite_step(s1, s1, &f32);
+    fsdpcheck(ARGS("compare", a, b));
+    expect_usage("tensor \"grad_norm\" is F32, expected F64");
+
+    // no clipping: the norm is optional, and judged when both sides have it
+    a = trace("a", NULL), b = trace("b", NULL);
+    rewrite_step(s1, s1, &drop);
+    fsdpcheck(ARGS("compare", a, b));
+    cr_expect_eq(R.code, 0, "%s%s", R.out, R.err);
+    expect_row("0 lock 0 norm 1 0 0 0 0 0 pass");
+}
+
 Test(compare, a_stray_step_file) {
     const char *a = trace("a", NULL), *b = trace("b", NULL);
     edit ed = {.step = 5};

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "compare.h"
+#include "clip.h"           // fc_grad_norm
 #include "compare_model.h"  // fc_cmp_projection
 #include "config.h"
 #include "model.h"
@@ -1333,4 +1334,38 @@ Test(projection, the_bulk_scaled_fails_though_the_largest_elements_hide_it_unwei
     fc_cmp_proj pj = fc_cmp_projection(&pol, 0, a, b, allow, 0, PJ_N);
     cr_assert(fabs(pj.delta - 3.5 * u) < 0.01 * u, "weighted delta %.4g, expected 3.5u = %.4g", pj.delta, 3.5 * u);
     cr_assert(fabs(pj.delta) > pj.allowed, "delta %.3g passed, allowed %.3g", pj.delta, pj.allowed);
+}
+
+// The norm is judged by what its own gradients explain: |norm(A) - norm(B)|
+// <= norm(gA - gB) (the reverse triangle inequality) plus the norm row's own
+// rounding. A norm that moved with its gradients passes; one that moved by
+// more (an eps per rank, a group missed) fails, named as the norm.
+Test(step, the_norm_is_judged_by_what_its_gradients_explain) {
+    const double rtol = FC_CMP_LOCKSTEP[FC_PREC_FP32][FC_CMP_NORM].rtol;
+    size_t n = g_m.numel;
+    A.s.has_norm = B.s.has_norm = 1;
+    A.s.grad_norm = fc_grad_norm(A.grads, n, FC_NORM_2);
+    double d = 2e-7;  // within the gradient row (3.6e-5 of the tensor's scale 8e-3: 2.9e-7)
+    B.grads[5] = (float)(B.grads[5] + d);
+    double dg = fabs((double)B.grads[5] - (double)A.grads[5]);  // what B's gradient really moved by
+    cr_assert_gt(dg, 0);
+    B.s.grad_norm = A.s.grad_norm + 0.99 * dg;  // moved with its gradient (bound: dg)
+    compare_under(FC_STRATEGY_FULL_SHARD, 2);
+    cr_expect(R.pass, "a norm that moved with its gradients passes");
+    B.s.grad_norm = A.s.grad_norm + dg + 2 * rtol * B.s.grad_norm;  // beyond both
+    compare_under(FC_STRATEGY_FULL_SHARD, 2);
+    cr_expect_not(R.pass);
+    cr_expect_str_eq(R.first.tensor, "grad_norm", "the norm is named, the gradients pass");
+    cr_expect_eq(R.kinds[FC_CMP_GRAD].n_failed, 0);
+    // pytorch#149768's class on identical gradients: (G - 1) eps on a norm of 1
+    memcpy(B.grads, A.grads, n * sizeof(float));
+    A.s.grad_norm = 1.0;
+    B.s.grad_norm = 1.0 + 1e-6;
+    compare_under(FC_STRATEGY_FULL_SHARD, 2);
+    cr_expect_not(R.pass, "an eps of 1e-6 on a norm of 1 is beyond the norm's own rounding (rtol %g)", rtol);
+    // an inf gradient on one side: the norm is not bounded by it (the gradients fail)
+    B.grads[5] = INFINITY;
+    B.s.grad_norm = INFINITY;
+    compare_under(FC_STRATEGY_FULL_SHARD, 2);
+    cr_expect_not(R.pass);
 }

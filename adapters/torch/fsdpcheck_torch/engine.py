@@ -35,6 +35,7 @@ from .config import UsageError, optim_state_names
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NORM = {"1": 1.0, "2": 2.0, "inf": float("inf")}
 
+
 from .config import unsupported  # noqa: F401  (what each API lacks; no torch needed)
 
 
@@ -42,6 +43,19 @@ def clean_name(n):
     for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_module.", "_orig_mod."):
         n = n.replace(wrapper, "")
     return n
+
+
+def clip_grad_norm(model, c, fsdp1):
+    """Clips as a training loop does (FSDP1's own clip_grad_norm_, else torch's
+    over the parameters: DTensors under FSDP2) and returns the total norm it
+    returned, as the trace records it: a Python float (a DTensor's full value)."""
+    if fsdp1:
+        total = model.clip_grad_norm_(c["clip_grad_norm"], norm_type=NORM[c["norm_type"]])
+    else:
+        total = torch.nn.utils.clip_grad_norm_(model.parameters(), c["clip_grad_norm"], norm_type=NORM[c["norm_type"]])
+    if hasattr(total, "full_tensor"):
+        total = total.full_tensor()
+    return float(total.item())
 
 
 def build_optimizer(params, o):
@@ -382,13 +396,7 @@ class Run:
                     (loss / K).backward() if K > 1 else loss.backward()
                 loss_sum += float(loss.detach().float().cpu())
             grads = self.full_grads(model)
-            if c["clip_grad_norm"] > 0:
-                if self.api == "fsdp1":
-                    model.clip_grad_norm_(c["clip_grad_norm"], norm_type=NORM[c["norm_type"]])
-                else:
-                    torch.nn.utils.clip_grad_norm_(
-                        model.parameters(), c["clip_grad_norm"], norm_type=NORM[c["norm_type"]]
-                    )
+            grad_norm = clip_grad_norm(model, c, self.api == "fsdp1") if c["clip_grad_norm"] > 0 else None
             optim.step()
             params = self.full_params(model)
             states, _ = self.full_optim_state(model, optim)
@@ -410,6 +418,7 @@ class Run:
                     states,
                     self.names,
                     self.state_names,
+                    grad_norm,
                 )
                 print(f"step {step}: loss {float(lt.item()) / self.W:.6f}", flush=True)
         if self.rank == 0:

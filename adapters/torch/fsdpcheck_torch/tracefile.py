@@ -5,8 +5,9 @@ its step files. Writing: the same layout oracle/trace.c writes, so
 `fsdpcheck compare` reads it unchanged: trace.json (format, version,
 implementation, world size, first step, steps, config, units, plus a "torch"
 object naming the API, torch version, device and backend), init.safetensors
-(model names, F32) and step-NNNNNN.safetensors (loss, batch.input,
-batch.target, grad.<name>, param.<name>, optim.<state>.<name>).
+(model names, F32) and step-NNNNNN.safetensors (loss, grad_norm when the run
+clips (F64: what clip_grad_norm_ returned), batch.input, batch.target,
+grad.<name>, param.<name>, optim.<state>.<name>).
 """
 
 import json
@@ -190,12 +191,16 @@ def write_init(directory, tensors):
     )
 
 
-def write_step(directory, step, loss, batch_input, batch_target, grads, params, states, names, state_names):
+def write_step(directory, step, loss, batch_input, batch_target, grads, params, states, names, state_names, grad_norm):
+    """grad_norm: the total norm clip_grad_norm_ returned (a float), or None
+    when the run does not clip (a clipping run's trace must carry it)."""
     t = {
         "loss": torch.tensor(loss, dtype=torch.float32),
         "batch.input": batch_input.contiguous(),
         "batch.target": batch_target.contiguous(),
     }
+    if grad_norm is not None:
+        t["grad_norm"] = torch.tensor(grad_norm, dtype=torch.float64)
     for n in names:
         t[f"grad.{n}"] = grads[n].detach().float().contiguous()
         t[f"param.{n}"] = params[n].detach().float().contiguous()

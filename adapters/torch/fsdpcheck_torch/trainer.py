@@ -128,7 +128,7 @@ def train(opts, cfg, ref, extras, fsdp, argv):
 
     from . import model as M
     from . import tracefile
-    from .engine import clean_name
+    from .engine import clean_name, clip_grad_norm
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -167,7 +167,7 @@ def train(opts, cfg, ref, extras, fsdp, argv):
 
     class TraceCallback(TrainerCallback):
         def __init__(self):
-            self.losses, self.grads, self.inputs = [], None, []
+            self.losses, self.grads, self.inputs, self.grad_norm = [], None, [], None
             self.wrapped_as, self.trainer = "?", None
 
         def on_train_begin(self, args, state, control, **kw):
@@ -201,12 +201,7 @@ def train(opts, cfg, ref, extras, fsdp, argv):
         def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
             self.wrapped_as = type(self.trainer.model_wrapped).__name__
             self.grads, fsdp1 = self._full(model, True)
-            if cfg["clip_grad_norm"] > 0:
-                norm = {"1": 1.0, "2": 2.0, "inf": float("inf")}[cfg["norm_type"]]
-                if fsdp1:
-                    model.clip_grad_norm_(cfg["clip_grad_norm"], norm_type=norm)
-                else:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip_grad_norm"], norm_type=norm)
+            self.grad_norm = clip_grad_norm(model, cfg, fsdp1) if cfg["clip_grad_norm"] > 0 else None
 
         def on_optimizer_step(self, args, state, control, model=None, optimizer=None, **kw):
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
@@ -241,6 +236,7 @@ def train(opts, cfg, ref, extras, fsdp, argv):
                     states,
                     names,
                     state_names,
+                    self.grad_norm,
                 )
                 print(f"step {step}: loss {float(lt.item()) / world:.6f}", flush=True)
             self.losses, self.inputs = [], []

@@ -63,7 +63,7 @@ def run(args, cfg, ref):
 
     from . import model as M
     from . import tracefile
-    from .engine import NORM, build_optimizer, clean_name
+    from .engine import build_optimizer, clean_name, clip_grad_norm
 
     xr.use_spmd()
     n = xr.global_runtime_device_count()
@@ -108,14 +108,13 @@ def run(args, cfg, ref):
             clean_name(k): (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().float()
             for k, p in model.named_parameters()
         }
-        if cfg["clip_grad_norm"] > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip_grad_norm"], norm_type=NORM[cfg["norm_type"]])
+        grad_norm = clip_grad_norm(model, cfg, False) if cfg["clip_grad_norm"] > 0 else None
         opt.step()
         xm.mark_step()
         params = {clean_name(k): p.detach().cpu().float() for k, p in model.named_parameters()}
         pmap = {clean_name(k): p for k, p in model.named_parameters()}
         st = {s: {nm: opt.state[pmap[nm]][s].detach().cpu().float() for nm in names} for s in states}
-        tracefile.write_step(out, step, total / K, g_inp, g_tgt, grads, params, st, names, states)
+        tracefile.write_step(out, step, total / K, g_inp, g_tgt, grads, params, st, names, states, grad_norm)
     c = dict(cfg)
     c.update(impl="torch-xla-fsdpv2", divide="avg", inject="none", init="")
     info = {
