@@ -8,8 +8,10 @@
 #      (skipped with the reason where there is no device), then valgrind (memcheck);
 #   3. clang ASan/UBSan build: the unit suite again, and each libFuzzer harness
 #      for 30 s (label fuzz);
-#   4. the PyTorch adapter (ci/torch.sh: FSDP1 and FSDP2 on the CPU against the reference),
-#      on the pinned lock and, quick, on the oldest supported torch/transformers pair;
+#   4. the PyTorch adapter (ci/torch.sh: FSDP1 and FSDP2 on the CPU against the reference,
+#      hypothesis properties of its parsers and trace reader with a fixed budget), on the
+#      pinned lock under coverage.py (fails below 90% of the adapter's lines, subprocesses
+#      included) and, quick, on the oldest supported torch/transformers pair;
 #   5. the package (ci/package.sh: the .deb, and the port template built against it alone);
 #   6. coverage (ci/coverage.sh: fails below 90% of lines in core/, reference/, oracle/).
 set -euo pipefail

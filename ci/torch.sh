@@ -6,7 +6,15 @@
 #   2. the Release fsdpcheck binary (built if missing);
 #   3. the adapter's tests with pytest on the CPU with gloo, at W = 1, 2 and 4, for
 #      FSDP1 and FSDP2, each judged by `fsdpcheck compare` under the default policy;
-#      JUnit XML in out/torch-junit-<lock name>.xml.
+#      JUnit XML in out/torch-junit-<lock name>.xml;
+#   4. on the pinned lock's full suite, the adapter's own coverage (coverage.py, configured
+#      in adapters/torch/pyproject.toml): every Python process the tests start is measured
+#      (python -m fsdpcheck_torch, the torchrun workers), the data combined, the report
+#      printed and written to out/torch-coverage.txt; the stage fails below 90% of the lines
+#      of fsdpcheck_torch (only code marked `# pragma: no cover (cuda|hpu|xla)` is left out).
+#      Not measured on another lock or the quick selection (the oldest pair's quick run is a
+#      compatibility check: its coverage says nothing new); with FSDPCHECK_TORCH_PYTEST_ARGS
+#      (a selection) the report is printed but not gated.
 # FSDPCHECK_TORCH_TESTS=quick runs a smaller selection (see adapters/torch/tests/conftest.py).
 # FSDPCHECK_TORCH_LOCK names another lock (requirements-oldest.lock: the oldest supported
 # torch/transformers pair), with its own virtual environment (.venv-torch-<lock name>);
@@ -51,12 +59,38 @@ export FSDPCHECK=$ROOT/build/default/oracle/fsdpcheck
 
 echo "== torch adapter: tests (CPU, gloo)"
 mkdir -p out
+PYTEST=("$VENV/bin/python" -m pytest)
+COVER=0
+if [ "$NAME" = requirements ] && [ "${FSDPCHECK_TORCH_TESTS:-}" != quick ]; then
+  COVER=1
+  # patch = ["subprocess"] (pyproject.toml) hands the configuration to every Python child
+  # through the environment; each process writes its own $COVERAGE_FILE.<suffix>
+  export COVERAGE_RCFILE=$ROOT/adapters/torch/pyproject.toml COVERAGE_FILE=$ROOT/out/torch-coverage.data
+  rm -f "$COVERAGE_FILE" "$COVERAGE_FILE".*
+  PYTEST=("$VENV/bin/python" -m coverage run -m pytest)
+fi
 start=$(date +%s)
 set +e
-# shellcheck disable=SC2086 (the extra arguments are words)
-"$VENV/bin/python" -m pytest adapters/torch/tests -v -rA --durations=0 --junitxml="out/torch-junit-$NAME.xml" \
+# shellcheck disable=SC2086 # the extra arguments are words
+"${PYTEST[@]}" adapters/torch/tests -v -rA --durations=0 --junitxml="out/torch-junit-$NAME.xml" \
   -p no:cacheprovider ${FSDPCHECK_TORCH_PYTEST_ARGS:-}
 rc=$?
 set -e
 echo "torch adapter tests: $(( $(date +%s) - start )) s, exit $rc"
+if [ "$COVER" = 1 ]; then
+  echo "== torch adapter: coverage of fsdpcheck_torch (pytest, python -m fsdpcheck_torch, torchrun workers)"
+  gate=()
+  [ -n "${FSDPCHECK_TORCH_PYTEST_ARGS:-}" ] && gate=(--fail-under=0) && echo "(a selection: not gated)"
+  set +e
+  echo "combining $(find out -maxdepth 1 -name 'torch-coverage.data.*' | wc -l) data files"
+  "$VENV/bin/python" -m coverage combine -q &&
+    "$VENV/bin/python" -m coverage report "${gate[@]}" > out/torch-coverage.txt
+  crc=$?
+  set -e
+  cat out/torch-coverage.txt 2>/dev/null || true
+  if [ "$crc" -ne 0 ]; then
+    echo "torch adapter coverage: below the gate (fail_under in adapters/torch/pyproject.toml) or no data, exit $crc" >&2
+    [ "$rc" -eq 0 ] && rc=1
+  fi
+fi
 exit $rc

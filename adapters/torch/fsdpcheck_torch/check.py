@@ -13,13 +13,16 @@ fp16: pre/post), unless --divide is given. Torch then runs with
 `torchrun --nproc-per-node W -m fsdpcheck_torch run ... --like DIR/ref`.
 """
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
+from . import strictjson
 from .config import APIS, FAULTS, UsageError, apply_flags, default_config, validate
 
 OWN = {
@@ -74,12 +77,10 @@ def model_stub(flags):
         return {"model_type": "gpt2", "n_positions": {"gpt2-micro": 8, "gpt2-tiny": 32}.get(name, 1024)}
     if name.startswith("mlp"):
         return {"model_type": "fsdpcheck-mlp"}
-    import json
-
     try:
-        with open(name) as f:
-            m = json.load(f)
-    except (OSError, ValueError):
+        with open(name, "rb") as f:
+            m = strictjson.loads(f.read())  # nesting too deep is a ValueError there, as a key given twice
+    except (OSError, ValueError, UnicodeDecodeError):
         m = None
     # anything else the file gets wrong, the reference says, naming the file
     return m if isinstance(m, dict) else {"model_type": "unknown"}
@@ -194,9 +195,7 @@ def run_reference(job, fsdpcheck, mpiexec, env):
         ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, job.opts.get("--force-sum-reduction"))]
     cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags + ["--trace", job.ref_dir, "--quiet"]
     t0 = time.time()
-    p = subprocess.run(
-        cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL, check=False
-    )
+    p = run_bounded(cmd, env, job.timeout, "the reference run")
     job.t["reference_s"] = time.time() - t0
     if p.returncode != 0:
         msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
@@ -213,6 +212,40 @@ class Crash(Exception):
 
 class Hung(Exception):
     """A run that did not end within --timeout (exit 3, as fsdpcheck's watchdog)."""
+
+
+# How long a run told to stop (SIGTERM) may take before it is killed.
+GRACE_S = 30
+
+
+def run_bounded(cmd, env, timeout, what):
+    """subprocess.run for a launcher (mpiexec, torchrun): past `timeout` the
+    whole run is stopped and Hung raised. The launcher runs in a session of its
+    own and gets SIGTERM: mpiexec and torchrun take their ranks down with them
+    (torchrun's workers sit in sessions of their own, out of reach of a signal
+    to its group); SIGKILL to the group after GRACE_S if it has not ended."""
+    p = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, sig)
+            try:
+                p.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        raise Hung(f"{what} did not finish within {timeout:.0f} s (--timeout): a hung rank or collective")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def run_torch(jobs, env):
@@ -236,18 +269,8 @@ def run_torch(jobs, env):
     t0 = time.time()
     limit = sum(j.timeout for j in jobs)
     try:
-        p = subprocess.run(
-            torchrun_cmd(world, args),
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=limit,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        p = run_bounded(torchrun_cmd(world, args), env, limit, "the torch run")
         fails = failure.collect(report)
-    except subprocess.TimeoutExpired:
-        raise Hung(f"the torch run did not finish within {limit:.0f} s (--timeout): a hung rank or collective")
     finally:
         if path:
             os.unlink(path)
@@ -356,9 +379,7 @@ def compare(job, fsdpcheck, env):
     cmd = [fsdpcheck, "compare", job.ref_dir, job.torch_dir]
     if "--report" in job.opts:
         cmd += ["--report", job.opts["--report"]]
-    p = subprocess.run(
-        cmd, capture_output=True, text=True, env=env, timeout=job.timeout, stdin=subprocess.DEVNULL, check=False
-    )
+    p = run_bounded(cmd, env, job.timeout, "fsdpcheck compare")
     if p.returncode == 2:
         raise RuntimeError(f"fsdpcheck compare refused the traces: {p.stderr.strip() or p.stdout.strip()}")
     return p.returncode, p.stdout + p.stderr
@@ -413,7 +434,7 @@ def run_checks(argvs):
             try:
                 run_reference(j, fsdpcheck, mpiexec, env)
                 ready.setdefault(j.group(), []).append(i)
-            except (UsageError, RuntimeError) as e:
+            except (UsageError, RuntimeError, Hung) as e:
                 results[i] = outcome(e) + (j.t,)
         for idx in ready.values():
             try:
@@ -425,7 +446,7 @@ def run_checks(argvs):
             for i in idx:
                 try:
                     results[i] = judge(jobs[i], p, fails, fsdpcheck, env) + (jobs[i].t,)
-                except (UsageError, RuntimeError, Crash) as e:
+                except (UsageError, RuntimeError, Crash, Hung) as e:
                     results[i] = outcome(e) + (jobs[i].t,)
         return results
     finally:

@@ -30,8 +30,10 @@ BACKENDS = ("gloo", "nccl", "hccl", "xla")
 # under test that check must report as a verdict (exit 1) naming the rank:
 # segv (the last rank dies of SIGSEGV in step 1's backward, or step 0's with
 # one step) and abort_at_exit (the last rank aborts after the whole trace is
-# written, the failure a trace on disk must not hide)
-FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim", "segv", "abort_at_exit")
+# written, the failure a trace on disk must not hide); and hang (the last rank
+# sleeps in step 0's backward, the others wait in its collective: check must
+# end it at --timeout with exit 3 and leave no worker behind)
+FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim", "segv", "abort_at_exit", "hang")
 
 # Flags that change what the run trains on: with --like they must equal the
 # reference's (the batches and the initial weights come from its trace).
@@ -65,20 +67,6 @@ def _choice(flag, v, choices):
 
 
 # flag -> (takes a value, apply(cfg, value))
-def _set(key):
-    def f(cfg, v):
-        cfg[key] = v
-
-    return f
-
-
-def _set_opt(key):
-    def f(cfg, v):
-        cfg["optimizer"][key] = v
-
-    return f
-
-
 RUN_FLAGS = {
     "--strategy": (True, lambda c, v: c.__setitem__("strategy", _choice("--strategy", v, STRATEGIES))),
     "--shard-group": (True, lambda c, v: c.__setitem__("shard_group", _int("--shard-group", v))),
@@ -203,8 +191,8 @@ def validate(cfg, world):
         raise UsageError("--lr, --weight-decay, --momentum and --clip-grad-norm must be >= 0")
     m = cfg["model"]
     n = m.get("n_positions") if isinstance(m, dict) else None
-    # a model file with no usable n_positions is the reference's to refuse, by name
-    if m.get("model_type") == "gpt2" and isinstance(n, int) and not 1 <= cfg["seq_len"] <= n:
+    # a model file with no usable n_positions (true is no integer) is the reference's to refuse, by name
+    if m.get("model_type") == "gpt2" and type(n) is int and not 1 <= cfg["seq_len"] <= n:
         raise UsageError(f"--seq-len {cfg['seq_len']} is outside 1..n_positions ({n})")
 
 
@@ -230,12 +218,60 @@ def read_trace_json(directory):
         raise UsageError(f"{path}: not valid JSON ({e})")
     if not isinstance(t, dict) or t.get("format") != "fsdpcheck-trace":
         raise UsageError(f'{path}: "format" is not "fsdpcheck-trace" (not an fsdpcheck trace)')
-    if t.get("version") != 1:
+    if t.get("version") != 1 or isinstance(t.get("version"), bool):
         raise UsageError(f"{path}: trace format version {t.get('version')!r}, this adapter reads version 1")
     for k in ("config", "units", "steps", "first_step", "world_size"):
         if k not in t:
             raise UsageError(f'{path}: missing "{k}"')
+    if isinstance(t["config"], dict):  # not an object: tracefile says so
+        _check_run_config(path, t["config"])
     return t
+
+
+def _finite(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer beyond any float
+        return False
+
+
+# The run settings of a reference trace's config that the run reads, beyond
+# those tracefile._check_meta checks, as fsdpcheck's C reader requires them
+# (core/config.c fc_run_config_from_json and its validate): key -> (valid?, what).
+_RUN_CONFIG = {
+    "shard_group": (lambda v: type(v) is int and v >= 0, "an integer >= 0"),
+    "clip_grad_norm": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
+    **{
+        k: (lambda v: isinstance(v, bool), "true or false")
+        for k in ("forward_prefetch", "limit_all_gathers", "no_sync", "cpu_offload")
+    },
+    "backward_prefetch": (lambda v: v in PREFETCH, "one of " + ", ".join(PREFETCH)),
+    **{k: (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)) for k in ("param_dtype", "reduce_dtype")},
+    "divide": (lambda v: v in DIVIDES, "one of " + ", ".join(DIVIDES)),
+    "norm_type": (lambda v: v in NORMS, "one of " + ", ".join(NORMS)),
+    "seed": (lambda v: isinstance(v, str) and v.isascii() and v.isdigit() and int(v) < 2**64, "a string of digits"),
+}
+_OPTIMIZER = {
+    "kind": (lambda v: v in OPTIMIZERS, "one of " + ", ".join(OPTIMIZERS)),
+    **{k: (lambda v: _finite(v) and v >= 0, "a finite number >= 0") for k in ("lr", "weight_decay", "eps", "momentum")},
+    **{k: (lambda v: _finite(v) and 0 <= v < 1, "a number in [0, 1)") for k in ("beta1", "beta2")},
+    "dampening": (lambda v: _finite(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "nesterov": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def _check_run_config(path, c):
+    """A reference trace's run settings, so that a trace.json edited by hand is
+    refused here (exit 2), not by a KeyError halfway through training."""
+    o = c.get("optimizer")
+    fields = [(f"config.{k}", c, k, rule) for k, rule in _RUN_CONFIG.items()]
+    if isinstance(o, dict):  # not an object: tracefile says so
+        fields += [(f"config.optimizer.{k}", o, k, rule) for k, rule in _OPTIMIZER.items()]
+    for name, obj, k, (ok, what) in fields:
+        if k not in obj or not ok(obj[k]):
+            raise UsageError(f'{path}: "{name}" is missing or not {what}')
 
 
 def like_config(ref, flags, device="cpu"):
@@ -265,6 +301,8 @@ def like_config(ref, flags, device="cpu"):
 # What each API lacks of the reference's config space (checked before running).
 def unsupported(api, cfg, device):
     """The first setting `api` cannot express, as a sentence, or None."""
+    if cfg["strategy"] == "local":  # a --like trace of fsdpcheck run's default
+        return "--strategy local (the reference's single-process run) is no FSDP strategy: give --strategy"
     if api == "fsdp2":
         if cfg["backward_prefetch"] == "post":
             return (

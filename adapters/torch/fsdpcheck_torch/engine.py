@@ -24,6 +24,7 @@ them), so a data bug shows in `batch.input` itself.
 
 import itertools
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -61,9 +62,9 @@ def clip_grad_norm(model, c, fsdp1):
 def build_optimizer(params, o):
     """The config's optimizer (o: its "optimizer" object) over params, as the reference runs it."""
     if o["kind"] == "adamw":
-        return torch.optim.AdamW(
-            params, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=o["weight_decay"]
-        )
+        # floats: a trace may say 0 for a beta, and torch refuses betas of mixed types
+        betas = (float(o["beta1"]), float(o["beta2"]))
+        return torch.optim.AdamW(params, lr=o["lr"], betas=betas, eps=o["eps"], weight_decay=o["weight_decay"])
     return torch.optim.SGD(
         params,
         lr=o["lr"],
@@ -389,6 +390,8 @@ class Run:
                     ctx = _null()
                 with ctx:
                     loss = M.loss_of(model, self.mcfg, x, y)
+                    if self.fault == "hang" and step == 0 and self.rank == self.W - 1:
+                        time.sleep(1e6)  # the others wait for it in the first collective
                     if self.fault == "segv" and step == min(1, c["steps"] - 1) and self.rank == self.W - 1:
                         import ctypes
 
@@ -484,8 +487,8 @@ class _null:
 def _device(name):
     if name == "cpu":
         return torch.device("cpu")
-    if name == "cuda":
+    if name == "cuda":  # pragma: no cover (cuda)
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    if name == "hpu":
+    if name == "hpu":  # pragma: no cover (hpu)
         return torch.device("hpu")
     raise UsageError(f"--device {name}: not handled here")

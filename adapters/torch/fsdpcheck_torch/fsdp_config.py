@@ -47,7 +47,8 @@ NEUTRAL = ("use_orig_params", "sync_module_states", "cpu_ram_efficient_loading",
 def _err(path, key, value, why):
     from .errors import UsageError
 
-    return UsageError(f'{path}: "{key}": {json.dumps(value)[:80]} {why}')
+    # the key as JSON writes it, like the value: one line whatever characters it holds
+    return UsageError(f"{path}: {json.dumps(key)}: {json.dumps(value)[:80]} {why}")
 
 
 def _bool(path, key, v):

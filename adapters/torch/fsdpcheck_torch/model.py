@@ -69,6 +69,16 @@ def build(model_cfg):
     raise ValueError(f"unsupported model_type {kind!r}")
 
 
+def build_meta(model_cfg):
+    """build() on the meta device: the parameters' names and shapes, no memory.
+    What it imports is imported first: torch 2.7 fails an import made under the
+    meta device (transformers' GPT-2 modeling, torch._dynamo through it)."""
+    if model_cfg.get("model_type") == "gpt2":
+        import transformers.models.gpt2.modeling_gpt2  # noqa: F401
+    with torch.device("meta"):
+        return build(model_cfg)
+
+
 def unit_class(model_cfg):
     """The module class FSDP wraps as a unit (DESIGN §2 units)."""
     if model_cfg.get("model_type") == "gpt2":

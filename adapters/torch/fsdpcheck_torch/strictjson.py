@@ -15,8 +15,12 @@ def _no_duplicates(pairs):
 
 
 def loads(text):
-    """json.loads, refusing duplicate keys (ValueError)."""
-    return json.loads(text, object_pairs_hook=_no_duplicates)
+    """json.loads, refusing duplicate keys (ValueError), and text nested
+    deeper than Python can recurse (ValueError, not RecursionError)."""
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def load(f):

@@ -48,7 +48,8 @@ def header(path):
         raise UsageError(f"{path}: the header is not a JSON object")
     h.pop("__metadata__", None)
     for k, v in h.items():
-        end = v.get("data_offsets", [0, 0])[-1] if isinstance(v, dict) else 0
+        offsets = v.get("data_offsets") if isinstance(v, dict) else None
+        end = offsets[-1] if isinstance(offsets, list) and offsets else 0  # a malformed one: safetensors' to refuse
         if isinstance(end, int) and end > data:
             raise UsageError(f"{path}: tensor {k} runs past the end of the file ({end} > {data} bytes of data)")
     # the rest (offsets, sizes, dtypes) is safetensors' own check, at open
@@ -149,6 +150,30 @@ class RefTrace:
         for n in self.names:
             if h[n]["dtype"] != "F32":
                 raise UsageError(f"{path}: {n} is {h[n]['dtype']}, a trace's initial weights are F32")
+        self._check_model(path, h)
+
+    def _check_model(self, path, h):
+        """The model config.model describes, built on the meta device (no
+        memory): it must build, and have exactly the parameters init holds, each
+        of its shape (the run loads init into it)."""
+        from . import model as M
+
+        where = os.path.join(self.dir, "trace.json")
+        try:
+            built = dict(M.build_meta(self.config["model"]).named_parameters())
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RuntimeError) as e:
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]  # torch's messages run over lines
+            raise UsageError(f'{where}: "config.model" does not describe a model this adapter builds ({why})')
+        for n in self.names:
+            if n not in built:
+                raise UsageError(f"{where}: parameter {n} is not in the model config.model describes")
+            if list(built[n].shape) != list(h[n]["shape"]):
+                raise UsageError(
+                    f"{path}: {n} has shape {h[n]['shape']}, the model config.model describes has {list(built[n].shape)}"
+                )
+        extra = sorted(set(built) - set(self.names))
+        if extra:
+            raise UsageError(f"{where}: the model config.model describes has {extra[0]}, which the trace lacks")
 
     def _check_step(self, step):
         path = os.path.join(self.dir, f"step-{step:06d}.safetensors")

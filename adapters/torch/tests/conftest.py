@@ -47,6 +47,14 @@ def fsdpcheck_bin():
     return b
 
 
+def reference_trace(path, *flags):
+    """`fsdpcheck run FLAGS --trace PATH` in one process; returns PATH (a str)."""
+    subprocess.run(
+        [fsdpcheck_bin(), "run", *flags, "--trace", str(path), "--quiet"], check=True, stdin=subprocess.DEVNULL
+    )
+    return str(path)
+
+
 def env():
     e = dict(os.environ)
     e.setdefault("OMP_NUM_THREADS", "1")

@@ -1,0 +1,201 @@
+"""`check`'s verdict plumbing (fsdpcheck_torch/check.py) beyond the shared
+`checks` run: one check as a user runs it (its printed verdict and --report),
+a reference run that fails, a torch run that hangs, how a torch run that gave
+no trace is classified (bad input or a crash, naming rank and frame, and the
+known bug), and the measurement behind pytorch#162338's signature."""
+
+import os
+import subprocess
+
+import pytest
+import torch
+from conftest import adapter, env, fsdpcheck_bin
+from safetensors.torch import save_file
+
+from fsdpcheck_torch import check
+from fsdpcheck_torch.check import Crash, Hung, Job, UsageError
+from fsdpcheck_torch.cli import main
+from fsdpcheck_torch.failure import Failure
+
+MLP = ["--model", "mlp-micro", "--steps", "1"]
+
+
+def test_one_check_prints_its_verdict_and_writes_the_report(tmp_path):
+    report = tmp_path / "report.md"
+    rc, out = adapter("check", "--api", "fsdp1", "-n", "1", *MLP, "--report", str(report))
+    assert rc == 0, out
+    assert "PASS" in out and "fsdpcheck compare" in out, out  # compare's own text, printed (no --quiet)
+    assert out.strip().splitlines()[-1].startswith("fsdpcheck-torch check: PASS (reference "), out
+    text = report.read_text()
+    assert "PASS" in text, text
+
+
+@pytest.fixture
+def failing_mpiexec(tmp_path):
+    p = tmp_path / "mpiexec"
+    p.write_text("#!/bin/sh\necho 'mpiexec: no hosts to run on' >&2\nexit 3\n")
+    p.chmod(0o755)
+    return str(p)
+
+
+def test_a_failed_reference_run_is_exit_2_naming_it(failing_mpiexec, capsys, monkeypatch):
+    monkeypatch.setenv("FSDPCHECK", fsdpcheck_bin())
+    rc = main(["check", "--api", "fsdp1", "-n", "1", *MLP, "--mpiexec", failing_mpiexec])
+    cap = capsys.readouterr()
+    assert rc == 2 and cap.out == "", cap
+    assert cap.err.strip() == "fsdpcheck-torch: the reference run failed (exit 3): mpiexec: no hosts to run on", cap
+
+
+def test_run_checks_reports_each_job_on_its_own(failing_mpiexec, tmp_path, monkeypatch):
+    monkeypatch.setenv("FSDPCHECK", fsdpcheck_bin())
+    bad = ["--api", "fsdp3"]
+    assert check.run_checks([bad]) == [(2, "fsdpcheck-torch: --api 'fsdp3': not fsdp1 or fsdp2", {})]
+    keep = tmp_path / "job"
+    res = check.run_checks(
+        [bad, ["--api", "fsdp1", "-n", "1", *MLP, "--mpiexec", failing_mpiexec, "--keep", str(keep)]]
+    )
+    assert [r[:2] for r in res] == [
+        (2, "fsdpcheck-torch: --api 'fsdp3': not fsdp1 or fsdp2"),
+        (2, "fsdpcheck-torch: the reference run failed (exit 3): mpiexec: no hosts to run on"),
+    ], res
+    assert set(res[1][2]) == {"reference_s", "torch_s"}, res
+
+
+def test_a_torch_run_past_its_timeout_is_hung_exit_3(tmp_path):
+    job = Job(["--api", "fsdp1", "-n", "1", *MLP, "--keep", str(tmp_path / "job"), "--timeout", "0.2"])
+    with pytest.raises(Hung, match=r"did not finish within 0 s \(--timeout\)") as e:
+        check.run_torch([job], check.env_for_runs())  # torchrun cannot even import torch in 0.2 s
+    assert check.outcome(e.value)[0] == 3
+
+
+def test_compare_refusing_the_traces_is_an_error(tmp_path):
+    job = Job(["--api", "fsdp1", "-n", "1", *MLP, "--keep", str(tmp_path / "job")])
+    with pytest.raises(RuntimeError, match=r"fsdpcheck compare refused the traces: .*cannot open trace directory"):
+        check.compare(job, fsdpcheck_bin(), env())
+
+
+def _job(tmp_path, *extra):
+    job = Job(["--api", "fsdp1", "-n", "2", *MLP, "--keep", str(tmp_path / "job"), *extra])
+    os.makedirs(job.torch_dir)
+    return job
+
+
+def _proc(rc, stderr=""):
+    return subprocess.CompletedProcess(["torchrun"], rc, "", stderr)
+
+
+def test_a_jobs_own_usage_error_is_bad_input(tmp_path):
+    """A job of a --jobs file refused while running (error.txt, kind usage): exit 2, its message."""
+    job = _job(tmp_path)
+    (tmp_path / "job" / "torch" / "error.txt").write_text("usage\n--force-sum-reduction: torch 2.7 has no X\n")
+    e = check.torch_failure(job, _proc(0), [])
+    assert isinstance(e, UsageError) and str(e) == "--force-sum-reduction: torch 2.7 has no X"
+
+
+def test_a_jobs_own_exception_is_a_crash_naming_its_frame(tmp_path):
+    job = _job(tmp_path)
+    (tmp_path / "job" / "torch" / "error.txt").write_text(
+        'error\nRuntimeError: boom\nTraceback (most recent call last):\n  File "/x/engine.py", line 5, in train\n'
+    )
+    e = check.torch_failure(job, _proc(0), [])
+    assert isinstance(e, Crash), e
+    assert str(e) == "the torch run (fsdp1) failed:\n  rank 0: RuntimeError: boom at train (engine.py:5)"
+    assert check.outcome(e) == (1, f"fsdpcheck-torch: FAIL: {e}")
+
+
+def test_a_refusal_before_any_rank_reported_is_bad_input(tmp_path):
+    job = _job(tmp_path)
+    e = check.torch_failure(job, _proc(2, "noise\nfsdpcheck-torch: --device xla needs torch_xla (x)\n"), [])
+    assert isinstance(e, UsageError) and str(e) == "--device xla needs torch_xla (x)"
+
+
+def test_a_rank_killed_without_a_report_is_named_from_the_launcher(tmp_path):
+    job = _job(tmp_path)
+    banner = "  rank      : 1 (local_rank: 1)\n  exitcode  : -99 (pid: 7)\n"
+    (f,) = check.launcher_failures(banner)
+    assert (f.rank, f.kind, f.what) == (1, "signal", "signal 99")  # no such signal: its number
+    e = check.torch_failure(job, _proc(1, banner), [])
+    assert isinstance(e, Crash) and str(e) == "the torch run (fsdp1) failed with exit 1:\n  rank 1: signal 99"
+
+
+def test_a_crash_with_a_known_bugs_signature_names_it(tmp_path):
+    job = _job(tmp_path, "--ckpt-at", "1")
+    (tmp_path / "job" / "torch" / "trace.json").write_text("{}")
+    seg = Failure(1, "signal", "SIGSEGV", "param_hook (_state_dict_utils.py:331)", "... _state_dict_utils.py ...")
+    e = check.torch_failure(job, _proc(1), [seg])
+    lines = str(e).splitlines()
+    assert isinstance(e, Crash) and lines[0] == "the torch run (fsdp1) ended with exit 1 after writing its whole trace:"
+    assert lines[1].strip() == "rank 1: SIGSEGV at param_hook (_state_dict_utils.py:331)"
+    assert lines[2].strip().startswith("known PyTorch bug pytorch#188989: "), lines
+
+
+def _steps(job, grads_a, grads_b):
+    for d, grads in ((job.ref_dir, grads_a), (job.torch_dir, grads_b)):
+        os.makedirs(d, exist_ok=True)
+        t = {f"grad.{k}": v for k, v in grads.items()}
+        t["loss"] = torch.tensor([1.0])
+        save_file(t, os.path.join(d, "step-000000.safetensors"))
+
+
+def test_the_gloo_avg_signature_is_measured_from_the_step_files(tmp_path):
+    job = Job(["--api", "fsdp2", "-n", "2", *MLP, "--keep", str(tmp_path / "job")])
+    assert check.gloo_avg_bug(job) is None  # no step files: no signature
+    a = {"w": torch.tensor([1.0, -2.0, 3.0]), "b": torch.tensor([0.5]), "z": torch.zeros(2)}
+    _steps(job, a, {k: 2 * v for k, v in a.items()})  # every gradient W = 2 x the reference's
+    line = check.gloo_avg_bug(job)
+    assert line is not None and line.startswith("known PyTorch bug pytorch#162338: "), line
+    # the all-zero gradient has no ratio: two measured
+    assert line.endswith("measured: all 2 gradients of step 0 are B = 2.0000 .. 2.0000 x A (W = 2)"), line
+    _steps(job, a, a)  # the right answer
+    assert check.gloo_avg_bug(job) is None
+    _steps(job, a, dict(a, b=torch.tensor([0.5 * 1.5])))  # one tensor 1.5 x, the others 1 x: not the bug
+    assert check.gloo_avg_bug(job) is None
+
+
+def _alive(marker):
+    """Processes whose command line holds marker (a path unique to one test)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.encode() in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_hung_rank_is_exit_3_and_no_worker_is_left(tmp_path):
+    # --inject hang: the last rank sleeps in step 0, the other waits in its
+    # collective; check stops the whole run at --timeout (torchrun's workers
+    # sit in sessions of their own: a signal to torchrun's group misses them)
+    keep = tmp_path / "hang"
+    rc, out = adapter(
+        "check",
+        "--api",
+        "fsdp2",
+        "-n",
+        "2",
+        *MLP,
+        "--inject",
+        "hang",
+        "--keep",
+        str(keep),
+        "--timeout",
+        "25",
+        timeout=150,  # a worker left alive holds check's pipes open: it would never return
+    )
+    assert rc == 3, out
+    assert "the torch run did not finish within 25 s (--timeout)" in out, out
+    assert "Traceback" not in out, out
+    assert _alive(str(keep)) == [], f"workers left running: {_alive(str(keep))}"
+
+
+def test_a_reference_run_past_its_timeout_is_exit_3(tmp_path):
+    keep = tmp_path / "slow"
+    rc, out = adapter("check", "--api", "fsdp1", "-n", "1", *MLP, "--keep", str(keep), "--timeout", "0.01")
+    assert rc == 3, out
+    assert "the reference run did not finish within 0 s (--timeout)" in out, out
+    assert "Traceback" not in out, out
