@@ -236,14 +236,18 @@ def run_bounded(cmd, env, timeout, what):
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        for sig, wait in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, None)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.communicate(timeout=GRACE_S)
+        except subprocess.TimeoutExpired:
+            # the launcher's own group only: a worker that outlived SIGTERM may
+            # hold the pipes open, so wait for the launcher, not for their end
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, sig)
-            try:
-                p.communicate(timeout=wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
         raise Hung(f"{what} did not finish within {timeout:.0f} s (--timeout): a hung rank or collective")
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
