@@ -17,27 +17,61 @@ EXAMPLES = os.path.join(ROOT, "examples", "fsdp_config")  # copies of ../shared/
 
 
 def torch_version():
-    """(major, minor) of the torch under test, for the tests whose expected
-    verdict is a known upstream bug on old versions (fsdpcheck_torch.known_bugs)."""
+    """(major, minor, patch) of the torch under test."""
     from importlib.metadata import version
 
-    return tuple(int(x) for x in version("torch").split("+")[0].split(".")[:2])
+    return tuple(int(x) for x in version("torch").split("+")[0].split(".")[:3])
 
 
-# the oldest pair CI tests (torch 2.7.1): pytorch#162338 and pytorch#188989 are there
-OLD_TORCH = torch_version() <= (2, 8)
+TORCH = torch_version()
 
 
-def old_torch_bug(api, world, flags):
-    """The known bug (its issue, as check names it) a check of these flags
-    must report on an old torch, or None where it must pass there too."""
-    if not OLD_TORCH or api != "fsdp2":
+def torch_has(method):
+    """Whether this torch's FSDPModule has `method` (the adapter refuses, exit 2,
+    a flag that needs one it lacks: set_force_sum_reduction_for_comms came with 2.8+)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return hasattr(FSDPModule, method)
+
+
+HAS_FORCE_SUM = torch_has("set_force_sum_reduction_for_comms")
+
+
+def bug_status(bug):
+    """Whether a known upstream bug (fsdpcheck_torch.known_bugs) is in the torch
+    under test: True (measured there), False (measured clean), None (a version
+    fsdpcheck never measured: either verdict may come)."""
+    return bug.present_on(TORCH)
+
+
+def expected_bug(api, world, flags):
+    """The known bug a check of these flags meets on the torch under test, as
+    (bug, status) with status as bug_status's; None where it must pass."""
+    from fsdpcheck_torch.known_bugs import GLOO_AVG, GLOO_NO_AVG
+
+    if api != "fsdp2":
         return None
     strategy = flags[flags.index("--strategy") + 1] if "--strategy" in flags else "full_shard"
-    if strategy in ("no_shard", "hybrid_shard", "hybrid_shard_zero2"):
-        return "pytorch#149781"  # gloo has no AVG all_reduce across replicas, at any W
+    if strategy in ("no_shard", "hybrid_shard", "hybrid_shard_zero2") and bug_status(GLOO_NO_AVG) is not False:
+        return GLOO_NO_AVG, bug_status(GLOO_NO_AVG)  # gloo has no AVG all_reduce across replicas, at any W
     fp16 = "--reduce-dtype" in flags and flags[flags.index("--reduce-dtype") + 1] == "fp16"
-    return "pytorch#162338" if world > 1 and not fp16 else None
+    if world > 1 and not fp16 and "--force-sum-reduction" not in flags and bug_status(GLOO_AVG) is not False:
+        return GLOO_AVG, bug_status(GLOO_AVG)
+    return None
+
+
+def assert_verdict(rc, out, expect):
+    """A check's verdict against expected_bug's: where the bug is in this torch,
+    exit 1 naming it; where fsdpcheck never measured this version, either that
+    or a pass; otherwise a pass."""
+    if expect is not None:
+        bug, status = expect
+        named = rc == 1 and f"known PyTorch bug {bug.issue}" in out
+        if status or rc != 0:
+            assert named, out
+            return bug
+    assert rc == 0, f"{first_divergence(out)}\n{out}"
+    return None
 
 
 def fsdpcheck_bin():

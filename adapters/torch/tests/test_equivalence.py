@@ -8,7 +8,7 @@ config, initial weights and batches (torchrun ... --like), then compare.
 import os
 
 import pytest
-from conftest import CHECKS, EXAMPLES, first_divergence, old_torch_bug, register
+from conftest import CHECKS, EXAMPLES, assert_verdict, expected_bug, first_divergence, register
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2"]
 MLP = ["--model", "mlp-tiny", "--steps", "3"]
@@ -47,17 +47,14 @@ def cases():
             if quick and cid not in QUICK:
                 continue
             name = register(f"{api}-{cid}", "--api", api, "-n", str(W), *flags)
-            yield pytest.param(name, old_torch_bug(api, W, flags), id=name)
+            yield pytest.param(name, expected_bug(api, W, flags), id=name)
 
 
 @pytest.mark.parametrize(("name", "bug"), list(cases()))
 def test_matches_reference(checks, name, bug):
     rc, out, _ = checks[name]
     print(out)
-    if bug:  # an old torch: the verdict is the known bug, named
-        assert rc == 1 and f"known PyTorch bug {bug}" in out, out
-        return
-    assert rc == 0, f"{first_divergence(out)}\n{out}"
+    assert_verdict(rc, out, bug)  # where this torch has a known bug: the verdict names it
 
 
 # FSDP1's schedule knobs (they change the order of all-gathers, not the math)
@@ -113,9 +110,8 @@ def test_the_norm_is_recorded_and_judged(checks, name, tmp_path):
     rc, out, keep = checks[name]
     argv = CHECKS[name]
     W = int(argv[argv.index("-n") + 1])
-    if old_torch_bug(argv[argv.index("--api") + 1], W, argv):
-        pytest.skip("the old torch's verdict is its known bug (test_matches_reference)")
-    assert rc == 0, out
+    if assert_verdict(rc, out, expected_bug(argv[argv.index("--api") + 1], W, argv)):
+        pytest.skip("this torch's verdict is its known bug (test_matches_reference)")
     ref, torch_dir = keep / "ref", keep / "torch"
     cmp = subprocess.run(
         [fsdpcheck_bin(), "compare", str(ref), str(torch_dir)], capture_output=True, text=True, check=False

@@ -10,7 +10,7 @@ set_force_sum_reduction_for_comms(True), also matches."""
 import json
 
 import pytest
-from conftest import OLD_TORCH, register
+from conftest import HAS_FORCE_SUM, assert_verdict, expected_bug, register
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2", "--strategy", "full_shard"]
 
@@ -23,18 +23,15 @@ register("gloo-force-sum", "--api", "fsdp2", "-n", "2", *GPT2, "--force-sum-redu
 @pytest.mark.parametrize("W", [2, 4])
 def test_fsdp2_gloo_avg_averages(checks, W):
     rc, out, d = checks[f"gloo-avg-W{W}"]
-    if OLD_TORCH:
-        assert rc == 1 and "known PyTorch bug pytorch#162338" in out, out
+    if assert_verdict(rc, out, expected_bug("fsdp2", W, GPT2)):  # pytorch#162338 in this torch
         assert f"B = {W}.0000 .. {W}.0000 x A" in out, out
-    else:
-        assert rc == 0, out
     info = json.loads((d / "torch" / "trace.json").read_text())["torch"]
     assert info["backend"] == "gloo" and info["gradient_divide"] == "avg"
 
 
 def test_force_sum_reduction_workaround(checks):
     rc, out, d = checks["gloo-force-sum"]
-    if OLD_TORCH:
+    if not HAS_FORCE_SUM:
         assert rc == 2 and "has no FSDPModule.set_force_sum_reduction_for_comms" in out, out
         return
     assert rc == 0, out

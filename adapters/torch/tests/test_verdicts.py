@@ -97,6 +97,23 @@ def test_fsdp1_state_dict_segv_signature():
     assert known_bugs.match_crash("fsdp1", "cpu", "1", [other]) is None
 
 
+def test_known_bug_version_ranges():
+    # measured: #188989 on 2.7.1, 2.8.0 and 2.11.0, gone in 2.15.0; versions between are
+    # unmeasured (None); a patch release inside the measured range counts as present
+    segv = known_bugs.FSDP1_OFFLOAD_SEGV
+    assert [segv.present_on(v) for v in [(2, 7, 1), (2, 9, 1), (2, 11, 0), (2, 13, 0), (2, 15, 0), (2, 16, 0)]] == [
+        True,
+        True,
+        True,
+        None,
+        False,
+        False,
+    ]
+    # the issue numbers inside clean_on ("fixed by pytorch#188990") are not versions
+    assert known_bugs._versions(segv.clean_on) == [(2, 15, 0)]
+    assert known_bugs.GLOO_AVG.present_on((2, 9, 0)) is None and known_bugs.GLOO_AVG.present_on((2, 11, 0)) is False
+
+
 @pytest.mark.parametrize("cmd", ["run", "check", "sweep", "trainer"])
 def test_help_on_every_command(cmd, capsys):
     from fsdpcheck_torch.cli import main
