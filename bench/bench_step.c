@@ -1,15 +1,32 @@
 // bench/bench_step.c — time reference training steps of each preset, in one run.
 //
-// usage: fsdpcheck_bench [STEPS]
-// Each model runs one warm-up step and then STEPS timed steps (default 3 for
-// the small models, 1 for gpt2-124m); it prints the median step time,
-// throughput in tokens (samples for mlp) per second, and the time relative to
+// usage: fsdpcheck_bench [STEPS] [THREADS]
+// Each model runs one warm-up step and then STEPS timed steps (default 20 for
+// the small models, 1 for gpt2-124m) on THREADS OpenMP threads (default: the
+// cores; core/threads.h); it prints the median step time, throughput in tokens
+// (samples for mlp) per second, the arithmetic rate (GFLOP/s: a training step
+// is 3x the forward's multiply-adds, 2 FLOP each), and the time relative to
 // gpt2-tiny, so the ratio between models is measured side by side.
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "local.h"
+#include "threads.h"
+
+// FLOP of one training step (forward + backward = 3x the forward), counting the
+// matmuls and attention's two products (causal: t + 1 keys for query t).
+static double step_flop(const fc_model_config *m, int B, int T) {
+    if (m->kind != FC_MODEL_GPT2) {
+        double w = 0;  // the MLP's weights: one multiply-add each per sample
+        for (int i = 0; i < m->n_layers; i++) w += (double)m->dims[i] * m->dims[i + 1];
+        return 3 * 2 * w * B;
+    }
+    const double C = m->n_embd, L = m->n_layer, V = m->vocab_size;
+    double per_token = L * 12 * C * C + V * C;             // qkv, proj, fc, fc_proj; the lm_head
+    double attn = L * 2 * C * ((double)T + 1) / 2 * T;      // q.k and att.v over a sequence
+    return 3 * 2 * (per_token * B * T + attn * B);
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -29,6 +46,8 @@ typedef struct {
 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 0;
+    int threads = fc_threads_setup(argc > 2 ? atoi(argv[2]) : 0, MPI_COMM_WORLD);
+    printf("fsdpcheck_bench: %d threads\n", threads);
     bench_case cases[] = {
         {"mlp-tiny", 8, 16, 20},
         {"gpt2-tiny", 8, 16, 20},
@@ -37,8 +56,8 @@ int main(int argc, char **argv) {
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     double base = 0;
-    printf("%-10s %5s %5s %12s %14s %10s %8s\n", "model", "B", "T", "params", "ms/step", "tok/s",
-           "x tiny");
+    printf("%-10s %5s %5s %12s %14s %10s %9s %8s\n", "model", "B", "T", "params", "ms/step", "tok/s",
+           "GFLOP/s", "x tiny");
     for (int i = 0; i < n; i++) {
         fc_run_config cfg;
         fc_run_config_defaults(&cfg);
@@ -69,8 +88,9 @@ int main(int argc, char **argv) {
         if (i == 1) base = med;
         char ratio[32] = "-";
         if (i >= 1) snprintf(ratio, sizeof ratio, "%.1f", med / base);
-        printf("%-10s %5d %5d %12zu %14.3f %10.0f %8s\n", cases[i].model, cfg.global_batch,
-               is_gpt2 ? cfg.seq_len : 0, L.model.numel, med * 1e3, tokens / med, ratio);
+        double gflops = step_flop(&cfg.model, cfg.global_batch, cfg.seq_len) / med / 1e9;
+        printf("%-10s %5d %5d %12zu %14.3f %10.0f %9.2f %8s\n", cases[i].model, cfg.global_batch,
+               is_gpt2 ? cfg.seq_len : 0, L.model.numel, med * 1e3, tokens / med, gflops, ratio);
         free(t);
         fc_local_free(&L);
     }

@@ -1,8 +1,126 @@
 #!/usr/bin/env bash
-# ci/bench.sh [STEPS] — step times of the reference (Release build), side by side.
+# ci/bench.sh [--baseline REV] [--skip-torch] — the reference's speed, every row measured
+# side by side in this one run, each printed with its target and its ratio to the figure
+# measured before the threads work (issue 18's table, this 2-core machine, Release):
+#   step   gpt2-124m local training step, B=4, T=64, 2 threads      (was 7.79 s; target <= 2.5 s)
+#          and its GFLOP/s beside the fp32 matmul rate of PyTorch's own CPU kernels on
+#          2 threads, measured here (needs the adapter's venv: .venv-torch or FSDPCHECK_TORCH_VENV)
+#   sweep  mpiexec -n 4 fsdpcheck sweep --cases 300 --seed 1     (was 80.2 s; target <= 50 s)
+#   check  fsdpcheck-torch check --api fsdp2 -n 2 --model gpt2-124m --steps 2 --global-batch 4
+#          --seq-len 64, split into reference, torch and compare (was 97 s; target <= 45 s)
+#   sens   fsdpcheck sensitivity on those traces, step 1          (was 293 s; target <= 60 s)
+# --baseline REV also builds REV (a commit, e.g. the one before the threads) in a git
+# worktree and runs the same rows with it first, then prints after/before for each row.
+# --skip-torch leaves out the rows that need torch (sens then runs on two reference traces).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bash ci/setup.sh
-cmake --preset default >/dev/null
-cmake --build --preset default -j "$(nproc)" --target fsdpcheck_bench
-./build/default/bench/fsdpcheck_bench "$@"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+baseline="" skip_torch=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --baseline) baseline=${2:?--baseline needs a commit}; shift 2 ;;
+    --skip-torch) skip_torch=1; shift ;;
+    *) echo "ci/bench.sh: unknown argument $1 (see the header of ci/bench.sh)" >&2; exit 2 ;;
+  esac
+done
+bash ci/setup.sh >/dev/null
+export HWLOC_COMPONENTS=-pci,-x86 TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1
+VENV=${FSDPCHECK_TORCH_VENV:-$ROOT/.venv-torch}
+[ -x "$VENV/bin/python" ] || { [ $skip_torch = 1 ] || echo "ci/bench.sh: no torch venv at $VENV (bash ci/torch.sh makes it): torch rows skipped"; skip_torch=1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"; [ -z "$baseline" ] || git worktree remove --force "$tmp/base-src" 2>/dev/null || true' EXIT
+
+build() {  # build SRC: Release fsdpcheck and fsdpcheck_bench in SRC/build/default
+  (cd "$1" && cmake --preset default >/dev/null && cmake --build --preset default -j "$(nproc)" --target fsdpcheck fsdpcheck_bench >/dev/null)
+}
+secs() { python3 -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.1f}')" "$1" "$2"; }
+
+rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL.rows
+  local label=$1 src=$2 out=$tmp/$1.rows bin=$2/build/default/oracle/fsdpcheck t0 t1
+  : >"$out"
+  echo "== $label ($src, $(git -C "$src" log --oneline -1 | cut -c1-60))"
+  # step: the gpt2-124m line of fsdpcheck_bench on 2 threads (an older bench takes no thread argument)
+  "$src/build/default/bench/fsdpcheck_bench" 1 2 | tee "$tmp/$label.bench"
+  awk '$1 == "gpt2-124m" { printf "step %.3f\n", $6 / 1000 }' "$tmp/$label.bench" >>"$out"
+  awk '$1 == "gpt2-124m" && NF == 9 { printf "gflops %.2f\n", $8 }' "$tmp/$label.bench" >>"$out"
+  t0=$(date +%s.%N)
+  mpiexec -n 4 "$bin" sweep --cases 300 --seed 1 --quiet | tail -n 1
+  t1=$(date +%s.%N)
+  echo "sweep $(secs "$t0" "$t1")" >>"$out"
+  if [ $skip_torch = 0 ]; then
+    t0=$(date +%s.%N)
+    FSDPCHECK=$bin "$VENV/bin/python" -m fsdpcheck_torch check --api fsdp2 -n 2 --model gpt2-124m --steps 2 \
+      --global-batch 4 --seq-len 64 --keep "$tmp/$label.keep" --timeout 1800 | tail -n 1 | tee "$tmp/$label.check"
+    t1=$(date +%s.%N)
+    echo "check $(secs "$t0" "$t1")" >>"$out"
+    sed -nE 's/.*reference ([0-9.]+) s, torch ([0-9.]+) s.*/check.reference \1\ncheck.torch \2/p' "$tmp/$label.check" >>"$out"
+    t0=$(date +%s.%N)
+    "$bin" compare "$tmp/$label.keep/ref" "$tmp/$label.keep/torch" >/dev/null || true
+    t1=$(date +%s.%N)
+    echo "check.compare $(secs "$t0" "$t1")" >>"$out"
+    a=$tmp/$label.keep/ref b=$tmp/$label.keep/torch
+  else
+    for W in 1 2; do
+      mpiexec -n $W "$bin" run --model gpt2-124m --steps 2 --global-batch 4 --seq-len 64 \
+        --strategy "$([ $W = 1 ] && echo local || echo full_shard)" --trace "$tmp/$label.W$W" --quiet
+    done
+    a=$tmp/$label.W1 b=$tmp/$label.W2
+  fi
+  t0=$(date +%s.%N)
+  "$bin" sensitivity "$a" "$b" --step 1 >"$tmp/$label.sens"
+  t1=$(date +%s.%N)
+  echo "sens $(secs "$t0" "$t1")" >>"$out"
+}
+
+if [ -n "$baseline" ]; then
+  git worktree add --force --detach "$tmp/base-src" "$baseline" >/dev/null
+  build "$tmp/base-src"
+  rows before "$tmp/base-src"
+fi
+build "$ROOT"
+rows after "$ROOT"
+if [ $skip_torch = 0 ]; then
+  # PyTorch's own fp32 matmul on 2 threads, the shapes of gpt2-124m's step (B*T = 256 rows)
+  "$VENV/bin/python" - >"$tmp/torch.rate" <<'PY'
+import time, torch
+torch.set_num_threads(2)
+flop = t = 0.0
+for m, k, n in [(256, 768, 2304), (256, 768, 3072), (256, 3072, 768), (256, 768, 50257), (768, 256, 3072)]:
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    torch.mm(a, b)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        torch.mm(a, b)
+    t += time.perf_counter() - t0
+    flop += 5 * 2.0 * m * k * n
+print(f"torch {torch.__version__} fp32 matmul, 2 threads: {flop / t / 1e9:.2f} GFLOP/s")
+PY
+  cat "$tmp/torch.rate"
+  echo "torch_gflops $(awk '{print $(NF-1)}' "$tmp/torch.rate")" >>"$tmp/after.rows"
+fi
+
+echo "== summary: each row against its target, the figure before this work, and (--baseline) the baseline run"
+python3 - "$tmp" <<'PY'
+import os, sys
+tmp = sys.argv[1]
+def rows(label):
+    p = os.path.join(tmp, label + ".rows")
+    return dict(l.split() for l in open(p)) if os.path.exists(p) else {}
+before, after = rows("before"), rows("after")
+table = [("step", "gpt2-124m step, 2 threads (s)", 7.79, 2.5), ("sweep", "sweep 300 cases W=1..4 (s)", 80.2, 50),
+         ("check", "torch check gpt2-124m (s)", 97, 45), ("check.reference", "  of which the reference (s)", 37.5, None),
+         ("check.torch", "  of which torch (s)", 44.6, None), ("check.compare", "  compare, alone (s)", None, None),
+         ("sens", "sensitivity gpt2-124m, one step (s)", 293, 60)]
+print(f"{'row':38} {'now':>9} {'target':>8} {'x was':>7} {'baseline':>9} {'x base':>7}")
+for key, name, was, target in table:
+    if key not in after:
+        continue
+    now = float(after[key])
+    base = float(before[key]) if key in before else None
+    verdict = "" if target is None else ("  met" if now <= target else "  NOT met")
+    print(f"{name:38} {now:9.2f} {target if target else '-':>8} {f'{now / was:.2f}' if was else '-':>7} "
+          f"{f'{base:.2f}' if base else '-':>9} {f'{now / base:.2f}' if base else '-':>7}{verdict}")
+if "gflops" in after and "torch_gflops" in after:
+    g, t = float(after["gflops"]), float(after["torch_gflops"])
+    print(f"gpt2-124m step: {g:.1f} GFLOP/s; PyTorch fp32 matmul on 2 threads: {t:.1f} GFLOP/s ({g / t:.2f} of it)")
+PY

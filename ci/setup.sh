@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(build-essential cmake git mpich libmpich-dev libcriterion-dev libcjson-dev
-          lcov valgrind clang libclang-rt-dev python3 python3-venv libssl-dev pkg-config file dpkg-dev)
+          lcov valgrind clang libclang-rt-dev libomp-dev python3 python3-venv libssl-dev pkg-config file dpkg-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -88,7 +88,7 @@ foreach(d ${_fc_core_deps})
     list(APPEND _fc_core_link cjson)
   elseif(d STREQUAL "${M_LIB}")
     list(APPEND _fc_core_link m)
-  elseif(d MATCHES "^(OpenSSL::Crypto|Threads::Threads)$")
+  elseif(d MATCHES "^(OpenSSL::Crypto|Threads::Threads|OpenMP::OpenMP_C)$")
     list(APPEND _fc_core_link ${d})
   elseif(NOT d STREQUAL "MPI::MPI_C")
     message(FATAL_ERROR "cmake/install.cmake: fc_core links ${d}, unknown to the installed libraries: "

@@ -3,24 +3,33 @@
 
 #include "rng.h"
 
-float fc_init_value(const fc_param *p, uint64_t seed, size_t index) {
+// One element of p's init: a pure function of (seed, p's name hash, index).
+static float init_value(const fc_param *p, uint64_t seed, uint64_t name_hash, size_t index) {
     switch (p->init) {
     case FC_INIT_ZEROS: return 0.0f;
     case FC_INIT_ONES: return 1.0f;
     case FC_INIT_NORMAL: {
-        fc_u32x4 r = fc_philox(seed, fc_hash_str(p->name), index);
+        fc_u32x4 r = fc_philox(seed, name_hash, index);
         return p->init_scale * fc_normal_from(r);
     }
     case FC_INIT_UNIFORM: {
-        fc_u32x4 r = fc_philox(seed, fc_hash_str(p->name), index);
+        fc_u32x4 r = fc_philox(seed, name_hash, index);
         return p->init_scale * (2.0f * fc_u01(r.v[0]) - 1.0f);
     }
     }
     return 0.0f;
 }
 
+float fc_init_value(const fc_param *p, uint64_t seed, size_t index) {
+    return init_value(p, seed, fc_hash_str(p->name), index);
+}
+
 void fc_init_range(const fc_param *p, uint64_t seed, size_t first, size_t n, float *out) {
-    for (size_t i = 0; i < n; i++) out[i] = fc_init_value(p, seed, first + i);
+    // every element is its own pure function of its index: threads (core/threads.h)
+    // split the range and change no bit; the name is hashed once, not per element
+    const uint64_t h = fc_hash_str(p->name);
+#pragma omp parallel for schedule(static) if (n >= 65536)
+    for (size_t i = 0; i < n; i++) out[i] = init_value(p, seed, h, first + i);
 }
 
 void fc_init_full(const fc_model *m, uint64_t seed, float *full) {

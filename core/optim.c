@@ -28,12 +28,15 @@ fc_sgd_coeffs fc_sgd_coeffs_at(const fc_optim_config *c, long step) {
 
 void fc_optim_update(const fc_optim_config *c, long step, float *p, const float *g, float *state0,
                      float *state1, size_t n) {
+    // element-wise: threads (core/threads.h) split the elements and change no bit
     if (c->kind == FC_OPT_ADAMW) {
         fc_adamw_coeffs k = fc_adamw_coeffs_at(c, step);
+#pragma omp parallel for schedule(static) if (n >= 65536)
         for (size_t i = 0; i < n; i++) fc_adamw_elem(&p[i], g[i], &state0[i], &state1[i], &k);
     } else {
         fc_sgd_coeffs k = fc_sgd_coeffs_at(c, step);
         // without momentum there is no buffer (state0 == NULL) and none is touched
+#pragma omp parallel for schedule(static) if (n >= 65536)
         for (size_t i = 0; i < n; i++) fc_sgd_elem(&p[i], g[i], state0 ? &state0[i] : NULL, &k);
     }
 }

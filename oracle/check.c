@@ -24,6 +24,7 @@
 #include "optim.h"
 #include "runner.h"
 #include "watchdog.h"
+#include "threads.h"
 
 static _Noreturn void die_all(int rank, const char *msg) {
     fc_watchdog_stop();
@@ -76,6 +77,7 @@ int fc_cmd_check(int argc, char **argv) {
     if (rc) die_all(rank, e.msg);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) die_all(rank, e.msg);
     if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) die_all(rank, e.msg);
+    fc_threads_setup(a.threads, MPI_COMM_WORLD);
     const fc_impl_ops *tested = fc_impl_resolve(impl, &e);
     if (tested) tested = fc_impl_for(tested, &a.cfg, &e);
     if (!tested) die_all(rank, e.msg);

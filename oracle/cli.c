@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "threads.h"
+
 typedef enum { ARG_NONE, ARG_INT, ARG_U64, ARG_DOUBLE, ARG_STR } arg_kind;
 
 typedef struct {
@@ -56,6 +58,7 @@ static const flag_spec FLAGS[] = {
     {"--inject", ARG_STR, NULL},
     {"--comm", ARG_STR, NULL},
     {"--timeout", ARG_DOUBLE, NULL},
+    {"--threads", ARG_STR, NULL},
 };
 
 void fc_cli_usage(FILE *f) {
@@ -79,6 +82,8 @@ void fc_cli_usage(FILE *f) {
           "                            flags after it override it, flags before it are overridden\n"
           "  --timeout S               abort every rank (exit 3) when no rank made progress for S\n"
           "                            seconds: a hung rank or collective (default 600)\n"
+          "  --threads N               OpenMP threads per rank for the reference's layers (default: the\n"
+          "                            node's cores / its ranks, at least 1); no result depends on it\n"
           "  --quiet                   no per-step lines\n",
           f);
 }
@@ -179,6 +184,8 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
             return fc_fail(e, "--trace: path too long");
     } else if (!strcmp(flag, "--quiet")) {
         a->quiet = 1;
+    } else if (!strcmp(flag, "--threads")) {
+        return fc_threads_parse(v, &a->threads, e);
     } else if (!strcmp(flag, "--inject")) {
         if (fc_fault_parse(v, &c->inject) || c->inject == FC_FAULT_NONE)
             return fc_fail(e, "--inject: unknown fault '%s' (see DESIGN.md section 9)", v);

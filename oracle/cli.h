@@ -19,6 +19,7 @@ typedef struct {
     char load_dir[1024];    // --load DIR, "" = none
     fc_fsdp_config fsdp;    // --fsdp-config FILE (fsdp.path "" = none)
     double timeout;         // --timeout S: the watchdog's limit without progress (core/watchdog.h)
+    int threads;            // --threads N (core/threads.h); 0 = the default, cores / ranks on the node
 } fc_run_args;
 
 // The watchdog's default: generous for a CPU step of gpt2-124m (~25 s) and a

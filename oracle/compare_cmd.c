@@ -13,6 +13,7 @@
 #include "escape.h"
 #include "fileio.h"
 #include "rerun.h"
+#include "threads.h"
 #include "tracefile.h"
 
 static void compare_usage(FILE *f) {
@@ -36,6 +37,8 @@ static void compare_usage(FILE *f) {
           "                       judged by their reduce_dtype while in lockstep (P9's comparison);\n"
           "                       compares the trajectories (a re-run in one process has other arithmetic)\n"
           "  --report FILE.md     also write a Markdown report\n"
+          "  --threads N          OpenMP threads for the lockstep re-run (default: the node's cores);\n"
+          "                       no result depends on it\n"
           "exit codes: 0 pass, 1 mismatch, 2 bad input\n",
           f);
 }
@@ -174,7 +177,7 @@ static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_
 
 int fc_cmd_compare(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL}, *report = NULL;
-    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0, same_compute = 0, trajectory = 0;
+    int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0, same_compute = 0, trajectory = 0, threads = 0;
     double rtol = 0, atol = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
@@ -190,7 +193,8 @@ int fc_cmd_compare(int argc, char **argv) {
         if (len >= sizeof name) fc_die(FC_EXIT_USAGE, "compare: unknown flag %s (see fsdpcheck compare --help)", arg);
         memcpy(name, arg, len);
         name[len] = '\0';
-        int takes_value = !strcmp(name, "--rtol") || !strcmp(name, "--atol") || !strcmp(name, "--report");
+        int takes_value = !strcmp(name, "--rtol") || !strcmp(name, "--atol") || !strcmp(name, "--report") ||
+                          !strcmp(name, "--threads");
         int is_switch = !strcmp(name, "--bitwise") || !strcmp(name, "--help") || !strcmp(name, "--same-compute") ||
                         !strcmp(name, "--trajectory");
         if (!takes_value && !is_switch)
@@ -216,11 +220,15 @@ int fc_cmd_compare(int argc, char **argv) {
             rtol = parse_tol(name, v), has_rtol = 1;
         } else if (!strcmp(name, "--atol")) {
             atol = parse_tol(name, v), has_atol = 1;
+        } else if (!strcmp(name, "--threads")) {
+            fc_error te;
+            if (fc_threads_parse(v, &threads, &te)) fc_die(FC_EXIT_USAGE, "compare %s", te.msg);
         } else {
             report = v;
         }
     }
     if (n_dirs != 2) fc_die(FC_EXIT_USAGE, "compare needs two trace directories, DIR_A and DIR_B (got %d)", n_dirs);
+    fc_threads_setup(threads, MPI_COMM_WORLD);
     if (bitwise && (has_rtol || has_atol))
         fc_die(FC_EXIT_USAGE,
                "--bitwise and --rtol/--atol exclude each other (bitwise means rtol = atol = 0 and equal bits)");

@@ -16,6 +16,7 @@
 #include "optim.h"
 #include "mpicheck.h"
 #include "runner.h"
+#include "threads.h"
 #include "trace.h"
 #include "watchdog.h"
 
@@ -182,6 +183,7 @@ int fc_cmd_run(int argc, char **argv) {
     if (rc) fail_all(rank, "", &e);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) fail_all(rank, "", &e);
     if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) fail_all(rank, "", &e);
+    const int threads = fc_threads_setup(a.threads, MPI_COMM_WORLD);
 
     const fc_impl_ops *ops = fc_impl_resolve(a.cfg.impl, &e);
     if (ops) ops = fc_impl_for(ops, &a.cfg, &e);
@@ -219,9 +221,9 @@ int fc_cmd_run(int argc, char **argv) {
     }
     if (!a.quiet && rank == 0)
         printf("fsdpcheck run: model %s (%zu parameters, %d units), impl %s, strategy %s, W=%d, "
-               "B=%d, K=%d, steps %d, %s\n",
+               "B=%d, K=%d, steps %d, %s, threads %d per rank\n",
                m.cfg.name, m.numel, m.n_units, ops->name, fc_strategy_name(a.cfg.strategy), W,
-               a.cfg.global_batch, a.cfg.grad_accum, a.cfg.steps, fc_opt_name(a.cfg.optim.kind));
+               a.cfg.global_batch, a.cfg.grad_accum, a.cfg.steps, fc_opt_name(a.cfg.optim.kind), threads);
     for (int t = 0; t < a.cfg.steps; t++) {
         double t0 = now_ms();
         fc_step_info info;

@@ -23,6 +23,7 @@
 
 #include "compare.h"
 #include "rerun.h"
+#include "threads.h"
 #include "tracefile.h"
 
 typedef struct {
@@ -139,13 +140,14 @@ static void measure(const probe *p, fc_cmp_kind kind, float *base, const fc_mode
 int fc_cmd_sensitivity(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL};
     long step = -1;
-    int n = 0, same_compute = 0, trajectory = 0;
+    int n = 0, same_compute = 0, trajectory = 0, threads = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N] [--same-compute] [--trajectory]\n"
+            printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N] [--same-compute] [--trajectory] [--threads N]\n"
                    "  the smallest perturbation of B that the comparison engine catches, per kind,\n"
                    "  with A's step judged as `compare` judges it: in lockstep, re-run by the reference\n"
-                   "  from B's state after the step before (unless --trajectory or --same-compute)\n");
+                   "  from B's state after the step before (unless --trajectory or --same-compute)\n"
+                   "  --threads N: OpenMP threads (default: the node's cores); no result depends on it\n");
             return FC_EXIT_PASS;
         }
         if (!strcmp(argv[i], "--same-compute")) {
@@ -156,6 +158,9 @@ int fc_cmd_sensitivity(int argc, char **argv) {
             char *end;
             step = strtol(argv[++i], &end, 10);
             if (*end || step < 0) fc_die(FC_EXIT_USAGE, "sensitivity --step: '%s' is not a step number", argv[i]);
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            fc_error te;
+            if (fc_threads_parse(argv[++i], &threads, &te)) fc_die(FC_EXIT_USAGE, "sensitivity %s", te.msg);
         } else if (argv[i][0] == '-') {
             fc_die(FC_EXIT_USAGE, "sensitivity: unknown flag %s", argv[i]);
         } else if (n < 2) {
@@ -165,6 +170,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         }
     }
     if (n != 2) fc_die(FC_EXIT_USAGE, "sensitivity needs two trace directories, DIR_A and DIR_B");
+    fc_threads_setup(threads, MPI_COMM_WORLD);
     fc_trace ta, tb;
     fc_error e;
     if (fc_trace_open(dirs[0], &ta, &e) || fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);

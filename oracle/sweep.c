@@ -16,6 +16,7 @@
 #include "mpicheck.h"
 #include "runner.h"
 #include "sweep_internal.h"
+#include "threads.h"
 #include "watchdog.h"
 
 // ---------------------------------------------------------------------------
@@ -61,7 +62,9 @@ static void memory_profile(const fc_sweep_ctx *x, fc_sweep_report *rep) {
 static void usage(FILE *f) {
     fputs("usage: mpiexec -n W fsdpcheck sweep [--impl reference|cuda|PATH.so] [--cases N] [--seed S]\n"
           "           [--inject FAULT] [--report FILE.md] [--junit FILE.xml] [--keep-going] [--quiet]\n"
-          "           [--timeout S]\n"
+          "           [--timeout S] [--threads N]\n"
+          "  --threads N  OpenMP threads per rank for the reference's layers (default: the node's\n"
+          "               cores / its ranks, at least 1); no result depends on it\n"
           "       mpiexec -n W fsdpcheck sweep --replay 'RUN FLAGS' [--impl X] [--inject FAULT] [--timeout S]\n"
           "  --timeout S  a case in which no rank makes progress for S seconds (a hung rank or\n"
           "               collective) fails as a timeout: the reports are written with it, one line\n"
@@ -119,11 +122,12 @@ int fc_cmd_sweep(int argc, char **argv) {
     fc_sweep_ctx x = {0};
     mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &x.rank));
     mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &x.W));
-    int cases = 300, keep_going = 0, quiet = 0, candidates = 0;
+    int cases = 300, keep_going = 0, quiet = 0, candidates = 0, threads = 0;
     double timeout = FC_DEFAULT_TIMEOUT;
     uint64_t seed = 1;
     const char *impl = "reference", *report = NULL, *junit = NULL, *replay = NULL;
     char msg[600];
+    fc_error e;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         char *end;
@@ -168,6 +172,12 @@ int fc_cmd_sweep(int argc, char **argv) {
             junit = v, i++;
         } else if (!strcmp(a, "--replay")) {
             replay = v, i++;
+        } else if (!strcmp(a, "--threads")) {
+            if (fc_threads_parse(v, &threads, &e)) {
+                snprintf(msg, sizeof msg, "sweep %s", e.msg);
+                die_all(x.rank, msg);
+            }
+            i++;
         } else if (!strcmp(a, "--timeout")) {
             timeout = strtod(v, &end);
             if (*end || !*v || !(timeout >= 1 && timeout <= 604800)) {
@@ -181,7 +191,7 @@ int fc_cmd_sweep(int argc, char **argv) {
         }
     }
     if (candidates && !replay) die_all(x.rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
-    fc_error e;
+    threads = fc_threads_setup(threads, MPI_COMM_WORLD);
     if (fc_watchdog_start(MPI_COMM_WORLD, timeout, &e)) die_all(x.rank, e.msg);
     x.tested = fc_impl_resolve(impl, &e);
     if (!x.tested) die_all(x.rank, e.msg);
@@ -309,9 +319,10 @@ int fc_cmd_sweep(int argc, char **argv) {
     rep->seconds = fc_sweep_now() - t0;
     int rc = rep->n_failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
     if (x.rank == 0) {
-        printf("fsdpcheck sweep: %d cases over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed (%.1f s)\n",
+        printf("fsdpcheck sweep: %d cases over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed (%.1f s, "
+               "%d threads per rank)\n",
                rep->n, x.W, (unsigned long long)seed, impl, x.inject ? ", injected " : "",
-               x.inject ? fc_fault_name(x.inject) : "", rep->n - rep->n_failed, rep->n_failed, rep->seconds);
+               x.inject ? fc_fault_name(x.inject) : "", rep->n - rep->n_failed, rep->n_failed, rep->seconds, threads);
         if (rep->have_shrunk) {
             printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);
             printf("caught by P%d (%s)\n", rep->caught_by, fc_prop_name(rep->caught_by));

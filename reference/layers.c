@@ -1,18 +1,20 @@
 // reference/layers.c — forward and backward of every layer (API and conventions in layers.h).
 //
 // Written once against `real` and compiled twice (float for training, double
-// with -DFC_REAL_DOUBLE for the finite-difference tests). Single-threaded, in
-// the style of llm.c's train_gpt2.c, with two rules that the whole reference
-// relies on:
+// with -DFC_REAL_DOUBLE for the finite-difference tests), in the style of
+// llm.c's train_gpt2.c, with two rules that the whole reference relies on:
 //
 //  1. Fixed summation order. Every output element is one sequential sum whose
 //     order depends only on the shapes: a matmul element is
 //         acc = (bias or 0); for r = 0..R-1: acc = acc + a[r] * b[r];
-//     with r ascending, whatever blocking or vector path computed it. Blocking
-//     and vectorization only ever run *different* elements side by side; they
-//     never split one element's sum. Nothing here depends on threads or on
-//     pointer alignment, so results are bitwise reproducible. (Compile without
-//     -ffast-math; multiply and add are kept as two roundings, see the pragma.)
+//     with r ascending, whatever blocking, vector path or thread computed it.
+//     Blocking, vectorization and OpenMP threads only ever run *different*
+//     elements side by side; they never split one element's sum. Every
+//     `omp parallel for` below splits output elements (matmul column panels,
+//     attention heads, rows, channel chunks) and nothing else. Nothing depends
+//     on the thread count (core/threads.h) or on pointer alignment, so results
+//     are bitwise reproducible. (Compile without -ffast-math; multiply and add
+//     are kept as two roundings, see the pragma.)
 //
 //  2. Backward adds a fresh contribution. Each backward first sums its
 //     contribution to a gradient element into a local accumulator starting at
@@ -64,6 +66,12 @@
 // LayerNorm parameter gradients, attention rows, embedding rows): loops over a
 // long row go chunk by chunk so no scratch allocation is needed.
 #define FC_CHUNK 64
+
+// Loops with less work than this (in multiply-adds or elements) stay on one
+// thread: starting a parallel region costs microseconds, more than a tiny
+// model's whole layer. The count changes which thread runs an element, never
+// what it computes.
+#define FC_PAR_MIN 32768
 
 // ----------------------------------------------------------------------------
 // matmul
@@ -159,6 +167,53 @@ static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_
 }
 #endif
 
+#if defined(__GNUC__) && !defined(FC_MM_PLAIN_C) && !defined(FC_REAL_DOUBLE) && defined(__x86_64__)
+#include <immintrin.h>
+#define FC_MM_AVX2 1
+#define MM_IB_AVX2 8  // rows of C per AVX2 block
+// An 8 x 8 block of C (float) on a CPU with AVX2, chosen at run time (mm()):
+// each row of the block is one 8-lane vector, so twice the lanes per
+// instruction of mm_block_full's 16-byte vectors, and 8 independent sums in
+// flight. _mm256_mul_ps then _mm256_add_ps is one IEEE multiply and one IEEE
+// add per lane (the target is avx2 without fma, and -ffp-contract=off), each
+// element's sum still over r ascending from init: the bits are exactly those
+// of mm_block_full and of the plain C version.
+__attribute__((target("avx2"))) static void mm_block8_avx2(real *c, size_t ldc, const real *a, size_t a_si,
+                                                           size_t a_sk, const real *b, int R, const real *init,
+                                                           int accumulate) {
+    const __m256 s = init ? _mm256_loadu_ps(init) : _mm256_setzero_ps();
+    __m256 acc0 = s, acc1 = s, acc2 = s, acc3 = s, acc4 = s, acc5 = s, acc6 = s, acc7 = s;  // acc<row>
+    for (int r = 0; r < R; r++) {
+        const __m256 bv = _mm256_loadu_ps(b + (size_t)r * MM_JB);  // B(r, 0..7)
+        const real *ar = a + (size_t)r * a_sk;                      // A(0, r); A(i, r) = ar[i * a_si]
+        acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(_mm256_broadcast_ss(ar), bv));
+        acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(_mm256_broadcast_ss(ar + a_si), bv));
+        acc2 = _mm256_add_ps(acc2, _mm256_mul_ps(_mm256_broadcast_ss(ar + 2 * a_si), bv));
+        acc3 = _mm256_add_ps(acc3, _mm256_mul_ps(_mm256_broadcast_ss(ar + 3 * a_si), bv));
+        acc4 = _mm256_add_ps(acc4, _mm256_mul_ps(_mm256_broadcast_ss(ar + 4 * a_si), bv));
+        acc5 = _mm256_add_ps(acc5, _mm256_mul_ps(_mm256_broadcast_ss(ar + 5 * a_si), bv));
+        acc6 = _mm256_add_ps(acc6, _mm256_mul_ps(_mm256_broadcast_ss(ar + 6 * a_si), bv));
+        acc7 = _mm256_add_ps(acc7, _mm256_mul_ps(_mm256_broadcast_ss(ar + 7 * a_si), bv));
+    }
+    const __m256 res[MM_IB_AVX2] = {acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7};
+    for (int i = 0; i < MM_IB_AVX2; i++) {
+        real *cp = c + (size_t)i * ldc;
+        __m256 v = res[i];
+        if (accumulate) { v = _mm256_add_ps(_mm256_loadu_ps(cp), v); }
+        _mm256_storeu_ps(cp, v);
+    }
+}
+
+// Whether mm() uses mm_block8_avx2: on a CPU with AVX2, unless FSDPCHECK_MM_GENERIC
+// is set in the environment (tests/mpi/threads_identical.sh runs both kernels and
+// compares the traces byte for byte).
+static int mm_use_avx2(void) {
+    static int use = -1;  // decided once, before any parallel region (mm() calls it first)
+    if (use < 0) { use = __builtin_cpu_supports("avx2") && !getenv("FSDPCHECK_MM_GENERIC"); }
+    return use;
+}
+#endif
+
 // An edge block, rows [0, mb) and columns [0, jb), mb <= MM_IB, jb <= MM_JB:
 // the same sums as mm_block_full, element by element in the same order.
 static void mm_block_edge(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk,
@@ -186,28 +241,46 @@ static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, con
     // N * sizeof(real) apart, often a multiple of 4 KiB, and reading 8 values
     // from each of R such rows thrashes a few L1 sets; the panel is R * 32 bytes
     // in a row. The copy costs R * MM_JB loads against M * R * MM_JB multiply-adds.
-    real *panel = mallocCheck((size_t)R * MM_JB * sizeof(real));  // panel [R, MM_JB]
-    for (int j0 = 0; j0 < N; j0 += MM_JB) {
-        const int jb = N - j0 < MM_JB ? N - j0 : MM_JB;
-        for (int r = 0; r < R; r++) {
-            for (int j = 0; j < jb; j++) {
-                panel[(size_t)r * MM_JB + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
+    //
+    // Threads split the column panels: every element of C is computed whole by
+    // the one thread that owns its panel, so the thread count changes no bit.
+#ifdef FC_MM_AVX2
+    const int avx2 = mm_use_avx2();
+#endif
+    const int npanel = (N + MM_JB - 1) / MM_JB;
+#pragma omp parallel if ((double)M * R * N >= FC_PAR_MIN)
+    {
+        real *panel = mallocCheck((size_t)R * MM_JB * sizeof(real) + 1);  // panel [R, MM_JB], this thread's (+1: never 0 bytes)
+#pragma omp for schedule(static)
+        for (int p = 0; p < npanel; p++) {
+            const int j0 = p * MM_JB;
+            const int jb = N - j0 < MM_JB ? N - j0 : MM_JB;
+            for (int r = 0; r < R; r++) {
+                for (int j = 0; j < jb; j++) {
+                    panel[(size_t)r * MM_JB + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
+                }
+            }
+            const real *init_blk = init ? init + j0 : NULL;
+            int i0 = 0;
+#ifdef FC_MM_AVX2
+            for (; avx2 && jb == MM_JB && M - i0 >= MM_IB_AVX2; i0 += MM_IB_AVX2) {
+                mm_block8_avx2(c + (size_t)i0 * ldc + (size_t)j0, ldc, a + (size_t)i0 * a_si, a_si, a_sk, panel, R,
+                               init_blk, accumulate);
+            }
+#endif
+            for (; i0 < M; i0 += MM_IB) {
+                const int mb = M - i0 < MM_IB ? M - i0 : MM_IB;
+                real *cblk = c + (size_t)i0 * ldc + (size_t)j0;
+                const real *ablk = a + (size_t)i0 * a_si;
+                if (mb == MM_IB && jb == MM_JB) {
+                    mm_block_full(cblk, ldc, ablk, a_si, a_sk, panel, R, init_blk, accumulate);
+                } else {
+                    mm_block_edge(cblk, ldc, ablk, a_si, a_sk, panel, mb, jb, R, init_blk, accumulate);
+                }
             }
         }
-        const real *init_blk = init ? init + j0 : NULL;
-        for (int i0 = 0; i0 < M; i0 += MM_IB) {
-            const int mb = M - i0 < MM_IB ? M - i0 : MM_IB;
-            real *cblk = c + (size_t)i0 * ldc + (size_t)j0;
-            const real *ablk = a + (size_t)i0 * a_si;
-            if (mb == MM_IB && jb == MM_JB) {
-                mm_block_full(cblk, ldc, ablk, a_si, a_sk, panel, R, init_blk, accumulate);
-            } else {
-                mm_block_edge(cblk, ldc, ablk, a_si, a_sk, panel, mb, jb, R, init_blk,
-                              accumulate);
-            }
-        }
+        free(panel);
     }
-    free(panel);
 }
 
 void RN(fc_matmul_forward)(real *out, const real *inp, const real *w, const real *bias, int M,
@@ -261,6 +334,7 @@ void RN(fc_matmul_backward)(real *dinp, real *dw, real *dbias, const real *dout,
     // dbias[n] += sum_{m ascending} dout[m,n], a chunk of columns at a time so
     // the inner loop runs along a contiguous row of dout.
     if (dbias) {
+#pragma omp parallel for schedule(static) if ((size_t)M * N >= FC_PAR_MIN)
         for (int n0 = 0; n0 < N; n0 += FC_CHUNK) {
             const int nb = N - n0 < FC_CHUNK ? N - n0 : FC_CHUNK;
             real acc[FC_CHUNK];
@@ -281,6 +355,7 @@ void RN(fc_matmul_backward)(real *dinp, real *dw, real *dbias, const real *dout,
 void RN(fc_layernorm_forward)(real *out, real *mean, real *rstd, const real *inp,
                               const real *weight, const real *bias, int N, int C, real eps) {
     // out [N,C], mean [N], rstd [N], inp [N,C], weight [C], bias [C]
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FC_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const real *x = inp + (size_t)n * C;  // x [C]
         real *o = out + (size_t)n * C;        // o [C]
@@ -311,6 +386,7 @@ void RN(fc_layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
     // With norm = (x - mean) * rstd and dnorm = weight * dout (per row):
     //   dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm))
     if (dinp) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FC_PAR_MIN)
         for (int n = 0; n < N; n++) {
             const real *x = inp + (size_t)n * C;
             const real *dy = dout + (size_t)n * C;
@@ -335,6 +411,7 @@ void RN(fc_layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
     // dweight[c] += sum_n norm[n,c] * dout[n,c], dbias[c] += sum_n dout[n,c]:
     // sums over rows, a chunk of channels at a time (rule 2 at the top of this file).
     if (dweight || dbias) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FC_PAR_MIN)
         for (int c0 = 0; c0 < C; c0 += FC_CHUNK) {
             const int cb = C - c0 < FC_CHUNK ? C - c0 : FC_CHUNK;
             real accw[FC_CHUNK], accb[FC_CHUNK];
@@ -364,6 +441,7 @@ void RN(fc_layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
 
 void RN(fc_gelu_forward)(real *out, const real *inp, size_t n) {
     // out [n], inp [n]
+#pragma omp parallel for schedule(static) if (n >= FC_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         const real x = inp[i];
         const real cube = GELU_COEF * (x * x * x);  // as HF: 0.044715 * pow(x, 3)
@@ -375,6 +453,7 @@ void RN(fc_gelu_backward)(real *dinp, const real *inp, const real *dout, size_t 
     // dinp [n], inp [n], dout [n]
     // d/dx = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) du/dx, u = sqrt(2/pi)(x + 0.044715 x^3)
     if (!dinp) { return; }
+#pragma omp parallel for schedule(static) if (n >= FC_PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         const real x = inp[i];
         const real cube = GELU_COEF * (x * x * x);  // as HF: 0.044715 * pow(x, 3)
@@ -432,6 +511,8 @@ void RN(fc_attention_forward)(real *out, real *preatt, real *att, const real *qk
     const int hs = C / NH;
     const size_t C3 = 3 * (size_t)C;
     const real sqrt_hs = RSQRT((real)hs);  // in the build's precision, as torch.full
+    // threads split the (b, h) pairs: each writes its own rows of preatt/att and its head's slice of out
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * T * C >= FC_PAR_MIN)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const real *qh = qkv + (size_t)b * T * C3 + (size_t)h * hs;  // q_t = qh + t*3C
@@ -477,6 +558,8 @@ void RN(fc_attention_backward)(real *dqkv, real *dpreatt, real *datt, const real
     const int hs = C / NH;
     const size_t C3 = 3 * (size_t)C;
     const real sqrt_hs = RSQRT((real)hs);
+    // threads split the (b, h) pairs: each writes its own [T,T] blocks and its head's slices of dqkv
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * T * C >= FC_PAR_MIN)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             const size_t hoff = (size_t)b * T * C3 + (size_t)h * hs;
@@ -548,6 +631,7 @@ void RN(fc_attention_backward)(real *dqkv, real *dpreatt, real *datt, const real
 void RN(fc_encoder_forward)(real *out, const int32_t *ids, const real *wte, const real *wpe,
                             int B, int T, int C) {
     // out [B,T,C], ids [B,T], wte [V,C], wpe [P,C] with P >= T
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * C >= FC_PAR_MIN)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             real *o = out + ((size_t)b * T + t) * C;
@@ -598,6 +682,7 @@ void RN(fc_encoder_backward)(real *dwte, real *dwpe, const real *dout, const int
     }
     // dwpe[t] += sum_{b ascending} dout[b,t]
     if (dwpe) {
+#pragma omp parallel for schedule(static) if (BT * C >= FC_PAR_MIN)
         for (int t = 0; t < T; t++) {
             for (int c0 = 0; c0 < C; c0 += FC_CHUNK) {
                 const int cb = C - c0 < FC_CHUNK ? C - c0 : FC_CHUNK;
@@ -619,6 +704,7 @@ void RN(fc_encoder_backward)(real *dwte, real *dwpe, const real *dout, const int
 
 void RN(fc_residual_forward)(real *out, const real *a, const real *b, size_t n) {
     // out [n], a [n], b [n]; out may alias a or b (each element is read before it is written)
+#pragma omp parallel for schedule(static) if (n >= FC_PAR_MIN)
     for (size_t i = 0; i < n; i++) { out[i] = a[i] + b[i]; }
 }
 
@@ -631,8 +717,10 @@ real RN(fc_crossentropy_forward)(real *probs, const real *logits, const int32_t 
     // The row loss is computed as log_softmax, log(sum exp(x - max)) - (x[target] - max),
     // not as -log(probs[target]), so it stays finite when probs[target] underflows to 0.
     // The N row losses are summed in double, row order, so the total of a large batch
-    // does not lose digits before the caller divides.
-    double total = 0.0;
+    // does not lose digits before the caller divides. Threads split the rows; each
+    // row's loss is kept and the sum taken after, in row order, on one thread.
+    double *rows = mallocCheck(((size_t)N + 1) * sizeof(double));  // rows [N]
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= FC_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const real *x = logits + (size_t)n * V;
         real *p = probs + (size_t)n * V;
@@ -648,8 +736,11 @@ real RN(fc_crossentropy_forward)(real *probs, const real *logits, const int32_t 
         const real inv = (real)1 / sum;
         for (int i = 0; i < V; i++) { p[i] *= inv; }
         const real row = RLOG(sum) - (x[targets[n]] - maxval);
-        total += (double)row;
+        rows[n] = (double)row;
     }
+    double total = 0.0;
+    for (int n = 0; n < N; n++) { total += rows[n]; }
+    free(rows);
     return (real)total;
 }
 
@@ -657,6 +748,7 @@ void RN(fc_crossentropy_backward)(real *dlogits, const real *probs, const int32_
                                   int V, real scale) {
     // dlogits [N,V], probs [N,V], targets [N]
     if (!dlogits) { return; }
+#pragma omp parallel for schedule(static) if ((size_t)N * V >= FC_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const real *p = probs + (size_t)n * V;
         real *dl = dlogits + (size_t)n * V;

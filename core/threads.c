@@ -1,0 +1,55 @@
+// core/threads.c — see threads.h.
+#include "threads.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "mpicheck.h"
+
+int fc_threads_default(MPI_Comm comm) {
+    int mpi_up, on_node = 1;  // a command that has not started MPI (compare) is one process
+    mpiCheck(MPI_Initialized(&mpi_up));
+    if (mpi_up) {
+        MPI_Comm node;  // the ranks of comm that share this node's memory
+        mpiCheck(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+        mpiCheck(MPI_Comm_size(node, &on_node));
+        mpiCheck(MPI_Comm_free(&node));
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);  // -1 when unknown: one thread
+    long n = cores > 0 ? cores / on_node : 1;
+    return n < 1 ? 1 : n > FC_THREADS_MAX ? FC_THREADS_MAX : (int)n;
+}
+
+int fc_threads_setup(int requested, MPI_Comm comm) {
+    int n = requested > 0 ? requested : fc_threads_default(comm);
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+    omp_set_dynamic(0);  // exactly n, never fewer: the count printed is the count used
+#else
+    n = 1;
+#endif
+    return n;
+}
+
+int fc_threads_get(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+int fc_threads_parse(const char *v, int *out, fc_error *e) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < 1 || x > FC_THREADS_MAX)
+        return fc_fail(e, "--threads: '%s' is not an integer in 1..%d", v, FC_THREADS_MAX);
+    *out = (int)x;
+    return 0;
+}

@@ -1,0 +1,37 @@
+// core/threads.h — the OpenMP threads the reference's layers run on.
+//
+// Threads never change a bit of a result: every parallel loop in the reference
+// splits *output elements* (matmul column panels, attention heads, rows of a
+// norm or of the loss, parameter elements) among threads, and each element is
+// still one sequential sum in the order fixed by its shapes (reference/layers.c,
+// rule 1). So a run with 1, 2, 3 or 4 threads writes byte-identical traces
+// (tests/mpi/threads_identical.sh).
+#ifndef FC_THREADS_H
+#define FC_THREADS_H
+
+#include <mpi.h>
+
+#include "check.h"
+
+FC_BEGIN_DECLS
+
+#define FC_THREADS_MAX 1024
+
+// The default: the cores of this node divided by the ranks of comm on it, at
+// least 1 (so mpiexec -n 4 on 2 cores runs one thread per rank). Collective on comm;
+// before MPI_Init (compare, sensitivity), this process alone.
+int fc_threads_default(MPI_Comm comm);
+
+// Sets the thread count of every later parallel loop: `requested` (1..FC_THREADS_MAX),
+// or fc_threads_default(comm) when requested is 0. Collective on comm. Returns the count.
+int fc_threads_setup(int requested, MPI_Comm comm);
+
+// The count in effect (1 in a build without OpenMP).
+int fc_threads_get(void);
+
+// Parses a --threads value: returns 0, or -1 with e set for anything but 1..FC_THREADS_MAX.
+int fc_threads_parse(const char *v, int *out, fc_error *e);
+
+FC_END_DECLS
+
+#endif
