@@ -46,7 +46,7 @@ typedef struct {
 
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 0;
-    int threads = fc_threads_setup(argc > 2 ? atoi(argv[2]) : 0, MPI_COMM_WORLD);
+    int threads = fc_threads_setup(argc > 2 ? atoi(argv[2]) : 0, 1);  // one process
     printf("fsdpcheck_bench: %d threads\n", threads);
     bench_case cases[] = {
         {"mlp-tiny", 8, 16, 20},

@@ -53,11 +53,11 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
       --global-batch 4 --seq-len 64 --keep "$tmp/$label.keep" --timeout 1800 | tail -n 1 | tee "$tmp/$label.check"
     t1=$(date +%s.%N)
     echo "check $(secs "$t0" "$t1")" >>"$out"
+    # check's own split (an older adapter prints only the first two)
     sed -nE 's/.*reference ([0-9.]+) s, torch ([0-9.]+) s.*/check.reference \1\ncheck.torch \2/p' "$tmp/$label.check" >>"$out"
-    t0=$(date +%s.%N)
-    "$bin" compare "$tmp/$label.keep/ref" "$tmp/$label.keep/torch" >/dev/null || true
-    t1=$(date +%s.%N)
-    echo "check.compare $(secs "$t0" "$t1")" >>"$out"
+    sed -nE 's/.*gathering full tensors ([0-9.]+) s and trace writing ([0-9.]+) s.*/check.gather \1\ncheck.trace \2/p' \
+      "$tmp/$label.check" >>"$out"
+    sed -nE 's/.*compare ([0-9.]+) s\).*/check.compare \1/p' "$tmp/$label.check" >>"$out"
     a=$tmp/$label.keep/ref b=$tmp/$label.keep/torch
   else
     for W in 1 2; do
@@ -70,6 +70,10 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
   "$bin" sensitivity "$a" "$b" --step 1 >"$tmp/$label.sens"
   t1=$(date +%s.%N)
   echo "sens $(secs "$t0" "$t1")" >>"$out"
+  grep -E '^(grad|param) ' "$tmp/$label.sens" || true
+  # gpt2-124m traces are ~2 GB a step: gone before the next side runs
+  rm -rf "$tmp/$label.keep" "$tmp/$label.W1" "$tmp/$label.W2"
+  echo "-- $label rows:"; sed 's/^/   /' "$out"
 }
 
 if [ -n "$baseline" ]; then
@@ -109,7 +113,8 @@ def rows(label):
 before, after = rows("before"), rows("after")
 table = [("step", "gpt2-124m step, 2 threads (s)", 7.79, 2.5), ("sweep", "sweep 300 cases W=1..4 (s)", 80.2, 50),
          ("check", "torch check gpt2-124m (s)", 97, 45), ("check.reference", "  of which the reference (s)", 37.5, None),
-         ("check.torch", "  of which torch (s)", 44.6, None), ("check.compare", "  compare, alone (s)", None, None),
+         ("check.torch", "  of which torch (s)", 44.6, None), ("check.gather", "    torch rank 0 gathering full tensors (s)", None, None),
+         ("check.trace", "    torch rank 0 writing its trace (s)", None, None), ("check.compare", "  of which compare (s)", None, None),
          ("sens", "sensitivity gpt2-124m, one step (s)", 293, 60)]
 print(f"{'row':38} {'now':>9} {'target':>8} {'x was':>7} {'baseline':>9} {'x base':>7}")
 for key, name, was, target in table:

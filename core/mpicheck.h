@@ -18,6 +18,20 @@ static inline void fc_mpi_check(int rc, const char *file, int line) {
 }
 #define mpiCheck(call) fc_mpi_check((call), __FILE__, __LINE__)
 
+// The ranks of comm on this node (that share its memory): the default thread
+// count divides the cores by it (core/threads.h). Collective on comm; before
+// MPI_Init (compare, sensitivity) this process alone, 1.
+static inline int fc_mpi_ranks_on_node(MPI_Comm comm) {
+    int up, n = 1;
+    mpiCheck(MPI_Initialized(&up));
+    if (!up) return 1;
+    MPI_Comm node;
+    mpiCheck(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    mpiCheck(MPI_Comm_size(node, &n));
+    mpiCheck(MPI_Comm_free(&node));
+    return n;
+}
+
 // Every rank of comm learns whether all ranks succeeded (ok != 0); if not,
 // every rank's e gets the message of the lowest failing rank, so all of them
 // report one reason. Returns 0 when all succeeded, else -1. Collective.

@@ -9,22 +9,20 @@
 #ifndef FC_THREADS_H
 #define FC_THREADS_H
 
-#include <mpi.h>
-
 #include "check.h"
 
 FC_BEGIN_DECLS
 
 #define FC_THREADS_MAX 1024
 
-// The default: the cores of this node divided by the ranks of comm on it, at
-// least 1 (so mpiexec -n 4 on 2 cores runs one thread per rank). Collective on comm;
-// before MPI_Init (compare, sensitivity), this process alone.
-int fc_threads_default(MPI_Comm comm);
+// The default: the cores of this node divided by the ranks on it
+// (fc_mpi_ranks_on_node, core/mpicheck.h), at least 1: mpiexec -n 4 on 2 cores
+// runs one thread per rank.
+int fc_threads_default(int ranks_on_node);
 
 // Sets the thread count of every later parallel loop: `requested` (1..FC_THREADS_MAX),
-// or fc_threads_default(comm) when requested is 0. Collective on comm. Returns the count.
-int fc_threads_setup(int requested, MPI_Comm comm);
+// or fc_threads_default(ranks_on_node) when requested is 0. Returns the count.
+int fc_threads_setup(int requested, int ranks_on_node);
 
 // The count in effect (1 in a build without OpenMP).
 int fc_threads_get(void);

@@ -77,7 +77,7 @@ int fc_cmd_check(int argc, char **argv) {
     if (rc) die_all(rank, e.msg);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) die_all(rank, e.msg);
     if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) die_all(rank, e.msg);
-    fc_threads_setup(a.threads, MPI_COMM_WORLD);
+    fc_threads_setup(a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
     const fc_impl_ops *tested = fc_impl_resolve(impl, &e);
     if (tested) tested = fc_impl_for(tested, &a.cfg, &e);
     if (!tested) die_all(rank, e.msg);
@@ -108,7 +108,7 @@ int fc_cmd_check(int argc, char **argv) {
     fc_cmp_policy policy;
     fc_cmp_policy_defaults(&policy, fc_cmp_precision(&ecfg, &tcfg));
     if (bitwise) fc_cmp_policy_bitwise(&policy);
-    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim, &ecfg, W, fc_runner_act32(expected), fc_runner_act32(tested)};
+    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim, &ecfg, W, fc_runner_act32(expected), fc_runner_act32(tested), 0};
     // 16 bits: the magnitude pass of each step, on rank 0 (compare.h)
     fc_rerun mag;
     memset(&mag, 0, sizeof mag);

@@ -330,10 +330,17 @@ static void cmp_norm(const fc_cmp_ctx *c, fc_cmp_result *r, double a, double b, 
     set_where(c, dv, &w, 0);
 }
 
+void fc_cmp_range(const fc_cmp_ctx *c, size_t *lo, size_t *hi) {
+    const fc_param *p = c->only > 0 ? &c->m->params[c->only - 1] : NULL;
+    *lo = p ? p->offset : 0;
+    *hi = p ? p->offset + p->numel : c->m->numel;
+}
+
 static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *prefix, const float *a,
                     const float *b, const elem_allow *al) {
     const fc_model *m = c->m;
     for (int i = 0; i < m->n_params; i++) {
+        if (c->only > 0 && i != c->only - 1) continue;
         const fc_param *p = &m->params[i];
         char name[200];
         snprintf(name, sizeof name, "%s.%s", prefix, p->name);

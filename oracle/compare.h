@@ -239,7 +239,16 @@ typedef struct {
     // param_dtype, as PyTorch's mixed precision does, and as is assumed of
     // any implementation that is not the reference.
     int a_act32, b_act32;
+    // 0: every parameter's tensors are compared. i + 1: only parameter i's
+    // (grad, param, optimizer states; the allowances are computed for its
+    // elements only). sensitivity's probes perturb one tensor of B after the
+    // whole comparison passed, so the others' verdicts cannot change: they
+    // are not judged again. Never set by compare, check or sweep.
+    int only;
 } fc_cmp_ctx;
+
+// The elements [*lo, *hi) the comparison covers: the whole model, or c->only's.
+void fc_cmp_range(const fc_cmp_ctx *c, size_t *lo, size_t *hi);
 
 // Whether the implementation a config or trace names ("implementation",
 // cfg->impl) computes its activations in fp32 under 16-bit parameters: the

@@ -228,7 +228,7 @@ int fc_cmd_compare(int argc, char **argv) {
         }
     }
     if (n_dirs != 2) fc_die(FC_EXIT_USAGE, "compare needs two trace directories, DIR_A and DIR_B (got %d)", n_dirs);
-    fc_threads_setup(threads, MPI_COMM_WORLD);
+    fc_threads_setup(threads, 1);  // one process: MPI is not started here
     if (bitwise && (has_rtol || has_atol))
         fc_die(FC_EXIT_USAGE,
                "--bitwise and --rtol/--atol exclude each other (bitwise means rtol = atol = 0 and equal bits)");
@@ -323,7 +323,7 @@ int fc_cmd_compare(int argc, char **argv) {
         }
     }
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, ta.world_size,
-                      fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl)};
+                      fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0};
     // 16 bits in lockstep: each step's gradient magnitudes, from the state it starts from (compare.h)
     fc_rerun mag;
     memset(&mag, 0, sizeof mag);

@@ -179,6 +179,7 @@ double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const
     // errors relative to the tensor, not to the element's own terms
     double floor_coef = C_ACT_SCALE * depth_of(c->layout) * sr.act16 * u;
     for (int p = 0; p < c->m->n_params; p++) {
+        if (c->only > 0 && p != c->only - 1) continue;
         const fc_param *q = &c->m->params[p];
         double scale = 0;  // A's: B's own values must not widen what B is allowed
         for (size_t i = q->offset; i < q->offset + q->numel; i++)
@@ -205,7 +206,9 @@ double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, cons
     double ca = fc_cmp_clip_coef(c, a), dc = fabs(ca - fc_cmp_clip_coef(c, b));
     size_t n = c->m->numel;
     double *allow = mallocCheck(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) {
+    size_t lo, hi;
+    fc_cmp_range(c, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         double g = fabs((double)a->grads[i]), dg = ca * allow_g[i] + dc * g;
         allow[i] = sq ? w * (2 * ca * g + dg) * dg : w * dg;  // v: (1 - beta2) ((g + dg)^2 - g^2)
     }

@@ -32,7 +32,9 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
         // p_t = p_{t-1} * decay + neg_step * m / (sqrt(v) / bc2_sqrt + eps)  (core/optim.h)
         fc_adamw_coeffs k = fc_adamw_coeffs_at(o, t);
         double *allow = mallocCheck(n * sizeof(double));
-        for (size_t i = 0; i < n; i++) {
+        size_t lo, hi;  // the compared elements (the others are never read)
+        fc_cmp_range(c, &lo, &hi);
+        for (size_t i = lo; i < hi; i++) {
             double ua = k.neg_step * (double)ma[i] / (sqrt((double)va[i]) / k.bc2_sqrt + k.eps);
             double ub = k.neg_step * (double)mb[i] / (sqrt((double)vb[i]) / k.bc2_sqrt + k.eps);
             double dp = fabs((double)a->prev_params[i] - (double)b->prev_params[i]);
@@ -45,7 +47,9 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
     if (o->momentum != 0 && (!ba || !bb)) return NULL;
     if (!a->grads || !b->grads) return NULL;
     double *allow = mallocCheck(n * sizeof(double));
-    for (size_t i = 0; i < n; i++) {
+    size_t lo, hi;
+    fc_cmp_range(c, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         double dp = fabs((double)a->prev_params[i] - (double)b->prev_params[i]);
         double dg = fabs((double)a->grads[i] - (double)b->grads[i]) + o->weight_decay * dp;
         double du = o->momentum == 0 ? dg : o->nesterov ? dg + o->momentum * fabs((double)ba[i] - bb[i])
@@ -90,7 +94,9 @@ double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const
     if (!m) return NULL;
     size_t n = c->m->numel;
     double *terms = mallocCheck(n * sizeof(double)), coef = fc_cmp_clip_coef(c, a);
-    for (size_t i = 0; i < n; i++) {
+    size_t lo, hi;
+    fc_cmp_range(c, &lo, &hi);
+    for (size_t i = lo; i < hi; i++) {
         double g = coef * (double)a->grads[i] + (wd != 0 ? wd * (double)a->prev_params[i] : 0);
         terms[i] = fabs((double)m[i] - w * g) + fabs(w * g);
     }

@@ -86,9 +86,19 @@ static int write_comm_log(const fc_comm_log *log, int rank, int W, const char *p
 }
 
 // Per-rank peak memory by category, as a table on rank 0.
+static void proc_usage(long *peak_kib, long long *rchar);
+
+// The implementation's own accounting per category, and beside it the whole
+// process's peak resident set (getrusage: what the OS saw, trace buffers and
+// all; rank 0 alone holds the trace's full tensors).
 static void print_memory(const fc_mem_stats *mine, int rank, int W) {
     fc_mem_stats *all = rank == 0 ? mallocCheck((size_t)W * sizeof *all) : NULL;
     mpiCheck(MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, 0, MPI_COMM_WORLD));
+    long kib;
+    long long rchar, *rss = rank == 0 ? mallocCheck((size_t)W * sizeof *rss) : NULL;
+    proc_usage(&kib, &rchar);
+    long long my_kib = kib;
+    mpiCheck(MPI_Gather(&my_kib, 1, MPI_LONG_LONG, rss, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD));
     if (rank == 0) {
         printf("peak memory per rank (bytes):\n%-5s %-7s", "rank", "where");
         for (int c = 0; c < FC_MEM_COUNT; c++) printf(" %15s", fc_mem_cat_name(c));
@@ -100,8 +110,12 @@ static void print_memory(const fc_mem_stats *mine, int rank, int W) {
                 for (int c = 0; c < FC_MEM_COUNT; c++) printf(" %15zu", all[r].peak[l][c]);
                 printf(" %15zu\n", all[r].peak_total[l]);
             }
+        printf("peak RSS per rank (MiB):");
+        for (int r = 0; r < W; r++) printf("%s %d: %.1f", r ? "," : "", r, rss[r] / 1024.0);
+        printf("\n");
     }
     free(all);
+    free(rss);
 }
 
 // This process's peak resident memory so far (KiB) and the bytes it has read
@@ -183,7 +197,7 @@ int fc_cmd_run(int argc, char **argv) {
     if (rc) fail_all(rank, "", &e);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) fail_all(rank, "", &e);
     if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) fail_all(rank, "", &e);
-    const int threads = fc_threads_setup(a.threads, MPI_COMM_WORLD);
+    const int threads = fc_threads_setup(a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
 
     const fc_impl_ops *ops = fc_impl_resolve(a.cfg.impl, &e);
     if (ops) ops = fc_impl_for(ops, &a.cfg, &e);

@@ -191,7 +191,7 @@ int fc_cmd_sweep(int argc, char **argv) {
         }
     }
     if (candidates && !replay) die_all(x.rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
-    threads = fc_threads_setup(threads, MPI_COMM_WORLD);
+    threads = fc_threads_setup(threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
     if (fc_watchdog_start(MPI_COMM_WORLD, timeout, &e)) die_all(x.rank, e.msg);
     x.tested = fc_impl_resolve(impl, &e);
     if (!x.tested) die_all(x.rank, e.msg);

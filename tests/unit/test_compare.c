@@ -482,7 +482,7 @@ TestSuite(step, .init = step_setup, .fini = step_teardown);
 
 static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0};
     fc_cmp_result_free(&R);
     fc_cmp_result_init(&R, A.s.step);
     fc_compare_add(&c, &A.s, &B.s, kinds, &R);
@@ -490,7 +490,7 @@ static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
 
 static void compare_under(fc_strategy s, int world) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0};
     fc_cmp_result_free(&R);
     fc_compare_step(&c, &A.s, &B.s, &R);
 }
@@ -862,6 +862,44 @@ static void use_optimizer(fc_opt_kind kind) {
     optimizer_step();
 }
 
+// fc_cmp_ctx.only (sensitivity's probes): with every other tensor passing,
+// judging only the perturbed parameter's tensors gives the whole comparison's
+// verdict, for every parameter, kind and size of error, and judges nothing else.
+Test(step, only_one_parameter_judged_gives_the_whole_comparisons_verdict) {
+    use_optimizer(FC_OPT_ADAMW);
+    const fc_cmp_kind kinds[3] = {FC_CMP_GRAD, FC_CMP_PARAM, FC_CMP_OPTIM};
+    const double deltas[4] = {1e-9, 1e-6, 1e-4, 1e-1};
+    int verdicts[2] = {0, 0};  // how many probes passed, failed: both must occur
+    for (int i = 0; i < g_m.n_params; i++) {
+        const fc_param *q = &g_m.params[i];
+        for (int k = 0; k < 3; k++) {
+            float *b = kinds[k] == FC_CMP_GRAD ? B.grads : kinds[k] == FC_CMP_PARAM ? B.params : B.s0;
+            size_t j = q->offset + q->numel / 2;
+            const float keep = b[j];
+            for (int d = 0; d < 4; d++) {
+                b[j] = (float)(keep + deltas[d] * (fabs(keep) + 0.5));
+                g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
+                fc_cmp_result whole, one;
+                fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 0, 0, 0};
+                fc_cmp_result_init(&whole, A.s.step);
+                fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(kinds[k]), &whole);
+                c.only = i + 1;
+                fc_cmp_result_init(&one, A.s.step);
+                fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(kinds[k]), &one);
+                cr_expect_eq(one.pass, whole.pass, "%s of %s, delta %g: whole %d, only %d",
+                             fc_cmp_kind_name(kinds[k]), q->name, deltas[d], whole.pass, one.pass);
+                cr_expect_eq(one.n_tensors, kinds[k] == FC_CMP_OPTIM ? 2 : 1, "only %s's tensors judged", q->name);
+                verdicts[whole.pass ? 0 : 1]++;
+                fc_cmp_result_free(&whole);
+                fc_cmp_result_free(&one);
+            }
+            b[j] = keep;
+        }
+    }
+    cr_expect_gt(verdicts[0], 0, "some probes pass");
+    cr_expect_gt(verdicts[1], 0, "some probes fail");
+}
+
 Test(step, adamw_a_parameter_may_differ_by_the_two_updates_difference) {
     use_optimizer(FC_OPT_ADAMW);
     // one gradient at noise level flips its sign on B: AdamW turns it into an
@@ -1124,7 +1162,7 @@ Test(step, parts_accumulate_into_one_result) {
     // `compare` reads a step a tensor set at a time: the same result as all at once
     *elem(&B, "param", "layers.2.bias", 1) += 1.0f;
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0, 0};
     fc_cmp_result parts;
     fc_cmp_result_init(&parts, 3);
     fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(FC_CMP_BATCH) | FC_CMP_MASK(FC_CMP_LOSS), &parts);

@@ -14,6 +14,7 @@ fp16: pre/post), unless --divide is given. Torch then runs with
 """
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -169,7 +170,7 @@ class Job:
         self.ref_dir = os.path.join(self.work, "ref")
         self.torch_dir = os.path.join(self.work, "torch")
         self.timeout = self.opts["--timeout"]
-        self.t = {"reference_s": 0.0, "torch_s": 0.0}
+        self.t = {"reference_s": 0.0, "torch_s": 0.0, "compare_s": 0.0}
 
     def group(self):
         return (self.world, self.opts.get("--device", "cpu"), self.opts.get("--backend", ""))
@@ -255,8 +256,6 @@ def run_bounded(cmd, env, timeout, what):
 def run_torch(jobs, env):
     """One torchrun for jobs of one world size (a --jobs file when several).
     Returns (the completed process, the ranks' failure reports)."""
-    import json
-
     from . import failure
 
     world = jobs[0].world
@@ -383,10 +382,29 @@ def compare(job, fsdpcheck, env):
     cmd = [fsdpcheck, "compare", job.ref_dir, job.torch_dir]
     if "--report" in job.opts:
         cmd += ["--report", job.opts["--report"]]
+    t0 = time.time()
     p = run_bounded(cmd, env, job.timeout, "fsdpcheck compare")
+    job.t["compare_s"] = time.time() - t0
     if p.returncode == 2:
         raise RuntimeError(f"fsdpcheck compare refused the traces: {p.stderr.strip() or p.stdout.strip()}")
     return p.returncode, p.stdout + p.stderr
+
+
+def torch_timing(torch_dir):
+    """What rank 0 of the torch run spent gathering full tensors and writing
+    the trace, and every rank's peak resident set (engine.train records them
+    in trace.json's torch.timing_s and torch.peak_rss_mib)."""
+    try:
+        with open(os.path.join(torch_dir, "trace.json")) as f:
+            info = json.load(f).get("torch", {})
+        t = info.get("timing_s", {})
+        return {
+            "gather_s": float(t["gather"]),
+            "trace_s": float(t["trace_write"]),
+            "rss_mib": [float(x) for x in info.get("peak_rss_mib", [])],
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
 
 
 def judge(job, p, fails, fsdpcheck, env):
@@ -397,6 +415,7 @@ def judge(job, p, fails, fsdpcheck, env):
     err = os.path.exists(os.path.join(job.torch_dir, "error.txt"))
     if not done or err or p.returncode != 0:
         raise torch_failure(job, p, fails)
+    job.t.update(torch_timing(job.torch_dir))
     rc, text = compare(job, fsdpcheck, env)
     if rc == 1:
         bug = gloo_avg_bug(job)
@@ -484,8 +503,13 @@ def cmd_check(argv):
         if code == 1:
             print("fsdpcheck-torch check: FAIL (the implementation under test did not finish its run)")
         return code
+    split = ""
+    if t.get("trace_s") is not None:  # rank 0's own clock, from the torch trace.json
+        split = f" of which gathering full tensors {t['gather_s']:.1f} s and trace writing {t['trace_s']:.1f} s,"
+    if t.get("rss_mib"):
+        print("torch peak RSS per rank (MiB): " + ", ".join(f"{r}: {x:.1f}" for r, x in enumerate(t["rss_mib"])))
     print(
         f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference {t['reference_s']:.1f} s, "
-        f"torch {t['torch_s']:.1f} s)"
+        f"torch {t['torch_s']:.1f} s,{split} compare {t['compare_s']:.1f} s)"
     )
     return rc

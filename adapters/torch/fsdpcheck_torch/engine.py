@@ -360,8 +360,12 @@ class Run:
         self.applied = self.applied_reduction(model)
         optim = self.optimizer(model)
         out = self.args.trace
+        # rank 0's time gathering full tensors for the trace and writing it (check prints the split)
+        self.timing = {"gather": 0.0, "trace_write": 0.0}
+        t0 = time.perf_counter()
         if self.rank == 0:
             tracefile.write_init(out, {n: init[n] for n in self.names})
+        self.timing["trace_write"] += time.perf_counter() - t0
         gpt2 = self.mcfg.get("model_type") == "gpt2"
         for step in range(c["steps"]):
             if self.args.ckpt_at and step == self.args.ckpt_at:
@@ -398,17 +402,22 @@ class Run:
                         ctypes.string_at(0)  # reads address 0: SIGSEGV
                     (loss / K).backward() if K > 1 else loss.backward()
                 loss_sum += float(loss.detach().float().cpu())
+            t0 = time.perf_counter()
             grads = self.full_grads(model)
+            self.timing["gather"] += time.perf_counter() - t0
             grad_norm = clip_grad_norm(model, c, self.api == "fsdp1") if c["clip_grad_norm"] > 0 else None
             optim.step()
+            t0 = time.perf_counter()
             params = self.full_params(model)
             states, _ = self.full_optim_state(model, optim)
+            self.timing["gather"] += time.perf_counter() - t0
             lt = torch.tensor(
                 [loss_sum / K], dtype=torch.float64, device=self.device if self.device.type != "cpu" else "cpu"
             )
             dist.all_reduce(lt)
             used_inp = self.gather_batch(inp.to(self.device)).cpu()
             used_tgt = self.gather_batch(tgt.to(self.device)).cpu()
+            t0 = time.perf_counter()
             if self.rank == 0:
                 tracefile.write_step(
                     out,
@@ -423,7 +432,14 @@ class Run:
                     self.state_names,
                     grad_norm,
                 )
+                self.timing["trace_write"] += time.perf_counter() - t0
                 print(f"step {step}: loss {float(lt.item()) / self.W:.6f}", flush=True)
+        # every rank's peak resident set so far (Linux: KiB), for check's memory line
+        import resource
+
+        rss = [None] * self.W
+        dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
+        self.peak_rss_mib = rss
         if self.rank == 0:
             self.finish(out, c["steps"])
         if self.fault == "abort_at_exit":
@@ -457,6 +473,8 @@ class Run:
             "gradient_divide": c["divide"],
             "checkpoint_at": self.args.ckpt_at or None,
             "like": os.path.abspath(self.ref.dir),
+            "timing_s": dict(self.timing),
+            "peak_rss_mib": [round(x, 1) for x in self.peak_rss_mib],
         }
         tracefile.write_trace_json(out, impl, self.W, steps, c, self.ref.units, info)
 

@@ -58,7 +58,7 @@ def test_run_checks_reports_each_job_on_its_own(failing_mpiexec, tmp_path, monke
         (2, "fsdpcheck-torch: --api 'fsdp3': not fsdp1 or fsdp2"),
         (2, "fsdpcheck-torch: the reference run failed (exit 3): mpiexec: no hosts to run on"),
     ], res
-    assert set(res[1][2]) == {"reference_s", "torch_s"}, res
+    assert set(res[1][2]) == {"reference_s", "torch_s", "compare_s"}, res
 
 
 def test_a_torch_run_past_its_timeout_is_hung_exit_3(tmp_path):
