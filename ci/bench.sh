@@ -41,8 +41,8 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
   echo "== $label ($src, $(git -C "$src" log --oneline -1 | cut -c1-60))"
   # step: the gpt2-124m line of fsdpcheck_bench on 2 threads (an older bench takes no thread argument)
   "$src/build/default/bench/fsdpcheck_bench" 1 2 | tee "$tmp/$label.bench"
-  awk '$1 == "gpt2-124m" { printf "step %.3f\n", $6 / 1000 }' "$tmp/$label.bench" >>"$out"
-  awk '$1 == "gpt2-124m" && NF == 9 { printf "gflops %.2f\n", $8 }' "$tmp/$label.bench" >>"$out"
+  awk '$1 == "gpt2-124m" { printf "step %.3f\n", $5 / 1000 }' "$tmp/$label.bench" >>"$out"
+  awk '$1 == "gpt2-124m" && NF == 8 { printf "gflops %.2f\n", $7 }' "$tmp/$label.bench" >>"$out"
   t0=$(date +%s.%N)
   mpiexec -n 4 "$bin" sweep --cases 300 --seed 1 --quiet | tail -n 1
   t1=$(date +%s.%N)
