@@ -16,22 +16,9 @@ int fc_threads_default(int on_node) {
     return n < 1 ? 1 : n > FC_THREADS_MAX ? FC_THREADS_MAX : (int)n;
 }
 
-#ifdef _OPENMP
-// At exit, the OpenMP runtime's idle threads are joined before anything else
-// looks at the process. LeakSanitizer stops every thread to scan for leaks;
-// its tracer crashed once (signal 11, clang ASan, test_checkpoint_files) in a
-// threaded run, which 200 runs by hand did not reproduce, so whether a live
-// pool was the cause is not established: joining it first leaves one thread
-// to stop. atexit handlers run in reverse order, so this one, registered after
-// the sanitizer's, runs before its check.
-static void release_pool(void) { (void)omp_pause_resource_all(omp_pause_hard); }
-#endif
-
 int fc_threads_setup(int requested, int ranks_on_node) {
     int n = requested > 0 ? requested : fc_threads_default(ranks_on_node);
 #ifdef _OPENMP
-    static int registered;
-    if (!registered && atexit(release_pool) == 0) registered = 1;
     omp_set_num_threads(n);
     omp_set_dynamic(0);  // exactly n, never fewer: the count printed is the count used
 #else
