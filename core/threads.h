@@ -17,7 +17,7 @@ FC_BEGIN_DECLS
 
 // The default: the cores of this node divided by the ranks on it
 // (fc_mpi_ranks_on_node, core/mpicheck.h), at least 1: mpiexec -n 4 on 2 cores
-// runs one thread per rank.
+// runs one thread per rank. 1 in clang sanitizer builds (CMakeLists.txt: FC_THREADS_DEFAULT_ONE).
 int fc_threads_default(int ranks_on_node);
 
 // Sets the thread count of every later parallel loop: `requested` (1..FC_THREADS_MAX),
