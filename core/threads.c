@@ -31,14 +31,6 @@ int fc_threads_setup(int requested, int ranks_on_node) {
     return n;
 }
 
-int fc_threads_get(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
 int fc_threads_parse(const char *v, int *out, fc_error *e) {
     char *end;
     errno = 0;
