@@ -900,6 +900,27 @@ Test(step, only_one_parameter_judged_gives_the_whole_comparisons_verdict) {
     cr_expect_gt(verdicts[1], 0, "some probes fail");
 }
 
+// The same with an optimizer allowance that matters: B starts every element
+// 1e-3 away from A, so its parameters differ by that much after the step and
+// pass only by what the optimizer explains; judged alone, each parameter must
+// still get its allowance (fc_cmp_optimizer_allowance over its elements).
+Test(step, only_one_parameter_judged_keeps_its_optimizer_allowance) {
+    use_optimizer(FC_OPT_ADAMW);
+    for (size_t i = 0; i < g_m.numel; i++) B.prev[i] = A.prev[i] + 1e-3f;
+    apply(&A, &g_oc);
+    apply(&B, &g_oc);
+    g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
+    for (int i = 0; i <= g_m.n_params; i++) {  // i = 0: the whole comparison
+        fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 0, 0, i};
+        fc_cmp_result r;
+        fc_cmp_result_init(&r, A.s.step);
+        fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(FC_CMP_PARAM), &r);
+        cr_expect(r.pass, "only = %d: the 1e-3 start is explained", i);
+        cr_expect_gt(r.kinds[FC_CMP_PARAM].max_abs, 5e-4, "the difference is there to explain");
+        fc_cmp_result_free(&r);
+    }
+}
+
 Test(step, adamw_a_parameter_may_differ_by_the_two_updates_difference) {
     use_optimizer(FC_OPT_ADAMW);
     // one gradient at noise level flips its sign on B: AdamW turns it into an
