@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "mpicheck.h"
+#include "mpiwait.h"
 #include "optim.h"
 
 // The first element of this rank's chunk within the view's storage.
@@ -25,11 +26,11 @@ static void gather_unit(const fc_ckpt_rank_view *v, int u, int t, float *dst, in
     mpiCheck(MPI_Comm_rank(v->comm, &rank));
     mpiCheck(MPI_Comm_size(v->comm, &W));
     int *both = rank == 0 ? mallocCheck(2 * (size_t)W * sizeof(int)) : NULL;
-    mpiCheck(MPI_Gather(mine, 2, MPI_INT, both, 2, MPI_INT, 0, v->comm));
+    fc_mpi_gather(mine, 2, MPI_INT, both, 0, v->comm);
     if (rank == 0)
         for (int r = 0; r < W; r++) counts[r] = both[2 * r], displs[r] = both[2 * r + 1];
     free(both);
-    mpiCheck(MPI_Gatherv(src + chunk_at(U), mine[0], MPI_FLOAT, dst, counts, displs, MPI_FLOAT, 0, v->comm));
+    fc_mpi_gatherv(src + chunk_at(U), mine[0], MPI_FLOAT, dst, counts, displs, 0, v->comm);
 }
 
 static int save_full(const fc_ckpt_rank_view *v, const char *dir, fc_error *e) {
@@ -99,7 +100,7 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e
     }
     // every writer has renamed its file into place before it reports
     shard_report *all = rank == 0 ? mallocCheck((size_t)W * sizeof *all) : NULL;
-    mpiCheck(MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, v->comm));
+    fc_mpi_gather(&mine, (int)sizeof mine, MPI_BYTE, all, 0, v->comm);
     ok = 1;
     if (rank == 0) {
         fc_ckpt_file *files = mallocCheck(((size_t)W + 1) * sizeof *files);
@@ -161,7 +162,7 @@ int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt
     }
     // the others open the same checkpoint (headers only) and make sure it is
     // the same one: a manifest is rewritten by every save
-    mpiCheck(MPI_Bcast(sha, (int)sizeof sha, MPI_CHAR, 0, v->comm));
+    fc_mpi_bcast(sha, (int)sizeof sha, MPI_CHAR, 0, v->comm);
     if (rank != 0) {
         ok = fc_ckpt_open(dir, 0, &ck, e) == 0 && fc_ckpt_check_compatible(ck, v->cfg, e) == 0;
         if (ok && strcmp(sha, fc_ckpt_manifest_sha256(ck)) != 0)

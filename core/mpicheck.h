@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "check.h"
+#include "mpiwait.h"
 
 static inline void fc_mpi_check(int rc, const char *file, int line) {
     if (rc == MPI_SUCCESS) return;
@@ -40,9 +41,9 @@ static inline int fc_mpi_agree(MPI_Comm comm, int ok, fc_error *e) {
     mpiCheck(MPI_Comm_size(comm, &W));
     mpiCheck(MPI_Comm_rank(comm, &rank));
     int mine = ok ? W : rank;
-    mpiCheck(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm));
+    fc_mpi_allreduce_int(&mine, &lowest, 1, MPI_MIN, comm);
     if (lowest == W) return 0;
-    mpiCheck(MPI_Bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, lowest, comm));
+    fc_mpi_bcast(e->msg, (int)sizeof e->msg, MPI_CHAR, lowest, comm);
     return -1;
 }
 

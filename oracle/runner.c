@@ -38,7 +38,7 @@ void fc_lockstep_dir(MPI_Comm comm, char *dir, size_t cap) {
         snprintf(dir, cap, "%s/fsdpcheck-lockstep-XXXXXX", base);
         if (!mkdtemp(dir)) dir[0] = '\0';
     }
-    mpiCheck(MPI_Bcast(dir, (int)cap, MPI_CHAR, 0, comm));
+    fc_mpi_bcast(dir, (int)cap, MPI_CHAR, 0, comm);
 }
 
 int fc_lockstep_handover(const fc_impl_ops *ops, fc_impl *im, const fc_run_config *cfg, const float *params,
@@ -232,18 +232,6 @@ void fc_runner_free(fc_run_result *r) {
     free(r->init);
     fc_log_free(&r->log);
     memset(r, 0, sizeof *r);
-}
-
-void fc_sleepy_barrier(MPI_Comm comm) {
-    MPI_Request req;
-    mpiCheck(MPI_Ibarrier(comm, &req));
-    for (;;) {
-        int done = 0;
-        mpiCheck(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-        if (done) return;
-        struct timespec ts = {0, 100000};  // 0.1 ms
-        nanosleep(&ts, NULL);
-    }
 }
 
 const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg, fc_error *e) {

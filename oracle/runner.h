@@ -76,11 +76,6 @@ void fc_runner_free(fc_run_result *r);
 // Removes a directory of plain files the oracle made (a checkpoint), and its files.
 void fc_remove_flat_dir(const char *dir);
 
-// Waits for every rank of comm without spinning: ranks that have nothing to
-// do (outside a sub-communicator, or while rank 0 computes alone) must not
-// steal the cores from those that work, as MPICH's busy-polling would.
-void fc_sleepy_barrier(MPI_Comm comm);
-
 // The implementation named by --impl: "reference" (built in) or a path to a
 // shared library exporting FC_IMPL_ENTRY with the same FC_IMPL_ABI_VERSION.
 const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e);

@@ -38,8 +38,7 @@ static void memory_profile(const fc_sweep_ctx *x, fc_sweep_report *rep) {
             fc_model_build(&m, &c.model);
             rep->plot_numel = m.numel;
             fc_model_free(&m);
-            MPI_Comm sub;
-            mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+            MPI_Comm sub = x->sub[W];
             fc_mem_point pt = {s[i], W, 0, 0, 0, 0};
             if (sub != MPI_COMM_NULL) {
                 fc_run_result r;
@@ -48,9 +47,8 @@ static void memory_profile(const fc_sweep_ctx *x, fc_sweep_report *rep) {
                 pt.param = pk[FC_MEM_PARAM_SHARD], pt.grad = pk[FC_MEM_GRAD_SHARD];
                 pt.optim = pk[FC_MEM_OPTIM_STATE], pt.gathered = pk[FC_MEM_GATHERED_PARAMS];
                 fc_runner_free(&r);
-                mpiCheck(MPI_Comm_free(&sub));
             }
-            fc_sleepy_barrier(MPI_COMM_WORLD);
+            fc_mpi_barrier(MPI_COMM_WORLD);
             if (x->rank == 0) rep->points[rep->n_points++] = pt;
         }
     }
@@ -200,6 +198,7 @@ int fc_cmd_sweep(int argc, char **argv) {
     x.expect = fc_fault_property(x.inject);
     if (x.inject != FC_FAULT_NONE && !x.tested_is_ref)
         die_all(x.rank, "sweep --inject: faults are injected into the reference only");
+    fc_sweep_subs_make(&x);
 
     fc_sweep_report *rep = callocCheck(1, sizeof *rep);
     snprintf(rep->impl, sizeof rep->impl, "%s", impl);
@@ -243,6 +242,7 @@ int fc_cmd_sweep(int argc, char **argv) {
                 printf("%d\t%s\n", W2, spec);
             }
             fc_watchdog_stop();
+            fc_sweep_subs_free(&x);
             free(rep);
             MPI_Finalize();
             return FC_EXIT_PASS;
@@ -256,6 +256,7 @@ int fc_cmd_sweep(int argc, char **argv) {
                     printf("P%-2d %-42s %s\n", p, fc_prop_name(p), r.v.failed & (1u << p) ? "FAIL" : "pass");
             if (r.v.failed) printf("%s\ncaught by P%d\n", r.v.detail, fc_props_lowest(r.v.failed));
         }
+        fc_sweep_subs_free(&x);
         free(rep);
         MPI_Finalize();
         return r.v.failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
@@ -337,9 +338,10 @@ int fc_cmd_sweep(int argc, char **argv) {
         if (junit && fc_report_junit(rep, junit, &e)) fprintf(stderr, "fsdpcheck: --junit: %s\n", e.msg), rc = FC_EXIT_USAGE;
         fflush(stdout);
     }
-    mpiCheck(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    fc_mpi_bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     free(rep->cases);
     free(rep);
+    fc_sweep_subs_free(&x);
     MPI_Finalize();
     return rc;
 }

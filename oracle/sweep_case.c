@@ -94,7 +94,21 @@ static void run_local_rank0(const fc_sweep_ctx *x, const fc_run_config *c, MPI_C
                             expected_run *out) {
     memset(out, 0, sizeof *out);
     if (x->rank == 0) run_expected(x->ref, c, MPI_COMM_SELF, t, 0, out);
-    fc_sleepy_barrier(sub);
+    fc_mpi_barrier(sub);
+}
+
+void fc_sweep_subs_make(fc_sweep_ctx *x) {
+    x->sub = callocCheck((size_t)x->W + 1, sizeof(MPI_Comm));
+    x->sub[0] = MPI_COMM_NULL;
+    for (int w = 1; w <= x->W; w++)
+        fc_mpi_comm_split(MPI_COMM_WORLD, x->rank < w ? 0 : MPI_UNDEFINED, x->rank, &x->sub[w]);
+}
+
+void fc_sweep_subs_free(fc_sweep_ctx *x) {
+    for (int w = 1; x->sub && w <= x->W; w++)
+        if (x->sub[w] != MPI_COMM_NULL) mpiCheck(MPI_Comm_free(&x->sub[w]));
+    free(x->sub);
+    x->sub = NULL;
 }
 
 // ---------------------------------------------------------------------------
@@ -106,12 +120,12 @@ static void check_theory(fc_case_result *res, int p, const fc_findings *mine, MP
     mpiCheck(MPI_Comm_rank(sub, &rank));
     mpiCheck(MPI_Comm_size(sub, &W));
     int total = 0, first = mine->n ? rank : W, lowest = W;
-    mpiCheck(MPI_Allreduce(&mine->n, &total, 1, MPI_INT, MPI_SUM, sub));
-    mpiCheck(MPI_Allreduce(&first, &lowest, 1, MPI_INT, MPI_MIN, sub));
+    fc_mpi_allreduce_int(&mine->n, &total, 1, MPI_SUM, sub);
+    fc_mpi_allreduce_int(&first, &lowest, 1, MPI_MIN, sub);
     char msg[400] = "";
     if (lowest < W) {
         if (rank == lowest) snprintf(msg, sizeof msg, "%s", mine->msg[0]);
-        mpiCheck(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, lowest, sub));
+        fc_mpi_bcast(msg, (int)sizeof msg, MPI_CHAR, lowest, sub);
     }
     if (rank == 0) fc_props_record(&res->v, p, total == 0, "%d violation%s; first on rank %d: %s", total,
                                    total == 1 ? "" : "s", lowest, msg);
@@ -137,7 +151,7 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
                              const fc_run_result *t, fc_case_result *res) {
     char dir[64] = "";
     if (x->rank == 0 && !mkdtemp(strcpy(dir, "/tmp/fsdpcheck-sweep-XXXXXX"))) dir[0] = '\0';
-    mpiCheck(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD));
+    fc_mpi_bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (!dir[0]) {
         fc_props_record(&res->v, 7, 0, "cannot create a temporary checkpoint directory");
         return;
@@ -147,14 +161,12 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
     fc_state_dict kind = k->sharded ? FC_STATE_DICT_SHARDED : FC_STATE_DICT_FULL;
     int saved = 1;
     fc_error e = {{0}};
-    MPI_Comm sub;
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+    MPI_Comm sub = x->sub[W];
     if (sub != MPI_COMM_NULL) {
         saved = fc_runner_save(x->tested, &tc, sub, k->at, dir, kind, &e) == 0;
-        mpiCheck(MPI_Comm_free(&sub));
     }
-    fc_sleepy_barrier(MPI_COMM_WORLD);
-    mpiCheck(MPI_Bcast(&saved, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    fc_mpi_barrier(MPI_COMM_WORLD);
+    fc_mpi_bcast(&saved, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!saved) {
         if (x->rank == 0) fc_props_record(&res->v, 7, 0, "save after step %d failed: %s", k->at, e.msg);
     } else {
@@ -166,12 +178,11 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
         lc.steps = cfg->steps - k->at;
         fc_run_result r;
         memset(&r, 0, sizeof r);
-        mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < k->W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+        sub = x->sub[k->W];
         if (sub != MPI_COMM_NULL) {
             fc_runner_resume(x->tested, &lc, sub, dir, &r);
-            mpiCheck(MPI_Comm_free(&sub));
         }
-        fc_sleepy_barrier(MPI_COMM_WORLD);
+        fc_mpi_barrier(MPI_COMM_WORLD);
         int flat = !fc_strategy_hybrid(cfg->strategy);
         int same_tree = flat && k->W == W && lc.divide == cfg->divide;
         int bitwise = x->tested_is_ref && same_tree;
@@ -180,16 +191,15 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
         fc_run_result lock;
         memset(&lock, 0, sizeof lock);
         int r_ok = r.ok;
-        mpiCheck(MPI_Bcast(&r_ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        fc_mpi_bcast(&r_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
         if (!bitwise && r_ok && lc.steps > 1) {
             fc_run_config uc = tc;
             uc.steps = lc.steps;
-            mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+            sub = x->sub[W];
             if (sub != MPI_COMM_NULL) {
                 fc_runner_lockstep(x->tested, &uc, sub, &r, 0, t->first_step + k->at, &lock);
-                mpiCheck(MPI_Comm_free(&sub));
             }
-            fc_sleepy_barrier(MPI_COMM_WORLD);
+            fc_mpi_barrier(MPI_COMM_WORLD);
         }
         if (x->rank == 0) {
             char against[128];
@@ -218,8 +228,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
     fc_sweep_case_spec(cfg, k, res->spec, sizeof res->spec);
     fc_run_result t;  // the tested run, kept for the round trip below
     memset(&t, 0, sizeof t);
-    MPI_Comm sub;
-    mpiCheck(MPI_Comm_split(MPI_COMM_WORLD, x->rank < W ? 0 : MPI_UNDEFINED, x->rank, &sub));
+    MPI_Comm sub = x->sub[W];
     if (sub != MPI_COMM_NULL) {
         fc_run_config tc = *cfg;
         tc.inject = x->inject;
@@ -261,7 +270,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                     }
                 }
                 free_expected(&e);
-                fc_sleepy_barrier(sub);
+                fc_mpi_barrier(sub);
             }
             // P2 / P9: no_shard under the same policy at the same W'
             if (cfg->strategy == FC_STRATEGY_FULL_SHARD || cfg->strategy == FC_STRATEGY_SHARD_GRAD_OP || mixed) {
@@ -308,14 +317,13 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
             check_theory(res, 11, &mem, sub);
             if (is0) measurements(res, &t);
         }
-        mpiCheck(MPI_Comm_free(&sub));
     }
-    fc_sleepy_barrier(MPI_COMM_WORLD);
+    fc_mpi_barrier(MPI_COMM_WORLD);
     int t_ok = t.ok;
-    mpiCheck(MPI_Bcast(&t_ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    fc_mpi_bcast(&t_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (k->on && t_ok) check_round_trip(x, cfg, W, k, &t, res);
     fc_runner_free(&t);
     res->seconds = fc_sweep_now() - t0;
     // everyone learns rank 0's verdict (shrinking must take the same path everywhere)
-    mpiCheck(MPI_Bcast(res, (int)sizeof *res, MPI_BYTE, 0, MPI_COMM_WORLD));
+    fc_mpi_bcast(res, (int)sizeof *res, MPI_BYTE, 0, MPI_COMM_WORLD);
 }

@@ -43,6 +43,7 @@
 #include "init.h"
 #include "layout.h"
 #include "mpicheck.h"
+#include "mpiwait.h"
 #include "optim.h"
 #include "weights.h"
 
@@ -126,7 +127,7 @@ static void issue_all_gather(fc_fsdp *f, int u, fc_phase ph, int prefetch) {
 static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
     unit_state *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
-    mpiCheck(MPI_Wait(&U->ag_req, MPI_STATUS_IGNORE));
+    fc_mpi_wait(&U->ag_req);
     if (pd != FC_PREC_FP32) {
         for (size_t i = 0; i < U->padded; i++) U->gathered[i] = unpack1(pd, U->ag_recv, i);
         free(U->ag_recv);
@@ -198,13 +199,13 @@ static void all_reduce_canonical(fc_fsdp *f, MPI_Comm comm, float *x, size_t n, 
     void *send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     void *recv = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     pack(f, rd, padded, send, P);
-    mpiCheck(MPI_Alltoall(send, (int)S, prec_type(rd), recv, (int)S, prec_type(rd), comm));
+    fc_mpi_alltoall(send, (int)S, prec_type(rd), recv, comm);
     float *acc = callocCheck(S, sizeof(float));
     for (size_t i = 0; i < S; i++) acc[i] = unpack1(rd, recv, i);
     for (int j = 1; j < G; j++)
         for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + unpack1(rd, recv, (size_t)j * S + i));
     pack(f, rd, acc, send, S);
-    mpiCheck(MPI_Allgather(send, (int)S, prec_type(rd), recv, (int)S, prec_type(rd), comm));
+    fc_mpi_allgather(send, (int)S, prec_type(rd), recv, comm);
     for (size_t i = 0; i < n; i++) x[i] = unpack1(rd, recv, i);
     free(acc);
     free(padded);
@@ -225,7 +226,7 @@ static void complete_reduce(fc_fsdp *f) {
     fc_prec rd = reduce_prec(f);
     size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
     int G = f->g.G;
-    mpiCheck(MPI_Wait(&f->rs_req, MPI_STATUS_IGNORE));
+    fc_mpi_wait(&f->rs_req);
     float *acc = callocCheck(S, sizeof(float));  // this rank's chunk, summed in rank order
     for (size_t i = 0; i < S; i++) acc[i] = unpack1(rd, f->rs_recv, i);
     for (int j = 1; j < G; j++)
@@ -244,7 +245,7 @@ static void complete_reduce(fc_fsdp *f) {
     } else {
         // DDP: all-gather the summed chunks back into the whole gradient
         pack(f, rd, acc, f->rs_send, S);
-        mpiCheck(MPI_Allgather(f->rs_send, (int)S, prec_type(rd), f->rs_recv, (int)S, prec_type(rd), f->world));
+        fc_mpi_allgather(f->rs_send, (int)S, prec_type(rd), f->rs_recv, f->world);
         log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_WORLD, 0, rd, FC_PHASE_BACKWARD, 0);
         float *sum = mallocCheck(U->numel * sizeof(float));  // [N] the summed gradient
         for (size_t i = 0; i < U->numel; i++) sum[i] = unpack1(rd, f->rs_recv, i);
@@ -366,7 +367,7 @@ static double grad_norm(fc_fsdp *f) {
     double *parts = mallocCheck((size_t)G * sizeof(double));
     log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, -1, -1, f->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD,
            sizeof(double), FC_PREC_FP32, FC_PHASE_CLIP, 0);
-    mpiCheck(MPI_Allgather(&part, 1, MPI_DOUBLE, parts, 1, MPI_DOUBLE, comm));
+    fc_mpi_allgather(&part, 1, MPI_DOUBLE, parts, comm);
     log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, -1, -1, f->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD, 0,
            FC_PREC_FP32, FC_PHASE_CLIP, 0);
     seam_norm_parts(f, parts, &G, part);
@@ -418,8 +419,7 @@ int fc_fsdp_step(fc_fsdp *f, fc_step_info *out, fc_error *e) {
     f->step++;
     optimizer_step(f, coef);
     // the reported loss is a metric, not part of FSDP: kept out of the comm log
-    double local_loss = loss / c->grad_accum, global_loss = 0;
-    mpiCheck(MPI_Allreduce(&local_loss, &global_loss, 1, MPI_DOUBLE, MPI_SUM, f->world));
+    double global_loss = fc_mpi_sum_double(loss / c->grad_accum, f->world);
     out->loss = (float)(global_loss / f->g.W);
     out->grad_norm = norm;
     return 0;
@@ -460,11 +460,11 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_fsdp *f = callocCheck(1, sizeof *f);
     f->cfg = *cfg;
     f->g = fc_groups_of(cfg, W, rank);
-    mpiCheck(MPI_Comm_dup(comm, &f->world));
+    fc_mpi_comm_dup(comm, &f->world);
     // the G ranks of one reduction layout are consecutive; the ranks at the
     // same position in every group hold the same chunk (hybrid replicas)
-    mpiCheck(MPI_Comm_split(comm, rank / f->g.G, rank, &f->shard));
-    mpiCheck(MPI_Comm_split(comm, rank % f->g.G, rank, &f->replica));
+    fc_mpi_comm_split_n(comm, rank / f->g.G, W / f->g.G, &f->shard);
+    fc_mpi_comm_split_n(comm, rank % f->g.G, f->g.G, &f->replica);
     // divide factors over the whole data-parallel world (as FSDP does for HSDP too)
     double pre, post;
     fc_divide_factors(cfg->divide, W, &pre, &post);
@@ -535,7 +535,7 @@ int fc_fsdp_export(fc_fsdp *f, fc_export what, float *dst, int root, fc_error *e
         // shard-group rank 0 of every group gathers its group's shards; world
         // rank 0 is shard rank 0 of group 0, and replicas hold the same values
         float *full = f->g.shard_rank == 0 ? mallocCheck(U->padded * sizeof(float)) : NULL;
-        mpiCheck(MPI_Gather(src, (int)U->shard, MPI_FLOAT, full, (int)U->shard, MPI_FLOAT, 0, f->shard));
+        fc_mpi_gather(src, (int)U->shard, MPI_FLOAT, full, 0, f->shard);
         if (f->g.rank == 0) memcpy(out, full, U->numel * sizeof(float));
         free(full);
     }
@@ -592,7 +592,7 @@ void fc_fsdp_destroy(fc_fsdp *f) {
     if (f->u) {
         for (int u = 0; u < f->m.n_units; u++) {
             unit_state *U = &f->u[u];
-            if (U->ag_pending) mpiCheck(MPI_Wait(&U->ag_req, MPI_STATUS_IGNORE));
+            if (U->ag_pending) fc_mpi_wait(&U->ag_req);
             if (U->ag_recv && U->ag_recv != (void *)U->gathered) free(U->ag_recv);
             free(U->ag_send);
             if (U->gathered_owned) free(U->gathered);

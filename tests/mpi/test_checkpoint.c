@@ -55,7 +55,7 @@ static MPI_Comm sub_of(int w) {
 
 static void sub_done(MPI_Comm *sub) {
     if (*sub != MPI_COMM_NULL) mpiCheck(MPI_Comm_free(sub));
-    fc_sleepy_barrier(MPI_COMM_WORLD);
+    fc_mpi_barrier(MPI_COMM_WORLD);
 }
 
 // Trains `steps` steps of ops with cfg on the first w ranks and saves into
@@ -349,7 +349,7 @@ static void check_state_matters(void) {
             free(zero);
             fc_model_free(&m);
         }
-        fc_sleepy_barrier(MPI_COMM_WORLD);
+        fc_mpi_barrier(MPI_COMM_WORLD);
         mt_result got;
         resume_on(mt_impl(), W, &n, dir, &got);
         if (zeroed) expect_caught("zeroed optimizer state in the checkpoint", &n, &got, &c, &want);

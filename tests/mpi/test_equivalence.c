@@ -48,7 +48,7 @@ static void run_local(const fc_run_config *cfg, fc_run_config *lc, mt_result *r)
     memset(r, 0, sizeof *r);
     *lc = local_of(*cfg);
     if (rank == 0) mt_run_ref(lc, MPI_COMM_SELF, r);
-    fc_sleepy_barrier(MPI_COMM_WORLD);
+    fc_mpi_barrier(MPI_COMM_WORLD);
 }
 
 static void run(const fc_run_config *cfg, mt_result *r) { mt_run(cfg, MPI_COMM_WORLD, r); }
@@ -397,7 +397,7 @@ static void check_world_sizes(const fc_model_config *mc) {
             mt_result_free(&r);
             mpiCheck(MPI_Comm_free(&sub));
         }
-        fc_sleepy_barrier(MPI_COMM_WORLD);
+        fc_mpi_barrier(MPI_COMM_WORLD);
     }
     mt_result_free(&local);
 }
