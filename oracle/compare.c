@@ -47,11 +47,20 @@ static void judge_lockstep(const fc_cmp_ctx *c, const fc_trace_step *a, const fc
     for (int i = 0; i < c->m->n_params; i++) {
         const fc_param *p = &c->m->params[i];
         const float *x = a->prev_params + p->offset, *y = b->prev_params + p->offset;
-        double scale = 0, d = 0;
-        for (size_t j = 0; j < p->numel; j++) {
-            scale = fc_dmax(scale, fc_dmax(fabs((double)x[j]), fabs((double)y[j])));
-            d = fc_dmax(d, fc_cmp_abs_err(x[j], y[j]));
+        size_t nb = fc_cmp_blocks(p->numel);
+        double *sd = callocCheck(2 * nb, sizeof(double));  // [nb][2] each block's scale and max |x - y|
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (size_t k = 0; k < nb; k++) {
+            double sc = 0, dk = 0;
+            for (size_t j = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, p->numel); j < hi; j++) {
+                sc = fc_dmax(sc, fc_dmax(fabs((double)x[j]), fabs((double)y[j])));
+                dk = fc_dmax(dk, fc_cmp_abs_err(x[j], y[j]));
+            }
+            sd[2 * k] = sc, sd[2 * k + 1] = dk;
         }
+        double scale = 0, d = 0;
+        for (size_t k = 0; k < nb; k++) scale = fc_dmax(scale, sd[2 * k]), d = fc_dmax(d, sd[2 * k + 1]);
+        free(sd);
         worst = fc_dmax(worst, scale > 0 ? d / scale : d > 0 ? INFINITY : 0);
     }
     r->prev_diff = worst;
@@ -163,41 +172,76 @@ typedef struct {
 
 static const elem_allow NO_ALLOW = {NULL, NULL, 0};
 
+// One block's share of a tensor's statistics (cmp_floats; compare_model.h).
+typedef struct {
+    double scale, norm_a, norm_t;                         // pass 1
+    double max_abs, max_e, headroom, norm_e;              // pass 2
+    size_t n_bad, first_bad;
+    double first_excess;
+} cmp_block;
+
 // Compares n floats of one tensor under its row and the allowances in al.
 static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
                        const where_info *w, const float *a, const float *b, size_t n, const elem_allow *al) {
     const fc_tol *tol = &r->row[kind];
     const double *allow = al->explained, *terms = al->terms;
     fc_cmp_tensor *t = new_tensor(r, kind, name, n);
+    size_t nb = fc_cmp_blocks(n);
+    cmp_block *bl = callocCheck(nb, sizeof *bl);  // [nb]
     // the tensor's scale: its largest finite magnitude on either side
-    double scale = 0, norm_a = 0, norm_t = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isfinite(a[i])) scale = fc_dmax(scale, fabs((double)a[i])), norm_a += (double)a[i] * a[i];
-        if (isfinite(b[i])) scale = fc_dmax(scale, fabs((double)b[i]));
-        if (terms && isfinite(terms[i])) scale = fc_dmax(scale, terms[i]), norm_t += terms[i] * terms[i];
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t k = 0; k < nb; k++) {
+        double sc = 0, na = 0, nt = 0;  // in registers: bl[] could alias a[] as far as the compiler knows
+        for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
+            if (isfinite(a[i])) sc = fc_dmax(sc, fabs((double)a[i])), na += (double)a[i] * a[i];
+            if (isfinite(b[i])) sc = fc_dmax(sc, fabs((double)b[i]));
+            if (terms && isfinite(terms[i])) sc = fc_dmax(sc, terms[i]), nt += terms[i] * terms[i];
+        }
+        bl[k].scale = sc, bl[k].norm_a = na, bl[k].norm_t = nt;
     }
+    double scale = 0, norm_a = 0, norm_t = 0;
+    for (size_t k = 0; k < nb; k++) scale = fc_dmax(scale, bl[k].scale), norm_a += bl[k].norm_a, norm_t += bl[k].norm_t;
     norm_a = fc_dmax(norm_a, norm_t);
     int scalar = w->ndim == 0;
     t->scale = scale;
-    double allowed = tol->atol + tol->rtol * scale, ulp = fc_ulp_at(scale), norm_e = 0;
-    size_t first_bad = SIZE_MAX;
-    double first_excess = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fc_cmp_abs_err(a[i], b[i]);
-        double ex = allow && isfinite(d) ? allow[i] : 0;
-        double e = d > ex ? d - ex : 0;  // the error nothing explains
-        int bad = tol->exact ? memcmp(&a[i], &b[i], sizeof(float)) != 0 : !(e <= allowed);
-        t->max_abs = fc_dmax(t->max_abs, d);
-        if (scale > 0) t->max_scaled = fc_dmax(t->max_scaled, e / scale), t->max_ulp = fc_dmax(t->max_ulp, e / ulp);
-        else if (e > 0) t->max_scaled = t->max_ulp = INFINITY;
-        // headroom: the error against everything it was allowed (the row and what is explained)
-        if (!tol->exact) t->headroom = fc_dmax(t->headroom, allowed + ex > 0 ? d / (allowed + ex) : d > 0 ? INFINITY : 0);
-        norm_e += e * e;
-        if (bad) {
-            t->n_bad++;
-            if (first_bad == SIZE_MAX) first_bad = i, first_excess = ex;
+    double allowed = tol->atol + tol->rtol * scale, ulp = fc_ulp_at(scale);
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t k = 0; k < nb; k++) {
+        cmp_block q = {0};  // a local: see pass 1
+        q.first_bad = SIZE_MAX;
+        for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
+            double d = fc_cmp_abs_err(a[i], b[i]);
+            double ex = allow && isfinite(d) ? allow[i] : 0;
+            double e = d > ex ? d - ex : 0;  // the error nothing explains
+            int bad = tol->exact ? memcmp(&a[i], &b[i], sizeof(float)) != 0 : !(e <= allowed);
+            q.max_abs = fc_dmax(q.max_abs, d);
+            q.max_e = fc_dmax(q.max_e, e);
+            // headroom: the error against everything it was allowed (the row and what is explained)
+            if (!tol->exact)
+                q.headroom = fc_dmax(q.headroom, allowed + ex > 0 ? d / (allowed + ex) : d > 0 ? INFINITY : 0);
+            q.norm_e += e * e;
+            if (bad) {
+                q.n_bad++;
+                if (q.first_bad == SIZE_MAX) q.first_bad = i, q.first_excess = ex;
+            }
         }
+        bl[k] = q;
     }
+    size_t first_bad = SIZE_MAX;
+    double first_excess = 0, norm_e = 0, max_e = 0;
+    for (size_t k = 0; k < nb; k++) {
+        const cmp_block *q = &bl[k];
+        t->max_abs = fc_dmax(t->max_abs, q->max_abs);
+        max_e = fc_dmax(max_e, q->max_e);
+        t->headroom = fc_dmax(t->headroom, q->headroom);
+        norm_e += q->norm_e;
+        t->n_bad += q->n_bad;
+        if (first_bad == SIZE_MAX && q->first_bad != SIZE_MAX) first_bad = q->first_bad, first_excess = q->first_excess;
+    }
+    free(bl);
+    // dividing by a positive constant keeps the order: max(e) / scale is max(e / scale)
+    if (scale > 0) t->max_scaled = max_e / scale, t->max_ulp = max_e / ulp;
+    else if (max_e > 0) t->max_scaled = t->max_ulp = INFINITY;
     double n_allowed = 0;
     if (!scalar && !tol->exact && al->rounding) {
         // the whole tensor under rounding noise: its weighted projection on A

@@ -182,10 +182,13 @@ double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const
         if (c->only > 0 && p != c->only - 1) continue;
         const fc_param *q = &c->m->params[p];
         double scale = 0;  // A's: B's own values must not widen what B is allowed
-        for (size_t i = q->offset; i < q->offset + q->numel; i++)
+        size_t lo = q->offset, hi = q->offset + q->numel;
+        int par = q->numel > FC_CMP_BLOCK;  // elementwise, and max is exact: no order to keep
+#pragma omp parallel for schedule(static) reduction(max : scale) if (par)
+        for (size_t i = lo; i < hi; i++)
             if (isfinite(a->grads[i])) scale = fc_dmax(scale, fabs((double)a->grads[i]));
-        for (size_t i = q->offset; i < q->offset + q->numel; i++)
-            allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale + sr.eta;
+#pragma omp parallel for schedule(static) if (par)
+        for (size_t i = lo; i < hi; i++) allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale + sr.eta;
     }
     return allow;
 }
@@ -208,6 +211,7 @@ double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, cons
     double *allow = mallocCheck(n * sizeof(double));
     size_t lo, hi;
     fc_cmp_range(c, &lo, &hi);
+#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
     for (size_t i = lo; i < hi; i++) {
         double g = fabs((double)a->grads[i]), dg = ca * allow_g[i] + dc * g;
         allow[i] = sq ? w * (2 * ca * g + dg) * dg : w * dg;  // v: (1 - beta2) ((g + dg)^2 - g^2)
@@ -224,13 +228,25 @@ double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, cons
 double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *gb) {
     if (!ga || !gb) return INFINITY;  // nothing to bound it by
     fc_norm_type t = c->layout ? c->layout->norm_type : FC_NORM_2;
-    double acc = 0;
-    for (size_t i = 0; i < c->m->numel; i++) {
-        if (ga[i] == gb[i]) continue;
-        double d = fabs((double)ga[i] - (double)gb[i]);
-        if (!isfinite(d)) return INFINITY;
-        acc = t == FC_NORM_INF ? fc_dmax(acc, d) : t == FC_NORM_1 ? acc + d : acc + d * d;
+    size_t n = c->m->numel, nb = fc_cmp_blocks(n);
+    double *part = callocCheck(nb, sizeof(double));  // [nb] each block's share, in block order below
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t k = 0; k < nb; k++) {
+        double acc = 0;
+        for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
+            if (ga[i] == gb[i]) continue;
+            double d = fabs((double)ga[i] - (double)gb[i]);
+            if (!isfinite(d)) {
+                acc = INFINITY;
+                break;
+            }
+            acc = t == FC_NORM_INF ? fc_dmax(acc, d) : t == FC_NORM_1 ? acc + d : acc + d * d;
+        }
+        part[k] = acc;
     }
+    double acc = 0;
+    for (size_t k = 0; k < nb; k++) acc = t == FC_NORM_INF ? fc_dmax(acc, part[k]) : acc + part[k];
+    free(part);
     return t == FC_NORM_2 ? sqrt(acc) : acc;
 }
 
@@ -239,34 +255,47 @@ double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *
 // tensor's scale; ntol the row's own whole-tensor tolerance.
 fc_cmp_proj fc_cmp_projection(const fc_cmp_policy *p, double ntol, const float *a, const float *b,
                               const double *allow, double row, size_t n) {
+    size_t nb = fc_cmp_blocks(n);
+    double *part = callocCheck(3 * nb, sizeof(double));  // [nb][3]: <B - A, A>_w, <A, A>_w, the residual's
+    size_t *used = callocCheck(nb, sizeof(size_t));
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t k = 0; k < nb; k++)
+        for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
+            double t = allow[i] + row;
+            if (!isfinite(a[i]) || !isfinite(b[i]) || !(t > 0)) continue;
+            double w = 1 / (t * t);
+            part[3 * k] += w * ((double)b[i] - (double)a[i]) * (double)a[i];
+            part[3 * k + 1] += w * (double)a[i] * (double)a[i];
+            used[k]++;
+        }
     double num = 0, aw = 0;  // <B - A, A>_w, <A, A>_w
-    size_t used = 0;
-    for (size_t i = 0; i < n; i++) {
-        double t = allow[i] + row;
-        if (!isfinite(a[i]) || !isfinite(b[i]) || !(t > 0)) continue;
-        double w = 1 / (t * t);
-        num += w * ((double)b[i] - (double)a[i]) * (double)a[i];
-        aw += w * (double)a[i] * (double)a[i];
-        used++;
-    }
+    size_t n_used = 0;
+    for (size_t k = 0; k < nb; k++) num += part[3 * k], aw += part[3 * k + 1], n_used += used[k];
     fc_cmp_proj r = {0, 0};
     if (!(aw > 0)) {
         r.delta = num != 0 ? INFINITY : 0;  // A is zero where it was judged: B must be too
+        free(part);
+        free(used);
         return r;
     }
     r.delta = num / aw;
     double noise = aw;  // Hoeffding: sum (|a_i| / t_i)^2
-    if (used >= PROJ_EMPIRICAL_N) {
+    if (n_used >= PROJ_EMPIRICAL_N) {
+#pragma omp parallel for schedule(static) if (nb > 1)
+        for (size_t k = 0; k < nb; k++)
+            for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
+                double t = allow[i] + row;
+                if (!isfinite(a[i]) || !isfinite(b[i]) || !(t > 0)) continue;
+                double ri = ((double)b[i] - (double)a[i]) - r.delta * (double)a[i];
+                double term = ri * (double)a[i] / (t * t);
+                part[3 * k + 2] += term * term;
+            }
         double emp = 0;
-        for (size_t i = 0; i < n; i++) {
-            double t = allow[i] + row;
-            if (!isfinite(a[i]) || !isfinite(b[i]) || !(t > 0)) continue;
-            double ri = ((double)b[i] - (double)a[i]) - r.delta * (double)a[i];
-            double term = ri * (double)a[i] / (t * t);
-            emp += term * term;
-        }
+        for (size_t k = 0; k < nb; k++) emp += part[3 * k + 2];
         if (emp < noise) noise = emp;
     }
+    free(part);
+    free(used);
     r.allowed = K_PROJ * sqrt(noise) / aw + PROJ_FLOOR * fc_cmp_unit_roundoff(p->prec) + ntol;
     return r;
 }

@@ -12,6 +12,17 @@
 
 static inline double fc_dmax(double a, double b) { return a > b ? a : b; }
 
+// Large tensors are judged in blocks of FC_CMP_BLOCK elements on OpenMP
+// threads. Every sum over a tensor is added within each block in element
+// order, then over the blocks in block order: no verdict and no printed
+// figure depends on the thread count, and a tensor of one block is summed as
+// a plain loop would. Block k is [k B, min((k + 1) B, n)).
+enum { FC_CMP_BLOCK = 1 << 16 };
+static inline size_t fc_cmp_blocks(size_t n) { return n ? (n + FC_CMP_BLOCK - 1) / FC_CMP_BLOCK : 1; }
+static inline size_t fc_cmp_block_end(size_t k, size_t n) {
+    return (k + 1) * FC_CMP_BLOCK < n ? (k + 1) * FC_CMP_BLOCK : n;
+}
+
 // --- the 16-bit model (compare_model.c) ---
 
 // The unit roundoff of a precision: 2^-8 (bf16), 2^-11 (fp16), 2^-24 (fp32).

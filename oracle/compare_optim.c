@@ -34,6 +34,7 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
         double *allow = mallocCheck(n * sizeof(double));
         size_t lo, hi;  // the compared elements (the others are never read)
         fc_cmp_range(c, &lo, &hi);
+#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
         for (size_t i = lo; i < hi; i++) {
             double ua = k.neg_step * (double)ma[i] / (sqrt((double)va[i]) / k.bc2_sqrt + k.eps);
             double ub = k.neg_step * (double)mb[i] / (sqrt((double)vb[i]) / k.bc2_sqrt + k.eps);
@@ -49,6 +50,7 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
     double *allow = mallocCheck(n * sizeof(double));
     size_t lo, hi;
     fc_cmp_range(c, &lo, &hi);
+#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
     for (size_t i = lo; i < hi; i++) {
         double dp = fabs((double)a->prev_params[i] - (double)b->prev_params[i]);
         double dg = fabs((double)a->grads[i] - (double)b->grads[i]) + o->weight_decay * dp;
@@ -96,6 +98,7 @@ double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const
     double *terms = mallocCheck(n * sizeof(double)), coef = fc_cmp_clip_coef(c, a);
     size_t lo, hi;
     fc_cmp_range(c, &lo, &hi);
+#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
     for (size_t i = lo; i < hi; i++) {
         double g = coef * (double)a->grads[i] + (wd != 0 ? wd * (double)a->prev_params[i] : 0);
         terms[i] = fabs((double)m[i] - w * g) + fabs(w * g);

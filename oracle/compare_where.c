@@ -32,12 +32,6 @@ uint64_t fc_ulp_distance(float a, float b) {
     return (uint64_t)(d < 0 ? -d : d);
 }
 
-double fc_cmp_abs_err(float a, float b) {
-    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0.0 : INFINITY;
-    if (isinf(a) || isinf(b)) return a == b ? 0.0 : INFINITY;
-    return fabs((double)a - (double)b);
-}
-
 double fc_ulp_at(double x) {
     if (!(x > 0) || isinf(x)) return x == 0 ? ldexp(1.0, -149) : INFINITY;
     int e;

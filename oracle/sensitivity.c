@@ -29,6 +29,7 @@
 typedef struct {
     const fc_cmp_ctx *ctx;
     const fc_trace_step *a, *b;
+    int unperturbed[FC_CMP_KIND_COUNT];  // each kind's verdict as is: -1 unknown, 0 passes, 1 fails
 } probe;
 
 // Does the comparison of this step fail (for the kind of tensor perturbed)?
@@ -66,15 +67,18 @@ static void apply(const perturbation *q, double delta) {
 
 static void restore(const perturbation *q) {
     if (q->dx) *q->dx = q->dkeep;
-    else memcpy(q->x, q->keep, q->n * sizeof(float));
+    else if (q->whole) memcpy(q->x, q->keep, q->n * sizeof(float));
+    else q->x[q->at] = q->keep[q->at];
 }
 
 // The whole comparison of the kind runs once, unperturbed; when it passes, each
 // probe judges only the perturbed tensor: the others are unchanged and passed,
 // so the verdict is the same, at the cost of one tensor instead of the model
 // (issue 18: gpt2-124m's sensitivity from 293 s).
-static double smallest(const probe *p, fc_cmp_kind kind, const perturbation *q) {
-    if (fails(p, kind, 0)) return -1;  // it fails unperturbed: nothing to measure
+static double smallest(probe *p, fc_cmp_kind kind, const perturbation *q) {
+    // the whole kind unperturbed, once: each probe below assumes it passed
+    if (p->unperturbed[kind] < 0) p->unperturbed[kind] = fails(p, kind, 0);
+    if (p->unperturbed[kind]) return -1;  // it fails unperturbed: nothing to measure
     double lo = -10, hi = 2;            // log10 of delta
     apply(q, pow(10, hi));
     int f = fails(p, kind, q->param);
@@ -91,9 +95,48 @@ static double smallest(const probe *p, fc_cmp_kind kind, const perturbation *q) 
     return pow(10, hi);
 }
 
-static int cmp_abs(const void *x, const void *y) {
-    float a = fabsf(*(const float *)x), b = fabsf(*(const float *)y);
-    return (a > b) - (a < b);
+// The k-th smallest of v[n] (0-based; v is reordered): Wirth's selection,
+// O(n) expected, instead of sorting a 38M-element tensor per kind.
+static float select_kth(float *v, size_t n, size_t k) {
+    long long l = 0, r = (long long)n - 1, kk = (long long)k;
+    while (l < r) {
+        float x = v[kk];
+        long long i = l, j = r;
+        do {
+            while (v[i] < x) i++;
+            while (x < v[j]) j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i] = v[j], v[j] = t;
+                i++, j--;
+            }
+        } while (i <= j);
+        if (j < kk) l = i;
+        if (kk < i) r = j;
+    }
+    return v[kk];
+}
+
+// The median element of x[n] by magnitude, as a stable sort by |x| names it:
+// the value v at position n / 2, then the last element equal to v. The median
+// magnitude m comes by selection; among the elements of magnitude m, in their
+// order, the stable sort puts the (n / 2 - #{|x| < m})-th at n / 2.
+static size_t median_at(const float *x, size_t n) {
+    float *mag = mallocCheck(n * sizeof(float));  // [n] |x|
+    for (size_t i = 0; i < n; i++) mag[i] = fabsf(x[i]);
+    float m = select_kth(mag, n, n / 2);
+    free(mag);
+    size_t below = 0, seen = 0, at = 0;
+    for (size_t i = 0; i < n; i++) below += fabsf(x[i]) < m;
+    float v = m;
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(x[i]) == m && seen++ == n / 2 - below) {
+            v = x[i];
+            break;
+        }
+    for (size_t i = 0; i < n; i++)
+        if (x[i] == v) at = i;
+    return at;
 }
 
 static void print_delta(double d) {
@@ -103,7 +146,7 @@ static void print_delta(double d) {
 }
 
 // One kind: its largest tensor in B, perturbed at its largest and median element and whole.
-static void measure(const probe *p, fc_cmp_kind kind, float *base, const fc_model *m, const char *prefix,
+static void measure(probe *p, fc_cmp_kind kind, float *base, const fc_model *m, const char *prefix,
                     double lr) {
     int best = -1;
     for (int i = 0; i < m->n_params; i++)
@@ -114,16 +157,9 @@ static void measure(const probe *p, fc_cmp_kind kind, float *base, const fc_mode
     memcpy(q.keep, q.x, q.n * sizeof(float));
     for (size_t i = 0; i < q.n; i++) q.scale = fmax(q.scale, fabs((double)q.keep[i]));
     // the elements: the largest |b| and the median |b|
-    float *sorted = mallocCheck(q.n * sizeof(float));
-    memcpy(sorted, q.keep, q.n * sizeof(float));
-    qsort(sorted, q.n, sizeof(float), cmp_abs);
-    float median = sorted[q.n / 2];
-    size_t at_max = 0, at_med = 0;
-    for (size_t i = 0; i < q.n; i++) {
+    size_t at_max = 0, at_med = median_at(q.keep, q.n);
+    for (size_t i = 0; i < q.n; i++)
         if (fabsf(q.keep[i]) > fabsf(q.keep[at_max])) at_max = i;
-        if (q.keep[i] == median) at_med = i;
-    }
-    free(sorted);
     char name[160];
     snprintf(name, sizeof name, "%s.%s", prefix, par->name);
     printf("%-6s %-44.44s %10zu", fc_cmp_kind_name(kind), name, q.n);
@@ -242,7 +278,8 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     fc_rerun_close(&rr);
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, lock ? 1 : ta.world_size,
                       lock || fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0};
-    probe p = {&ctx, &sa, &sb};
+    probe p = {&ctx, &sa, &sb, {0}};
+    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) p.unperturbed[k] = -1;
     fc_cmp_result r;
     fc_cmp_result_init(&r, step);
     fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL, &r);

@@ -18,6 +18,7 @@
 //    by its bulk, not its few largest elements.
 // Single process, in memory: no MPI, no files.
 #include <criterion/criterion.h>
+#include <omp.h>
 
 #include <float.h>
 #include <math.h>
@@ -1427,4 +1428,100 @@ Test(step, the_norm_is_judged_by_what_its_gradients_explain) {
     B.s.grad_norm = INFINITY;
     compare_under(FC_STRATEGY_FULL_SHARD, 2);
     cr_expect_not(R.pass);
+}
+
+// ----------------------------------------------------------------------------
+// large tensors: judged in blocks of FC_CMP_BLOCK elements on OpenMP threads
+// (compare_model.h), with every sum added block by block in block order
+
+static void blocks_setup(void) {
+    static const int dims[] = {512, 300, 10};  // layers.0.weight: 300x512 = 153600 elements, 2.3 blocks
+    use_mlp(dims, 3);
+    make_set(&A, &g_m, &g_cfg);
+    make_set(&B, &g_m, &g_cfg);
+    fc_cmp_policy_defaults(&g_pol, FC_PREC_FP32);
+    memset(&R, 0, sizeof R);
+    g_optim = NULL;
+    // gradients with every mantissa bit in use, and B a few ULPs away on every
+    // element: sums of their squares round, so their order shows in the bits
+    for (size_t i = 0; i < g_m.numel; i++) {
+        A.grads[i] = (float)(1e-3 * sin(0.37 * (double)i));
+        B.grads[i] = (float)((double)A.grads[i] * (1.0 + 3e-7 * cos(0.11 * (double)i)));
+    }
+}
+
+TestSuite(blocks, .init = blocks_setup, .fini = step_teardown);
+
+// Each compared tensor's statistics and the first divergence, at a thread count.
+typedef struct {
+    int pass, n;
+    fc_cmp_tensor t[8];
+    fc_cmp_divergence first;
+} judged;
+
+static judged judge_at(int threads) {
+    omp_set_num_threads(threads);
+    compare_kinds(FC_STRATEGY_FULL_SHARD, 2, FC_CMP_MASK(FC_CMP_GRAD));
+    judged j;
+    memset(&j, 0, sizeof j);
+    j.pass = R.pass;
+    j.n = R.n_tensors;
+    cr_assert_leq(j.n, 8);
+    memcpy(j.t, R.tensors, (size_t)j.n * sizeof *R.tensors);
+    j.first = R.first;
+    return j;
+}
+
+// With 1, 2 and 3 threads the statistics are the same bits, and the first
+// element outside tolerance is the lowest index, even when a later block
+// (the third, handled by another thread) finds its own first.
+Test(blocks, a_large_tensors_verdict_and_figures_do_not_depend_on_the_thread_count) {
+    const fc_param *w = param("layers.0.weight");
+    cr_assert_gt(w->numel, 2 * (size_t)FC_CMP_BLOCK, "the tensor spans three blocks");
+    judged base = judge_at(1);
+    cr_expect(base.pass, "rounding-sized differences pass: %s", base.first.tensor);
+    for (int t = 2; t <= 3; t++) {
+        judged j = judge_at(t);
+        cr_expect_eq(memcmp(&j, &base, sizeof j), 0, "%d threads: the same bits as 1", t);
+    }
+    B.grads[w->offset + 2 * FC_CMP_BLOCK + 5] += 1.0f;  // block 2
+    B.grads[w->offset + FC_CMP_BLOCK + 7] += 1.0f;      // block 1: the first
+    base = judge_at(1);
+    cr_expect_not(base.pass);
+    cr_expect_str_eq(base.first.tensor, "grad.layers.0.weight");
+    cr_expect_eq(base.first.index, FC_CMP_BLOCK + 7, "the first bad element, not block 2's");
+    for (int t = 2; t <= 3; t++) {
+        judged j = judge_at(t);
+        cr_expect_eq(memcmp(&j, &base, sizeof j), 0, "%d threads: the same bits as 1 (failing)", t);
+        cr_expect_eq(j.first.index, FC_CMP_BLOCK + 7);
+    }
+    omp_set_num_threads(1);
+}
+
+// The projection and the norm allowance are sums too: the same bits at any
+// thread count, and equal (to rounding) to the plain loop's.
+Test(blocks, the_projection_and_the_norm_allowance_do_not_depend_on_the_thread_count) {
+    size_t n = g_m.numel;
+    double *allow = malloc(n * sizeof(double));
+    cr_assert(allow);
+    for (size_t i = 0; i < n; i++) allow[i] = 1e-9 * (double)(1 + i % 3);
+    // differences of many significant bits: their squares' sum rounds
+    for (size_t i = 0; i < n; i++) B.grads[i] = (float)((double)A.grads[i] * (1.0 + 1e-2 * cos(0.11 * (double)i)));
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0, 0};
+    omp_set_num_threads(1);
+    fc_cmp_proj p1 = fc_cmp_projection(&g_pol, 0, A.grads, B.grads, allow, 1e-8, n);
+    double n1 = fc_cmp_norm_allowance(&c, A.grads, B.grads);
+    double plain = 0;
+    for (size_t i = 0; i < n; i++) plain += ((double)A.grads[i] - B.grads[i]) * ((double)A.grads[i] - B.grads[i]);
+    cr_expect_float_eq(n1, sqrt(plain), 1e-12 * sqrt(plain), "the norm of the differences");
+    cr_expect_gt(n1, 0);
+    for (int t = 2; t <= 3; t++) {
+        omp_set_num_threads(t);
+        fc_cmp_proj p = fc_cmp_projection(&g_pol, 0, A.grads, B.grads, allow, 1e-8, n);
+        double nt = fc_cmp_norm_allowance(&c, A.grads, B.grads);
+        cr_expect_eq(memcmp(&p, &p1, sizeof p), 0, "%d threads: delta %.17g vs %.17g", t, p.delta, p1.delta);
+        cr_expect_eq(memcmp(&nt, &n1, sizeof nt), 0, "%d threads: norm %.17g vs %.17g", t, nt, n1);
+    }
+    omp_set_num_threads(1);
+    free(allow);
 }
