@@ -38,6 +38,7 @@ static void set_rows(const fc_cmp_ctx *c, fc_cmp_result *r) {
 }
 
 static void judge_lockstep(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, fc_cmp_result *r) {
+    r->judged = 1;
     if (!a->prev_params || !b->prev_params) {
         r->lockstep = 0;
         set_rows(c, r);
@@ -67,6 +68,15 @@ static void judge_lockstep(const fc_cmp_ctx *c, const fc_trace_step *a, const fc
     r->lockstep = worst <= c->policy->lockstep;
     r->magnitudes = fc_cmp_rounding_model(c, a, r);
     set_rows(c, r);
+}
+
+void fc_cmp_result_init_as(fc_cmp_result *r, const fc_cmp_result *base) {
+    fc_cmp_result_init(r, base->step);
+    r->lockstep = base->lockstep;
+    r->magnitudes = base->magnitudes;
+    r->prev_diff = base->prev_diff;
+    memcpy(r->row, base->row, sizeof r->row);
+    r->judged = base->judged;
 }
 
 void fc_cmp_result_free(fc_cmp_result *r) {
@@ -403,7 +413,7 @@ int fc_cmp_find_state(const fc_trace_step *s, const char *name) {
 
 void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, unsigned kinds,
                     fc_cmp_result *r) {
-    if (r->n_tensors == 0) judge_lockstep(c, a, b, r);
+    if (!r->judged) judge_lockstep(c, a, b, r);
     if (kinds & FC_CMP_MASK(FC_CMP_BATCH)) {
         if (a->batch && b->batch) cmp_batch(c, r, a->batch, b->batch);
         else fail_note(r, FC_CMP_BATCH, "batch", "the batch was asked for but one side has none");

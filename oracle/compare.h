@@ -220,6 +220,7 @@ typedef struct {
     int magnitudes;       // 16-bit: judged per element by the rounding its terms allow (compare_model.c)
     double prev_diff;     // the parameters before the step: max |A - B| / scale over the tensors (-1: unknown)
     fc_tol row[FC_CMP_KIND_COUNT];  // the tolerances this step is judged by
+    int judged;           // lockstep, magnitudes, prev_diff and row are set
     int n_tensors, cap;
     fc_cmp_tensor *tensors;
     fc_cmp_kind_stats kinds[FC_CMP_KIND_COUNT];
@@ -261,6 +262,10 @@ void fc_cmp_range(const fc_cmp_ctx *c, size_t *lo, size_t *hi);
 int fc_cmp_impl_act32(const char *impl);
 
 void fc_cmp_result_init(fc_cmp_result *r, long step);
+// A result for the same step and the same previous parameters as base (its
+// prev_params unchanged: sensitivity's probes): the lockstep verdict and the
+// rows are base's, not judged again over the whole model.
+void fc_cmp_result_init_as(fc_cmp_result *r, const fc_cmp_result *base);
 void fc_cmp_result_free(fc_cmp_result *r);
 
 // Compares the kinds in `kinds` (FC_CMP_MASK bits) of two full tensor sets of

@@ -29,6 +29,7 @@
 typedef struct {
     const fc_cmp_ctx *ctx;
     const fc_trace_step *a, *b;
+    const fc_cmp_result *base;      // the whole comparison, unperturbed: its lockstep verdict holds for every probe
     int unperturbed[FC_CMP_KIND_COUNT];  // each kind's verdict as is: -1 unknown, 0 passes, 1 fails
 } probe;
 
@@ -38,7 +39,7 @@ static int fails(const probe *p, fc_cmp_kind kind, int only) {
     fc_cmp_ctx c = *p->ctx;
     c.only = only;
     fc_cmp_result r;
-    fc_cmp_result_init(&r, p->a->step);
+    fc_cmp_result_init_as(&r, p->base);  // no probe perturbs the previous parameters
     fc_compare_add(&c, p->a, p->b, FC_CMP_MASK(kind), &r);
     int f = !r.pass;
     fc_cmp_result_free(&r);
@@ -278,11 +279,11 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     fc_rerun_close(&rr);
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, lock ? 1 : ta.world_size,
                       lock || fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0};
-    probe p = {&ctx, &sa, &sb, {0}};
-    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) p.unperturbed[k] = -1;
     fc_cmp_result r;
     fc_cmp_result_init(&r, step);
     fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL, &r);
+    probe p = {&ctx, &sa, &sb, &r, {0}};
+    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) p.unperturbed[k] = -1;
     printf("fsdpcheck sensitivity: %s vs %s, step %ld%s, %s row (%s), model %s (%zu parameters)\n", dirs[0], dirs[1],
            step, lock ? " (A re-run from B's state)" : "", r.lockstep ? "lockstep" : "diverged", fc_prec_name(r.lockstep ? pol.prec : pol.prec_div),
            ta.model.cfg.name, numel);
