@@ -204,13 +204,58 @@ __attribute__((target("avx2"))) static void mm_block8_avx2(real *c, size_t ldc, 
     }
 }
 
-// Whether mm() uses mm_block8_avx2: on a CPU with AVX2, unless FSDPCHECK_MM_GENERIC
-// is set in the environment (tests/mpi/threads_identical.sh runs both kernels and
+// An 8 x 16 block of C from two adjacent column panels b0, b1 ([R, 8] each),
+// on a CPU with AVX-512VL: its 32 ymm registers hold 16 sums in flight, and
+// every broadcast of A serves both panels (10 loads per 16 multiply-adds
+// against 9 per 8 in mm_block8_avx2, which was load-bound). Still one IEEE
+// multiply then one IEEE add per lane, r ascending from init: the same bits.
+__attribute__((target("avx2,avx512f,avx512vl"))) static void mm_block8x16_avx512vl(
+    real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b0, const real *b1, int R,
+    const real *init, int accumulate) {
+    const __m256 s0 = init ? _mm256_loadu_ps(init) : _mm256_setzero_ps();
+    const __m256 s1 = init ? _mm256_loadu_ps(init + MM_JB) : _mm256_setzero_ps();
+    __m256 l0 = s0, l1 = s0, l2 = s0, l3 = s0, l4 = s0, l5 = s0, l6 = s0, l7 = s0;  // columns 0..7, row i
+    __m256 h0 = s1, h1 = s1, h2 = s1, h3 = s1, h4 = s1, h5 = s1, h6 = s1, h7 = s1;  // columns 8..15
+    for (int r = 0; r < R; r++) {
+        const __m256 bl = _mm256_loadu_ps(b0 + (size_t)r * MM_JB);  // B(r, 0..7)
+        const __m256 bh = _mm256_loadu_ps(b1 + (size_t)r * MM_JB);  // B(r, 8..15)
+        const real *ar = a + (size_t)r * a_sk;                       // A(i, r) = ar[i * a_si]
+        __m256 x;
+        x = _mm256_broadcast_ss(ar), l0 = _mm256_add_ps(l0, _mm256_mul_ps(x, bl)), h0 = _mm256_add_ps(h0, _mm256_mul_ps(x, bh));
+        x = _mm256_broadcast_ss(ar + a_si), l1 = _mm256_add_ps(l1, _mm256_mul_ps(x, bl)), h1 = _mm256_add_ps(h1, _mm256_mul_ps(x, bh));
+        x = _mm256_broadcast_ss(ar + 2 * a_si), l2 = _mm256_add_ps(l2, _mm256_mul_ps(x, bl)), h2 = _mm256_add_ps(h2, _mm256_mul_ps(x, bh));
+        x = _mm256_broadcast_ss(ar + 3 * a_si), l3 = _mm256_add_ps(l3, _mm256_mul_ps(x, bl)), h3 = _mm256_add_ps(h3, _mm256_mul_ps(x, bh));
+        x = _mm256_broadcast_ss(ar + 4 * a_si), l4 = _mm256_add_ps(l4, _mm256_mul_ps(x, bl)), h4 = _mm256_add_ps(h4, _mm256_mul_ps(x, bh));
+        x = _mm256_broadcast_ss(ar + 5 * a_si), l5 = _mm256_add_ps(l5, _mm256_mul_ps(x, bl)), h5 = _mm256_add_ps(h5, _mm256_mul_ps(x, bh));
+        x = _mm256_broadcast_ss(ar + 6 * a_si), l6 = _mm256_add_ps(l6, _mm256_mul_ps(x, bl)), h6 = _mm256_add_ps(h6, _mm256_mul_ps(x, bh));
+        x = _mm256_broadcast_ss(ar + 7 * a_si), l7 = _mm256_add_ps(l7, _mm256_mul_ps(x, bl)), h7 = _mm256_add_ps(h7, _mm256_mul_ps(x, bh));
+    }
+    const __m256 lo[MM_IB_AVX2] = {l0, l1, l2, l3, l4, l5, l6, l7}, hi[MM_IB_AVX2] = {h0, h1, h2, h3, h4, h5, h6, h7};
+    for (int i = 0; i < MM_IB_AVX2; i++) {
+        real *cp = c + (size_t)i * ldc;
+        __m256 u = lo[i], v = hi[i];
+        if (accumulate) {
+            u = _mm256_add_ps(_mm256_loadu_ps(cp), u);
+            v = _mm256_add_ps(_mm256_loadu_ps(cp + MM_JB), v);
+        }
+        _mm256_storeu_ps(cp, u);
+        _mm256_storeu_ps(cp + MM_JB, v);
+    }
+}
+
+// The kernels mm() may use: 0 generic, 1 AVX2 8 x 8, 2 also AVX-512VL 8 x 16;
+// decided once, before any parallel region (mm() asks first). Set
+// FSDPCHECK_MM_GENERIC=1 for the generic kernel alone, FSDPCHECK_MM_AVX2=1 for
+// no wider than AVX2 (tests/mpi/threads_identical.sh runs all three and
 // compares the traces byte for byte).
-static int mm_use_avx2(void) {
-    static int use = -1;  // decided once, before any parallel region (mm() calls it first)
-    if (use < 0) { use = __builtin_cpu_supports("avx2") && !getenv("FSDPCHECK_MM_GENERIC"); }
-    return use;
+static int mm_kernels(void) {
+    static int k = -1;
+    if (k < 0) {
+        k = !__builtin_cpu_supports("avx2") || getenv("FSDPCHECK_MM_GENERIC") ? 0
+            : !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") || getenv("FSDPCHECK_MM_AVX2") ? 1
+                                                                                                                       : 2;
+    }
+    return k;
 }
 #endif
 
@@ -231,6 +276,31 @@ static void mm_block_edge(real *c, size_t ldc, const real *a, size_t a_si, size_
     }
 }
 
+// Rows [i0, M) of C's columns [j0, j0 + jb) from one packed panel [R, MM_JB]:
+// AVX2 8 x 8 blocks where the kernels allow, then mm_block_full, then the edges.
+static void mm_panel(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *panel, int j0,
+                     int jb, int i0, int M, int R, const real *init, int accumulate, int kernels) {
+    const real *init_blk = init ? init + j0 : NULL;
+#ifdef FC_MM_AVX2
+    for (; kernels >= 1 && jb == MM_JB && M - i0 >= MM_IB_AVX2; i0 += MM_IB_AVX2) {
+        mm_block8_avx2(c + (size_t)i0 * ldc + (size_t)j0, ldc, a + (size_t)i0 * a_si, a_si, a_sk, panel, R, init_blk,
+                       accumulate);
+    }
+#else
+    (void)kernels;
+#endif
+    for (; i0 < M; i0 += MM_IB) {
+        const int mb = M - i0 < MM_IB ? M - i0 : MM_IB;
+        real *cblk = c + (size_t)i0 * ldc + (size_t)j0;
+        const real *ablk = a + (size_t)i0 * a_si;
+        if (mb == MM_IB && jb == MM_JB) {
+            mm_block_full(cblk, ldc, ablk, a_si, a_sk, panel, R, init_blk, accumulate);
+        } else {
+            mm_block_edge(cblk, ldc, ablk, a_si, a_sk, panel, mb, jb, R, init_blk, accumulate);
+        }
+    }
+}
+
 // C [M, N] (row stride ldc) (= or +=) init + A B, reduction length R.
 // A(i, r) = a[i * a_si + r * a_sk]; B(r, j) = b[r * b_sr + j * b_sj].
 static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b,
@@ -245,39 +315,41 @@ static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, con
     // Threads split the column panels: every element of C is computed whole by
     // the one thread that owns its panel, so the thread count changes no bit.
 #ifdef FC_MM_AVX2
-    const int avx2 = mm_use_avx2();
+    const int kernels = mm_kernels();
+#else
+    const int kernels = 0;
 #endif
-    const int npanel = (N + MM_JB - 1) / MM_JB;
+    const int npanel = (N + MM_JB - 1) / MM_JB, npair = (npanel + 1) / 2;
 #pragma omp parallel if ((double)M * R * N >= FC_PAR_MIN)
     {
-        real *panel = mallocCheck((size_t)R * MM_JB * sizeof(real) + 1);  // panel [R, MM_JB], this thread's (+1: never 0 bytes)
+        // panels [2][R, MM_JB], this thread's (+1: never 0 bytes)
+        real *panel = mallocCheck(2 * (size_t)R * MM_JB * sizeof(real) + 1);
 #pragma omp for schedule(static)
-        for (int p = 0; p < npanel; p++) {
-            const int j0 = p * MM_JB;
-            const int jb = N - j0 < MM_JB ? N - j0 : MM_JB;
-            for (int r = 0; r < R; r++) {
-                for (int j = 0; j < jb; j++) {
-                    panel[(size_t)r * MM_JB + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
+        for (int q = 0; q < npair; q++) {  // the panel pair 2q, 2q + 1
+            const int np = 2 * q + 1 < npanel ? 2 : 1;
+            int jb[2] = {0, 0};
+            for (int h = 0; h < np; h++) {
+                const int j0 = (2 * q + h) * MM_JB;
+                jb[h] = N - j0 < MM_JB ? N - j0 : MM_JB;
+                real *ph = panel + (size_t)h * R * MM_JB;
+                for (int r = 0; r < R; r++) {
+                    for (int j = 0; j < jb[h]; j++) {
+                        ph[(size_t)r * MM_JB + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
+                    }
                 }
             }
-            const real *init_blk = init ? init + j0 : NULL;
-            int i0 = 0;
+            int i_both = 0;  // rows [0, i_both) done for both panels
 #ifdef FC_MM_AVX2
-            for (; avx2 && jb == MM_JB && M - i0 >= MM_IB_AVX2; i0 += MM_IB_AVX2) {
-                mm_block8_avx2(c + (size_t)i0 * ldc + (size_t)j0, ldc, a + (size_t)i0 * a_si, a_si, a_sk, panel, R,
-                               init_blk, accumulate);
+            const int j0 = 2 * q * MM_JB;
+            for (; kernels == 2 && jb[0] == MM_JB && jb[1] == MM_JB && M - i_both >= MM_IB_AVX2;
+                 i_both += MM_IB_AVX2) {
+                mm_block8x16_avx512vl(c + (size_t)i_both * ldc + (size_t)j0, ldc, a + (size_t)i_both * a_si, a_si,
+                                      a_sk, panel, panel + (size_t)R * MM_JB, R, init ? init + j0 : NULL, accumulate);
             }
 #endif
-            for (; i0 < M; i0 += MM_IB) {
-                const int mb = M - i0 < MM_IB ? M - i0 : MM_IB;
-                real *cblk = c + (size_t)i0 * ldc + (size_t)j0;
-                const real *ablk = a + (size_t)i0 * a_si;
-                if (mb == MM_IB && jb == MM_JB) {
-                    mm_block_full(cblk, ldc, ablk, a_si, a_sk, panel, R, init_blk, accumulate);
-                } else {
-                    mm_block_edge(cblk, ldc, ablk, a_si, a_sk, panel, mb, jb, R, init_blk, accumulate);
-                }
-            }
+            for (int h = 0; h < np; h++)
+                mm_panel(c, ldc, a, a_si, a_sk, panel + (size_t)h * R * MM_JB, (2 * q + h) * MM_JB, jb[h], i_both, M,
+                         R, init, accumulate, kernels);
         }
         free(panel);
     }
