@@ -81,7 +81,9 @@ void fc_mpi_comm_split(MPI_Comm comm, int color, int key, MPI_Comm *out) {
     mpiCheck(MPI_Comm_split(comm, color, key, out));
 }
 
-void fc_mpi_comm_split_n(MPI_Comm comm, int color, int n_colors, MPI_Comm *out) {
+// The ranks of comm with this rank's color, where the colors take n_colors
+// values over equal blocks of consecutive ranks.
+static void split_n(MPI_Comm comm, int color, int n_colors, MPI_Comm *out) {
     int rank, W;
     mpiCheck(MPI_Comm_rank(comm, &rank));
     mpiCheck(MPI_Comm_size(comm, &W));
@@ -91,6 +93,15 @@ void fc_mpi_comm_split_n(MPI_Comm comm, int color, int n_colors, MPI_Comm *out) 
         mpiCheck(MPI_Comm_dup(MPI_COMM_SELF, out));
     else
         fc_mpi_comm_split(comm, color, rank, out);
+}
+
+void fc_mpi_layout_comms(MPI_Comm comm, int G, MPI_Comm *world, MPI_Comm *shard, MPI_Comm *replica) {
+    int rank, W;
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    mpiCheck(MPI_Comm_size(comm, &W));
+    fc_mpi_comm_dup(comm, world);
+    split_n(comm, rank / G, W / G, shard);
+    split_n(comm, rank % G, G, replica);
 }
 
 void fc_mpi_allreduce_int(const int *send, int *recv, int count, MPI_Op op, MPI_Comm comm) {

@@ -32,11 +32,13 @@ void fc_mpi_comm_dup(MPI_Comm comm, MPI_Comm *out);
 // MPI_Comm_split, entered only once every rank of comm has arrived (MPI has
 // no nonblocking split; its spin is then short)
 void fc_mpi_comm_split(MPI_Comm comm, int color, int key, MPI_Comm *out);
-// The ranks of comm with this rank's color, ordered by rank, where the
-// colors take n_colors values over equal blocks: one color is comm itself
-// (MPI_Comm_idup), one color per rank is this rank alone (a dup of
-// MPI_COMM_SELF, no communication); only the cases in between split.
-void fc_mpi_comm_split_n(MPI_Comm comm, int color, int n_colors, MPI_Comm *out);
+// The communicators of a reduction layout over comm (the reference's and the
+// CUDA port's engines): world, a dup of comm; shard, this rank's group of G
+// consecutive ranks; replica, the ranks at this rank's position in every
+// group (hybrid replicas). A group that is all of comm is an MPI_Comm_idup, a
+// group of one rank a dup of MPI_COMM_SELF (no communication); only hybrid
+// layouts split.
+void fc_mpi_layout_comms(MPI_Comm comm, int G, MPI_Comm *world, MPI_Comm *shard, MPI_Comm *replica);
 // exact integer reductions (MPI_SUM, MPI_MIN, MPI_MAX of MPI_INT)
 void fc_mpi_allreduce_int(const int *send, int *recv, int count, MPI_Op op, MPI_Comm comm);
 // sum of one double per rank, added in rank order (the same bits for any

@@ -78,11 +78,7 @@ void fce_comms_make(const fc_run_config *cfg, MPI_Comm comm, fce_comms *c) {
     mpiCheck(MPI_Comm_size(comm, &W));
     mpiCheck(MPI_Comm_rank(comm, &rank));
     c->g = fc_groups_of(cfg, W, rank);
-    fc_mpi_comm_dup(comm, &c->world);
-    // the G ranks of one reduction layout are consecutive; the ranks at the
-    // same position in every group hold the same chunk (hybrid replicas)
-    fc_mpi_comm_split_n(comm, rank / c->g.G, W / c->g.G, &c->shard);
-    fc_mpi_comm_split_n(comm, rank % c->g.G, c->g.G, &c->replica);
+    fc_mpi_layout_comms(comm, c->g.G, &c->world, &c->shard, &c->replica);
 }
 
 void fce_comms_free(fce_comms *c) {

@@ -460,11 +460,7 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_fsdp *f = callocCheck(1, sizeof *f);
     f->cfg = *cfg;
     f->g = fc_groups_of(cfg, W, rank);
-    fc_mpi_comm_dup(comm, &f->world);
-    // the G ranks of one reduction layout are consecutive; the ranks at the
-    // same position in every group hold the same chunk (hybrid replicas)
-    fc_mpi_comm_split_n(comm, rank / f->g.G, W / f->g.G, &f->shard);
-    fc_mpi_comm_split_n(comm, rank % f->g.G, f->g.G, &f->replica);
+    fc_mpi_layout_comms(comm, f->g.G, &f->world, &f->shard, &f->replica);
     // divide factors over the whole data-parallel world (as FSDP does for HSDP too)
     double pre, post;
     fc_divide_factors(cfg->divide, W, &pre, &post);
