@@ -22,3 +22,7 @@ fi
 "$VENV/bin/ruff" --version
 "$VENV/bin/ruff" check adapters/torch
 "$VENV/bin/ruff" format --check adapters/torch
+# the corpus generators outside the adapter, under the adapter's rules
+mapfile -t other < <(git ls-files '*.py' | grep -v '^adapters/torch/')
+"$VENV/bin/ruff" check --config adapters/torch/pyproject.toml "${other[@]}"
+"$VENV/bin/ruff" format --config adapters/torch/pyproject.toml --check "${other[@]}"

@@ -6,12 +6,14 @@
 #      the fault catalogue each caught by its own property, the out-of-tree port
 #      template, the watchdog), the CUDA port's host-side tests and its gpu tests
 #      (skipped with the reason where there is no device), then valgrind (memcheck);
+#   2b. the rules' mutation test (tests/mutation/rules.sh: "rules mutants caught: X/Y");
 #   3. clang ASan/UBSan build: the unit suite again, and each libFuzzer harness
 #      for 30 s (label fuzz);
 #   4. the PyTorch adapter (ci/torch.sh: FSDP1 and FSDP2 on the CPU against the reference,
 #      hypothesis properties of its parsers and trace reader with a fixed budget), on the
 #      pinned lock under coverage.py (fails below 90% of the adapter's lines, subprocesses
 #      included) and, quick, on the oldest supported torch/transformers pair;
+#   4b. the GPU runbook's dry run (bench/gpu/run.sh --dry-run all: every stage on the CPU);
 #   5. the package (ci/package.sh: the .deb, and the port template built against it alone);
 #   6. coverage (ci/coverage.sh: fails below 90% of lines in core/, reference/, oracle/).
 set -euo pipefail
@@ -20,7 +22,13 @@ bash ci/setup.sh
 JOBS=$(nproc)
 export HWLOC_COMPONENTS=-pci,-x86
 t0=$SECONDS
-stage() { echo "== [$((SECONDS - t0)) s] $*"; }
+STAGE=setup
+stage() {
+  STAGE=$*
+  echo "== [$((SECONDS - t0)) s] $*"
+}
+# the last line of a failed run names its stage (a long log may be cut)
+trap 'rc=$?; [ "$rc" -ne 0 ] && echo "ci/test.sh: FAILED (exit $rc) in stage \"$STAGE\" after $((SECONDS - t0)) s"' EXIT
 
 stage "lint: the Python adapter (ruff check, ruff format --check)"
 bash ci/lint.sh
@@ -34,6 +42,9 @@ stage "release: the conformance gate (sweep per W, fault catalogue, port templat
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$JOBS"
 ctest --preset gate
+
+stage "the rules' mutation test: every rule of core/layout.c flipped, each must fail the gate"
+bash tests/mutation/rules.sh
 
 stage "release: the CUDA port's host-side tests, and its gpu tests (skipped without a device)"
 ctest --test-dir build/default -L 'unit|mpi|gpu' -R 'cuda|hd_math' -LE extended -j "$JOBS" --output-on-failure
@@ -58,6 +69,11 @@ stage "the PyTorch adapter on the oldest supported pair (torch 2.7.1, transforme
 # pytorch#149781 (named, a true verdict), and the sweep test requires every case to pass
 FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-oldest.lock FSDPCHECK_TORCH_TESTS=quick \
   FSDPCHECK_TORCH_PYTEST_ARGS="--deselect=tests/test_sweep.py::test_sweep" bash ci/torch.sh
+
+stage "the GPU runbook, dry run: every stage of bench/gpu/run.sh on the CPU (reference, gloo, tiny sizes)"
+# the carried Debian packages (bench/gpu/prepare.sh) and the build against them alone
+bash bench/gpu/prepare.sh
+bash bench/gpu/run.sh --dry-run all
 
 stage "the package and the port template"
 bash ci/package.sh

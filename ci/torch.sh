@@ -72,10 +72,26 @@ fi
 start=$(date +%s)
 set +e
 # shellcheck disable=SC2086 # the extra arguments are words
-"${PYTEST[@]}" adapters/torch/tests -v -rA --durations=0 --junitxml="out/torch-junit-$NAME.xml" \
+# -rfEs: the summary names failures, errors and skips only; every passing
+# check's comparison table stays in the junit file (out/), so a failure is
+# not buried under 300 tables in CI's log
+"${PYTEST[@]}" adapters/torch/tests -v -rfEs --durations=25 --junitxml="out/torch-junit-$NAME.xml" \
   -p no:cacheprovider ${FSDPCHECK_TORCH_PYTEST_ARGS:-}
 rc=$?
 set -e
+if [ "$rc" -ne 0 ]; then
+  # the failed tests again, last, where a truncated log still shows them
+  echo "torch adapter: failed tests ($NAME):"
+  "$VENV/bin/python" - "out/torch-junit-$NAME.xml" <<'PY' || true
+import sys
+import xml.etree.ElementTree as ET
+
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    for bad in list(case.findall("failure")) + list(case.findall("error")):
+        msg = (bad.get("message") or "").splitlines()[:3]
+        print(f"  {case.get('classname')}::{case.get('name')}: {' / '.join(msg)[:600]}")
+PY
+fi
 echo "torch adapter tests: $(( $(date +%s) - start )) s, exit $rc"
 if [ "$COVER" = 1 ]; then
   echo "== torch adapter: coverage of fsdpcheck_torch (pytest, python -m fsdpcheck_torch, torchrun workers)"

@@ -35,15 +35,19 @@ void fc_log_begin_step(fc_comm_log *log, long step) {
     log->order = 0;
 }
 
-void fc_log_add(fc_comm_log *log, fc_event ev) {
+void fc_log_push(fc_comm_log *log, const fc_event *ev) {
     if (log->n == log->cap) {
         log->cap = log->cap ? 2 * log->cap : 256;
         log->ev = reallocCheck(log->ev, log->cap * sizeof(fc_event));
     }
+    log->ev[log->n++] = *ev;
+}
+
+void fc_log_add(fc_comm_log *log, fc_event ev) {
     ev.step = log->step;
     ev.micro = log->micro;
     ev.order = log->order++;
-    log->ev[log->n++] = ev;
+    fc_log_push(log, &ev);
     fc_watchdog_event(&ev);  // every logged event is progress
 }
 

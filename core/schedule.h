@@ -60,6 +60,8 @@ void fc_log_free(fc_comm_log *log);
 void fc_log_begin_step(fc_comm_log *log, long step);
 // Appends an event; fills step, micro and order.
 void fc_log_add(fc_comm_log *log, fc_event ev);
+// Appends an event as it is (a log read back from a file keeps its own fields).
+void fc_log_push(fc_comm_log *log, const fc_event *ev);
 // The same from its fields (unit, stage -1 where none; `of` is the op a wait completes).
 void fc_log_event(fc_comm_log *log, fc_op op, fc_op of, int unit, int stage, fc_group group, size_t bytes,
                   fc_prec dtype, fc_phase phase, int prefetch);

@@ -12,6 +12,7 @@ binary (a 3-4-2 mlp, so each seed is a few KB), then writes for each:
 plus a few broken manifests. Re-run after changing the checkpoint format; the
 output is deterministic (fixed seeds, relative paths).
 """
+
 import os
 import shutil
 import struct
@@ -20,8 +21,7 @@ import sys
 import tempfile
 
 MLP = '{"model_type": "fsdpcheck-mlp", "dims": [3, 4, 2]}\n'
-GPT = ('{"model_type": "gpt2", "vocab_size": 5, "n_positions": 4, "n_embd": 4, '
-       '"n_layer": 1, "n_head": 2}\n')
+GPT = '{"model_type": "gpt2", "vocab_size": 5, "n_positions": 4, "n_embd": 4, "n_layer": 1, "n_head": 2}\n'
 
 
 def archive(ckpt, check_hashes):
@@ -58,9 +58,31 @@ def main():
             cmd = [binary, "run", "--quiet", "--steps", "2", "--global-batch", "2", "--save", tag] + flags
             subprocess.run(cmd, cwd=work, env=env, check=True)
         # a sharded checkpoint from two ranks (full_shard): two shard files
-        subprocess.run([mpiexec, "-n", "2", binary, "run", "--quiet", "--model", "mlp.json", "--steps", "1",
-                        "--global-batch", "2", "--strategy", "full_shard", "--save", "sharded_w2",
-                        "--state-dict", "sharded"], cwd=work, env=env, check=True)
+        subprocess.run(
+            [
+                mpiexec,
+                "-n",
+                "2",
+                binary,
+                "run",
+                "--quiet",
+                "--model",
+                "mlp.json",
+                "--steps",
+                "1",
+                "--global-batch",
+                "2",
+                "--strategy",
+                "full_shard",
+                "--save",
+                "sharded_w2",
+                "--state-dict",
+                "sharded",
+            ],
+            cwd=work,
+            env=env,
+            check=True,
+        )
         for tag in sorted(os.listdir(work)):
             ckpt = os.path.join(work, tag)
             if not os.path.isdir(ckpt):

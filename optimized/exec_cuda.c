@@ -56,15 +56,6 @@ struct fcx {
     size_t used0;        // cudaMemGetInfo's used bytes at create, less the tagged ones then
 };
 
-FC_NORETURN void fc_cuda_die(const char *file, int line, const char *lib, const char *msg) {
-    fprintf(stderr, "%s:%d: %s error: %s\n", file, line, lib, msg);
-    fflush(stderr);
-    int init = 0;
-    MPI_Initialized(&init);
-    if (init) MPI_Abort(MPI_COMM_WORLD, FC_EXIT_INTERNAL);
-    exit(FC_EXIT_INTERNAL);
-}
-
 static void book_check(int rc, const fc_error *e) {
     if (rc) fc_die(FC_EXIT_INTERNAL, "%s", e->msg);
 }

@@ -71,7 +71,7 @@
 // where the reference emulates the casts FSDP makes; and AdamW flips feed
 // into 16-bit compute. Measured (ref: the largest over both calibration sets):
 //   bf16   lock err / norm (ref)   div err / norm (ref)    torch err (lock)   micro lock / div err       rtol / ntol (2x the largest)
-//   loss   1.19e-07                1.46e-05                2.1e-05            1.18e-07 / 5.91e-04 (**)   5e-5, diverged 1.2e-3
+//   loss   1.19e-07                1.46e-05                8.82e-05 (***)     1.18e-07 / 5.91e-04 (**)   1.8e-4, diverged 1.2e-3
 //   grad   1.38e-02 / 9.08e-03     8.70e-02 / 4.46e-02     5.1e-02            0.199 / 0.168; 0.135      0.4 / 0.34
 //   optim  2.84e-02 / 2.53e-02     1.01e-01 / 6.25e-02     6.0e-02            0.358 / 0.36; 0.084       0.72 / 0.72
 //   fp16
@@ -84,6 +84,12 @@
 //   bf16 step, whatever the size of the difference: the diverged bf16 loss
 //   row starts at 2x that jump (1.2e-3), then grows by kappa d.
 //   (16-bit parameters: 2.73e-07 / 1.07e-07 beyond the optimizer's allowance: fp32's row)
+//   (***) on a GPU (H200, 2026-11-25, bench/gpu/run.sh), gpt2-124m, bf16 params
+//   with fp32 reduce, step 0 in lockstep (equal parameters, so only the forward's
+//   16-bit activations differ): PyTorch 2.11 FSDP2 on CUDA 8.82e-05, the CUDA
+//   port 8.2e-05 (the CPU's gpt2-tiny torch runs: 2.1e-05, the earlier row 5e-5
+//   failed both). 2x the largest: 1.8e-4. The loss averages B*T token losses,
+//   so 12 layers of bf16 activations move it less than any one gradient.
 // The 16-bit margin is 2x, not 10x: 10x would pass errors of up to 100% of a
 // tensor's scale, no check at all. What keeps 16-bit runs judged tightly is
 // that two runs which share their per-rank arithmetic (P9: an implementation
@@ -111,7 +117,7 @@
      [FC_CMP_PARAM] = TOL(pr, pn), [FC_CMP_OPTIM] = TOL(orr, on)}
 const fc_tol FC_CMP_LOCKSTEP[3][FC_CMP_KIND_COUNT] = {
     [FC_PREC_FP32] = ROW(1.2e-6, 3.6e-5, 1.5e-5, 3.3e-6, 9.4e-7, 4e-5, 2.4e-5),
-    [FC_PREC_BF16] = ROW(5e-5, 0.4, 0.34, 3.3e-6, 9.4e-7, 0.72, 0.72),
+    [FC_PREC_BF16] = ROW(1.8e-4, 0.4, 0.34, 3.3e-6, 9.4e-7, 0.72, 0.72),
     [FC_PREC_FP16] = ROW(1.2e-5, 0.08, 0.083, 3.3e-6, 9.4e-7, 0.09, 0.071)};
 #define DROW(loss, lk, gr, gn, gk, pr, pn, orr, on, ok)                                                   \
     {[FC_CMP_BATCH] = EXACT, [FC_CMP_LOSS] = TOLK(loss, 0, lk), [FC_CMP_NORM] = TOL(FC_NORM_RTOL, 0),                 \

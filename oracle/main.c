@@ -18,6 +18,7 @@ int fc_cmd_compare(int argc, char **argv);
 int fc_cmd_ckpt(int argc, char **argv);
 int fc_cmd_check(int argc, char **argv);
 int fc_cmd_sensitivity(int argc, char **argv);
+int fc_cmd_schedule(int argc, char **argv);
 
 static void usage(FILE *f) {
     fputs("usage: fsdpcheck <command> [flags]\n"
@@ -28,6 +29,7 @@ static void usage(FILE *f) {
           "  compare   compare two traces step by step (fsdpcheck compare --help)\n"
           "  ckpt      inspect, verify or convert a checkpoint (fsdpcheck ckpt --help)\n"
           "  sensitivity  the smallest error compare catches between two traces, per kind\n"
+          "  schedule     P10 on a comm log written elsewhere (--world W and the run's flags)\n"
           "  --version    the package version and the implementation contract's ABI version\n"
           "exit codes: 0 pass, 1 a property or comparison failed, 2 bad input or usage,\n"
           "            3 a timeout (a hung rank or collective), 4 an internal error\n",
@@ -57,5 +59,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return fc_cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "check")) return fc_cmd_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "sensitivity")) return fc_cmd_sensitivity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "schedule")) return fc_cmd_schedule(argc - 2, argv + 2);
     fc_die(FC_EXIT_USAGE, "unknown command '%s' (see fsdpcheck --help)", cmd);
 }

@@ -208,6 +208,8 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             fc_error te;
             if (fc_threads_parse(argv[++i], &threads, &te)) fc_die(FC_EXIT_USAGE, "sensitivity %s", te.msg);
+        } else if (!strcmp(argv[i], "--step") || !strcmp(argv[i], "--threads")) {
+            fc_die(FC_EXIT_USAGE, "sensitivity: %s needs a value (see fsdpcheck sensitivity --help)", argv[i]);
         } else if (argv[i][0] == '-') {
             fc_die(FC_EXIT_USAGE, "sensitivity: unknown flag %s", argv[i]);
         } else if (n < 2) {

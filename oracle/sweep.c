@@ -319,6 +319,11 @@ int fc_cmd_sweep(int argc, char **argv) {
     fc_watchdog_stop();
     rep->seconds = fc_sweep_now() - t0;
     int rc = rep->n_failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
+    char starved[200];
+    if (fc_sweep_draw_starved(starved, sizeof starved)) {  // every rank drew the same
+        rc = FC_EXIT_FAIL;
+        if (x.rank == 0) printf("fsdpcheck sweep: FAIL: %s\n", starved);
+    }
     if (x.rank == 0) {
         printf("fsdpcheck sweep: %d cases over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed (%.1f s, "
                "%d threads per rank)\n",

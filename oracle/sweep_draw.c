@@ -31,6 +31,22 @@ void fc_sweep_set_model(fc_run_config *c, const char *name) {
 
 void fc_sweep_set_batch(fc_run_config *c, int W, int m) { c->global_batch = W * c->grad_accum * m; }
 
+// Draws per strategy, and how many of them the config validator let through.
+// The draw redraws what the validator refuses, so a validator (or a rule it
+// asks, core/layout.c) wrong about one strategy would quietly take that
+// strategy out of the sweep; fc_sweep_draw_starved says so instead.
+static long g_drawn[FC_STRATEGY_COUNT], g_kept[FC_STRATEGY_COUNT];
+
+int fc_sweep_draw_starved(char *msg, size_t cap) {
+    for (int i = 0; i < FC_STRATEGY_COUNT; i++)
+        if (g_drawn[i] >= FC_SWEEP_STARVED_DRAWS && g_kept[i] == 0) {
+            snprintf(msg, cap, "the config validator refused all %ld draws of strategy %s, so the sweep never tested it",
+                     g_drawn[i], fc_strategy_name((fc_strategy)i));
+            return 1;
+        }
+    return 0;
+}
+
 void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckpt *k) {
     for (;;) {
         memset(k, 0, sizeof *k);
@@ -42,6 +58,7 @@ void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckp
                                           FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_HYBRID_SHARD,
                                           FC_STRATEGY_HYBRID_SHARD_ZERO2};
         c->strategy = strategies[pick(s, 6)];
+        g_drawn[c->strategy]++;
         int hybrid = c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
         if (hybrid) {  // a proper divisor when there is one, so replicas exist
             int divs[8], n = 0;
@@ -86,7 +103,10 @@ void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckp
             while (c->global_batch % (k->W * c->grad_accum) != 0);
         }
         fc_error e;
-        if (fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0) return;
+        if (fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0) {
+            g_kept[c->strategy]++;
+            return;
+        }
     }
 }
 

@@ -30,6 +30,10 @@ double fc_sweep_now(void);
 
 // Cases (sweep_draw.c): a seeded random case at a world size W' <= world.
 void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckpt *k);
+// After the draws: 1, with msg saying which, when a strategy was drawn at least
+// FC_SWEEP_STARVED_DRAWS times and the config validator refused every draw.
+#define FC_SWEEP_STARVED_DRAWS 20
+int fc_sweep_draw_starved(char *msg, size_t cap);
 // The case as `run` flags (replayable with `sweep --replay`), what reports name it by.
 void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out, size_t cap);
 void fc_sweep_set_model(fc_run_config *c, const char *name);

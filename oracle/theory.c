@@ -10,7 +10,7 @@
 // gradients: every one, or with no_sync only the last):
 //  - counts: per micro-batch one forward and one backward compute per stage;
 //    sharded strategies all-gather every unit in forward and, where
-//    fc_reshard_after_forward says the unit was freed after its last forward
+//    fc_rule_frees_after_forward says the unit was freed after its last forward
 //    stage, again in backward; every gathered unit is freed after its last
 //    backward stage. Per sync micro-batch and unit: a reduce_scatter
 //    (sharded), an all_reduce over the world (no_shard), an all_reduce over
@@ -29,11 +29,12 @@
 //    reduced after its last backward compute, the replica all_reduce after
 //    the reduce_scatter completed, d2h after the reduction completed, the
 //    norm and the optimizer after every reduction completed.
-//  - prefetch (DESIGN §5): each unit has one prefetch opportunity, the stage
-//    whose next unit (fc_next_forward_unit / fc_next_backward_unit) it is.
+//  - prefetch (DESIGN §5): each unit has one prefetch opportunity
+//    (fc_rule_opportunities): in forward the first stage of the unit before it,
+//    in backward the stage where backward reaches the unit before it.
 //    With the policy on, its all-gather is issued in that stage's window and
 //    flagged prefetch; otherwise at need, after the stage ended, unflagged.
-//  - the limiter: a prefetch is issued only while fc_limiter_allows_prefetch,
+//  - the limiter: a prefetch is issued only while fc_rule_prefetch_allowed,
 //    and one is held back (gathered at need, unflagged) only when it does not.
 // Where FSDP leaves a choice to the implementation, the theory accepts each
 // choice (e.g. BACKWARD_POST may free the unit before or after prefetching
@@ -46,6 +47,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "rules.h"
 #include "theory_internal.h"
 
 void fc_findings_add(fc_findings *f, const char *fmt, ...) {
@@ -63,12 +65,15 @@ void fc_findings_add(fc_findings *f, const char *fmt, ...) {
 // ---------------------------------------------------------------------------
 // the theory of one configuration at one rank
 
-void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_findings *out) {
+void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_api api, fc_findings *out) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
+    t->api = api;
+    t->bwd_prefetch = fc_rule_backward_prefetch_as(api, cfg);
     t->out = out;
     fc_model_build(&t->m, &cfg->model);
-    t->g = fc_groups_of(cfg, W, rank);
+    // the oracle's own rules (rules.h), never core/layout.c's: see rules.h
+    t->g = fc_rule_groups(cfg, W, rank);
     t->nu = t->m.n_units;
     t->ns = t->m.n_stages;
     t->K = cfg->grad_accum;
@@ -79,19 +84,18 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_findin
     t->fwd_opp = callocCheck((size_t)t->nu, sizeof *t->fwd_opp);
     t->bwd_opp = callocCheck((size_t)t->nu, sizeof *t->bwd_opp);
     for (int u = 0; u < t->nu; u++) {
-        t->st[u] = fc_unit_stages_of(&t->m, u);
-        t->lay[u] = fc_unit_layout_of(t->m.units[u].numel, &t->g);
-        t->fwd_opp[u] = t->bwd_opp[u] = -1;
+        t->st[u] = fc_rule_stages(&t->m, u);
+        t->lay[u] = fc_rule_layout(t->m.units[u].numel, &t->g);
+        if (api == FC_API_TORCH_FSDP2 && t->g.sharded) {
+            // per-parameter shards (rules.h): no flat chunk, every rank's shard the same size
+            size_t S = fc_rule_fsdp2_shard(&t->m, u, t->g.F);
+            t->lay[u].shard = t->lay[u].own_valid = t->lay[u].store = S;
+            t->lay[u].padded = S * (size_t)t->g.F;
+            t->lay[u].own_off = (size_t)t->g.shard_rank * S;
+        }
     }
-    // the first stage, in each pass's own order, at which a unit is next
-    for (int s = 0; s < t->ns; s++) {
-        int v = fc_next_forward_unit(&t->m, t->st, s);
-        if (v >= 0 && t->fwd_opp[v] < 0) t->fwd_opp[v] = s;
-    }
-    for (int s = t->ns - 1; s >= 0; s--) {
-        int v = fc_next_backward_unit(&t->m, t->st, s);
-        if (v >= 0 && t->bwd_opp[v] < 0) t->bwd_opp[v] = s;
-    }
+    // each unit's prefetch opportunity, in each pass's own order
+    fc_rule_opportunities(&t->m, t->fwd_opp, t->bwd_opp);
 }
 
 void theory_free(theory *t) {
@@ -153,14 +157,32 @@ static void check_step(const theory *t, long step, const fc_event *ev, int n) {
     view_free(&x);
 }
 
+static const char *API_NAMES[FC_API_COUNT] = {"reference", "torch-fsdp1", "torch-fsdp2"};
+
+const char *fc_sched_api_name(fc_sched_api a) { return API_NAMES[a]; }
+
+int fc_sched_api_parse(const char *name, fc_sched_api *out) {
+    for (int a = 0; a < FC_API_COUNT; a++)
+        if (!strcmp(name, API_NAMES[a])) return *out = (fc_sched_api)a, 0;
+    return -1;
+}
+
 int fc_theory_check_schedule(const fc_run_config *cfg, int W, int rank, const fc_comm_log *log, fc_findings *out) {
+    return fc_theory_check_schedule_as(cfg, W, rank, FC_API_REFERENCE, log, out);
+}
+
+int fc_theory_check_schedule_as(const fc_run_config *cfg, int W, int rank, fc_sched_api api, const fc_comm_log *log,
+                                fc_findings *out) {
     int before = out->n;
     if (cfg->strategy == FC_STRATEGY_LOCAL) return 0;  // one process, nothing scheduled
+    // the two writings of the rules agree for this configuration (rules.h)
+    fc_rules_disagree(cfg, W, rank, out);
     theory t;
-    theory_init(&t, cfg, W, rank, out);
+    theory_init(&t, cfg, W, rank, api, out);
     if (log->n == 0) fc_findings_add(out, "empty comm log (expected %d step(s))", cfg->steps);
     size_t b = 0;
     long first = log->n ? log->ev[0].step : 0;
+    t.first_step = first;
     for (long step = first; step < first + cfg->steps; step++) {
         size_t e = b;
         while (e < log->n && log->ev[e].step == step) e++;

@@ -36,6 +36,19 @@ void fc_findings_add(fc_findings *f, const char *fmt, ...) __attribute__((format
 // violations added.
 int fc_theory_check_schedule(const fc_run_config *cfg, int W, int rank, const fc_comm_log *log, fc_findings *out);
 
+// Whose schedule a comm log is. This project's engines follow DESIGN §5 as
+// written. Real PyTorch FSDP, recorded by the adapter (fsdpcheck_torch/
+// commlog.py), departs from it in a few places measured and named in README
+// ("Real FSDP's schedule"); the theory accepts each for its API alone
+// (oracle/rules.h, the fc_rule_*_as functions).
+typedef enum { FC_API_REFERENCE, FC_API_TORCH_FSDP1, FC_API_TORCH_FSDP2, FC_API_COUNT } fc_sched_api;
+const char *fc_sched_api_name(fc_sched_api a);
+// -1 for a name of none
+int fc_sched_api_parse(const char *name, fc_sched_api *out);
+// fc_theory_check_schedule for a log of api.
+int fc_theory_check_schedule_as(const fc_run_config *cfg, int W, int rank, fc_sched_api api, const fc_comm_log *log,
+                                fc_findings *out);
+
 // P11: this rank's memory figures: param_shards, grad_shards and optim_state
 // exactly the sharded formula (params + grads + optimizer state / shard
 // group, in the right location: host under cpu_offload); gathered_params'

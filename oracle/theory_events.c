@@ -39,10 +39,6 @@ static shard_bytes fp32_shard_bytes(const theory *t, int u) {
     return (shard_bytes){fp32_bytes(l->shard), fp32_bytes(l->own_valid), fp32_bytes(l->store)};
 }
 
-// The total norm's all_reduce: one scalar, an fp32 value or an fp64 partial
-// sum as the reference sends.
-static int norm_bytes_ok(size_t bytes) { return bytes == fc_prec_size(FC_PREC_FP32) || bytes == sizeof(double); }
-
 // ---------------------------------------------------------------------------
 // pass 1: one expectation per op
 
@@ -114,8 +110,8 @@ static int expect_all_gather(event_scan *sc, int i, const fc_event *v) {
            sc->step, k, i, u);
     int other = put_by_phase(sc, i, v, AG_FWD, AG_BWD);
     // the limiter's bound: a prefetch only while fewer than two units are alive
-    if (v->prefetch)
-        EXPECT(t, fc_limiter_allows_prefetch(c, sc->alive),
+    if (v->prefetch && fc_rule_limits_gathered_as(t->api, c))
+        EXPECT(t, fc_rule_prefetch_allowed(c, sc->alive),
                "step %ld micro %d #%d: limit_all_gathers: prefetched all_gather of unit %d issued with %d units "
                "gathered (a prefetch is allowed only while fewer than 2 are)",
                sc->step, k, i, u, sc->alive);
@@ -167,12 +163,13 @@ static int expect_norm_all_reduce(event_scan *sc, int i, const fc_event *v) {
     const theory *t = sc->t;
     fc_group want = t->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD;
     EXPECT(t,
-           v->phase == FC_PHASE_CLIP && norm_bytes_ok(v->bytes) && v->dtype == FC_PREC_FP32 &&
+           v->phase == FC_PHASE_CLIP && fc_rule_norm_bytes_ok(t->api, &t->m, v->bytes) && v->dtype == FC_PREC_FP32 &&
                (v->group == want || v->group == FC_GROUP_WORLD),
-           "step %ld #%d: norm all_reduce: expected phase clip, 4 or 8 bytes fp32 over %s; got phase %s, "
+           "step %ld #%d: norm all_reduce: expected phase clip, 4 or 8 bytes (%s: or 4 per parameter) fp32 over %s; "
+           "got phase %s, "
            "%zu bytes %s over %s",
-           sc->step, i, fc_group_name(want), fc_phase_name(v->phase), v->bytes, fc_prec_name(v->dtype),
-           fc_group_name(v->group));
+           sc->step, i, fc_sched_api_name(t->api), fc_group_name(want), fc_phase_name(v->phase), v->bytes,
+           fc_prec_name(v->dtype), fc_group_name(v->group));
     put(&sc->x->norm, i);
     return 0;
 }
@@ -364,9 +361,9 @@ int theory_check_counts(step_view *x) {
             }
         for (int u = 0; u < t->nu; u++) {
             int want[N_PER_UNIT];
-            want[AG_FWD] = t->g.sharded;
+            want[AG_FWD] = gathers_in_forward(t, k);
             want[AG_BWD] = want[FREE_FWD] = reshards(t, u);
-            want[FREE_BWD] = t->g.sharded;
+            want[FREE_BWD] = frees_in_backward(t, k);
             want[RS] = t->g.sharded && syncs;
             want[AR_WORLD] = !t->g.sharded && syncs;
             want[AR_REPL] = t->g.hybrid && t->g.R > 1 && syncs;
@@ -394,9 +391,11 @@ int theory_check_counts(step_view *x) {
             fc_findings_add(t->out, "step %ld unit %d: expected 1 optim event, got %d", step, u, x->optim[u].n);
         }
     }
-    if (x->norm.n != 1) {
+    int norms = fc_rule_norm_reduced(t->api, c);
+    if (x->norm.n != norms) {
         ok = 0;
-        fc_findings_add(t->out, "step %ld: expected 1 norm all_reduce (unit -1, phase clip), got %d", step, x->norm.n);
+        fc_findings_add(t->out, "step %ld: expected %d norm all_reduce (unit -1, phase clip%s), got %d", step, norms,
+                        norms ? "" : ": no norm collective in this torch loop", x->norm.n);
     }
     return ok;
 }

@@ -12,8 +12,9 @@
 #include <stddef.h>
 
 #include "dtype.h"
-#include "layout.h"
+#include "layout.h"  // the structs only: the rules are the oracle's own (rules.h)
 #include "model.h"
+#include "rules.h"
 #include "theory.h"
 
 // ---------------------------------------------------------------------------
@@ -24,11 +25,14 @@ typedef struct {
     fc_model m;
     fc_groups g;
     int nu, ns, K;
-    fc_unit_stages *st;   // [nu] the stages that use each unit
-    fc_unit_layout *lay;  // [nu] each unit's flat layout at this rank
-    int *fwd_opp;         // [nu] the forward stage whose next unit it is (its prefetch opportunity), -1 if none
-    int *bwd_opp;         // [nu] likewise in backward
-    size_t psz, rsz;      // bytes per element of param_dtype and reduce_dtype
+    fc_unit_stages *st;        // [nu] the stages that use each unit
+    fc_unit_layout *lay;       // [nu] each unit's flat layout at this rank
+    int *fwd_opp;              // [nu] the forward stage whose next unit it is (its prefetch opportunity), -1 if none
+    int *bwd_opp;              // [nu] likewise in backward
+    size_t psz, rsz;           // bytes per element of param_dtype and reduce_dtype
+    fc_sched_api api;          // whose schedule: the reference's, or real FSDP1's / FSDP2's (rules.h)
+    fc_prefetch bwd_prefetch;  // the backward prefetch the API runs (FSDP2's is always pre)
+    long first_step;           // the log's first step: the process's first iteration
     fc_findings *out;
 } theory;
 
@@ -37,12 +41,21 @@ typedef struct {
         if (!(cond)) fc_findings_add((t)->out, __VA_ARGS__); \
     } while (0)
 
-void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_findings *out);
+void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_api api, fc_findings *out);
 void theory_free(theory *t);
 
 static inline int sync_micro(const theory *t, int k) { return !t->cfg->no_sync || k == t->K - 1; }
 static inline int unit_of(const theory *t, int s) { return t->m.stages[s].unit; }
-static inline int reshards(const theory *t, int u) { return fc_reshard_after_forward(t->cfg->strategy, &t->m, u); }
+static inline int reshards(const theory *t, int u) {
+    return fc_rule_frees_after_forward_as(t->api, t->cfg->strategy, &t->m, u);
+}
+// Micro-batch k's backward keeps the units gathered (FSDP1's ZeRO-2 under no_sync).
+static inline int keeps_gathered(const theory *t, int k) {
+    return k >= 0 && k < t->K && !sync_micro(t, k) && fc_rule_keeps_through_no_sync(t->api, t->cfg->strategy);
+}
+// Whether micro-batch k frees each unit in backward, and gathers it in forward.
+static inline int frees_in_backward(const theory *t, int k) { return t->g.sharded && !keeps_gathered(t, k); }
+static inline int gathers_in_forward(const theory *t, int k) { return t->g.sharded && !keeps_gathered(t, k - 1); }
 static inline int valid_unit(const theory *t, int u) { return u >= 0 && u < t->nu; }
 static inline int is_collective(fc_op op) {
     return op == FC_OP_ALL_GATHER || op == FC_OP_REDUCE_SCATTER || op == FC_OP_ALL_REDUCE;
@@ -78,6 +91,9 @@ typedef struct {
     int *waited_by;     // [n] the wait completing collective i, -1 if none
     int *alive_before;  // [n + 1] units gathered (issued and not freed) before event i
 } step_view;
+// Micro-batch k of step x is the process's first iteration (FSDP1 learns its
+// forward order there).
+static inline int first_iteration(const step_view *x, int k) { return x->step == x->t->first_step && k == 0; }
 
 // The slots of forward and backward compute of stage s, and of events of a
 // per-unit kind (AG_FWD ...) of unit u, in micro-batch k.

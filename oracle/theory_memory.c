@@ -86,7 +86,7 @@ static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
     }
     if (pair < max1) pair = max1;
     const fc_run_config *c = t->cfg;
-    if (!fc_strategy_reshards(c->strategy)) {
+    if (!fc_rule_row_of(c->strategy)->frees_after_fwd) {
         *lo = *hi = sum * t->psz;
         return;
     }
@@ -110,7 +110,7 @@ int fc_theory_check_memory(const fc_run_config *cfg, int W, int rank, const fc_c
     int before = out->n;
     if (cfg->strategy == FC_STRATEGY_LOCAL) return 0;
     theory t;
-    theory_init(&t, cfg, W, rank, out);
+    theory_init(&t, cfg, W, rank, FC_API_REFERENCE, out);
     const size_t(*peak)[FC_MEM_COUNT] = mem->peak;
     const size_t *dev = peak[FC_LOC_DEVICE], *host = peak[FC_LOC_HOST];
 

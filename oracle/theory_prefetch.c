@@ -67,13 +67,14 @@ static void check_compute_and_reduce_order(step_view *x, int k) {
                        "step %ld micro %d: d2h of unit %d (#%d) before its gradient reduction completed (#%d)", step, k,
                        u, unit_slot(x, k, u, D2H)->at, wait_of(x, fin));
         }
-        if (k == t->K - 1) {
-            EXPECT(t, x->norm.at > wait_of(x, fin),
-                   "step %ld: norm all_reduce (#%d) before unit %d's gradient reduction completed (#%d)", step,
-                   x->norm.at, u, wait_of(x, fin));
+        if (k == t->K - 1)
             EXPECT(t, x->optim[u].at > wait_of(x, fin),
                    "step %ld: optim of unit %d (#%d) before its gradient reduction completed (#%d)", step, u,
                    x->optim[u].at, wait_of(x, fin));
+        if (k == t->K - 1 && fc_rule_norm_reduced(t->api, t->cfg)) {
+            EXPECT(t, x->norm.at > wait_of(x, fin),
+                   "step %ld: norm all_reduce (#%d) before unit %d's gradient reduction completed (#%d)", step,
+                   x->norm.at, u, wait_of(x, fin));
             // without clipping the optimizer does not need the norm
             if (t->cfg->clip_grad_norm > 0)
                 EXPECT(t, x->optim[u].at > wait_of(x, x->norm.at),
@@ -92,9 +93,10 @@ static void check_free_order(step_view *x, int k) {
             EXPECT(t, unit_slot(x, k, u, FREE_FWD)->at > fwd_slot(x, k, t->st[u].last_fwd)->at,
                    "step %ld micro %d: forward free of unit %d (#%d) before its last forward compute (#%d)", x->step, k,
                    u, unit_slot(x, k, u, FREE_FWD)->at, fwd_slot(x, k, t->st[u].last_fwd)->at);
-        EXPECT(t, unit_slot(x, k, u, FREE_BWD)->at > bwd_slot(x, k, t->st[u].last_bwd)->at,
-               "step %ld micro %d: backward free of unit %d (#%d) before its last backward compute (#%d)", x->step, k,
-               u, unit_slot(x, k, u, FREE_BWD)->at, bwd_slot(x, k, t->st[u].last_bwd)->at);
+        if (frees_in_backward(t, k))
+            EXPECT(t, unit_slot(x, k, u, FREE_BWD)->at > bwd_slot(x, k, t->st[u].last_bwd)->at,
+                   "step %ld micro %d: backward free of unit %d (#%d) before its last backward compute (#%d)", x->step,
+                   k, u, unit_slot(x, k, u, FREE_BWD)->at, bwd_slot(x, k, t->st[u].last_bwd)->at);
     }
 }
 
@@ -130,13 +132,13 @@ static void check_prefetch(step_view *x, int k, const prefetch_case *pc) {
                "step %ld micro %d: %s off: all_gather of unit %d (#%d, prefetch=%d) expected at need, after %s, not "
                "flagged",
                x->step, k, pc->policy, pc->unit, pc->gather, flagged, pos(a, pc->need_after));
-    } else if (flagged || !t->cfg->limit_all_gathers) {
+    } else if (flagged || !fc_rule_limits_gathered_as(t->api, t->cfg)) {
         EXPECT(t, pc->gather > pc->window_lo && pc->gather < pc->window_hi && flagged,
                "step %ld micro %d: %s: all_gather of unit %d (#%d, prefetch=%d) expected after %s and before #%d, "
                "flagged prefetch",
                x->step, k, pc->policy, pc->unit, pc->gather, flagged, pos(a, pc->window_lo), pc->window_hi);
     } else {
-        EXPECT(t, !fc_limiter_allows_prefetch(t->cfg, alive),
+        EXPECT(t, !fc_rule_prefetch_allowed(t->cfg, alive),
                "step %ld micro %d: %s with limit_all_gathers: unit %d not prefetched (after %s, before #%d) although "
                "only %d unit(s) were gathered",
                x->step, k, pc->policy, pc->unit, pos(a, pc->window_lo), pc->window_hi, alive);
@@ -153,6 +155,7 @@ static void check_prefetch(step_view *x, int k, const prefetch_case *pc) {
 // gathered after stage p ended.
 static void check_forward_gathers(step_view *x, int k) {
     const theory *t = x->t;
+    if (!gathers_in_forward(t, k)) return;  // still gathered from micro-batch k-1 (FSDP1's ZeRO-2, no_sync)
     for (int v = 0; v < t->nu; v++) {
         int ag = unit_slot(x, k, v, AG_FWD)->at, p = t->fwd_opp[v];
         if (p < 0) {
@@ -162,15 +165,16 @@ static void check_forward_gathers(step_view *x, int k) {
             continue;
         }
         int opp_compute = fwd_slot(x, k, p)->at;  // stage p's compute
-        check_prefetch(x, k,
-                       &(prefetch_case){.policy = "forward_prefetch",
-                                        .unit = v,
-                                        .gather = ag,
-                                        .policy_on = t->cfg->forward_prefetch,
-                                        .window_lo = p > 0 ? end_fwd(x, k, p - 1) : -1,
-                                        .window_hi = opp_compute,
-                                        .opportunity = opp_compute,
-                                        .need_after = end_fwd(x, k, p)});
+        check_prefetch(
+            x, k,
+            &(prefetch_case){.policy = "forward_prefetch",
+                             .unit = v,
+                             .gather = ag,
+                             .policy_on = fc_rule_forward_prefetches_as(t->api, t->cfg, first_iteration(x, k)),
+                             .window_lo = p > 0 ? end_fwd(x, k, p - 1) : -1,
+                             .window_hi = opp_compute,
+                             .opportunity = opp_compute,
+                             .need_after = end_fwd(x, k, p)});
     }
 }
 
@@ -200,19 +204,23 @@ static void check_backward_gathers(step_view *x, int k) {
         int rs = post_opp && syncs ? unit_slot(x, k, u, RS)->at : -1;
         int need_lo = end_bwd(x, k, p);
         if (rs > need_lo) need_lo = rs;
+        int late = fc_rule_late_post_backward_as(t->api, t->cfg, first_iteration(x, k));
+        if (late) need_lo = opp_compute;  // u's free and reduction may come later (rules.h)
         prefetch_case pc = {.policy = "backward_prefetch",
                             .unit = v,
                             .gather = ag,
                             .policy_on = 0,
                             .opportunity = opp_compute,
                             .need_after = need_lo};
-        if (t->cfg->backward_prefetch == FC_PREFETCH_PRE && pre_opp) {
+        if (t->bwd_prefetch == FC_PREFETCH_PRE && pre_opp) {
             int lo = p + 1 < t->ns ? end_bwd(x, k, p + 1) : fwd_end;
             int own_gather = reshards(t, u) ? unit_slot(x, k, u, AG_BWD)->at : -1;  // u's own gather comes first
             if (own_gather > lo) lo = own_gather;
             pc.policy = "backward_prefetch pre";
             pc.policy_on = 1, pc.window_lo = lo, pc.window_hi = opp_compute;
-        } else if (t->cfg->backward_prefetch == FC_PREFETCH_POST && post_opp) {
+        } else if (t->bwd_prefetch == FC_PREFETCH_POST && post_opp && !(late && !x->ev[ag].prefetch)) {
+            // (late: u's post-backward, which prefetches, may run after v's own
+            // pre-backward gathered v at need, unflagged)
             pc.policy = "backward_prefetch post";
             pc.policy_on = 1, pc.window_lo = opp_compute, pc.window_hi = syncs ? rs : bwd_slot(x, k, p - 1)->at;
         }

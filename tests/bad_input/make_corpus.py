@@ -31,6 +31,7 @@ kind says how run.sh feeds it to fsdpcheck (see run.sh), path is relative to
 tests/bad_input, names is the file the one-line message must name, expect a
 word or phrase of the problem it must state.
 """
+
 import hashlib
 import json
 import os
@@ -42,6 +43,11 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = []
+
+
+def slurp(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
 
 
 def write(path, data):
@@ -59,9 +65,10 @@ def case(kind, path, names, expect, data=None):
 
 # ---- safetensors ------------------------------------------------------------
 
+
 def st_parse(blob):
     n = struct.unpack("<Q", blob[:8])[0]
-    return json.loads(blob[8:8 + n]), blob[8 + n:]
+    return json.loads(blob[8 : 8 + n]), blob[8 + n :]
 
 
 def st_build(header, data, pad=True):
@@ -111,13 +118,16 @@ def safetensors_cases(kind, where, good, fname, names, only=None):
     put("trailing_bytes", st_build(hdr, data + b"\0" * 16), "trailing")
     h = json.loads(json.dumps(hdr))
     t1 = tensors[1]
-    h[t1]["data_offsets"] = [h[t0]["data_offsets"][0], h[t0]["data_offsets"][0] + (h[t1]["data_offsets"][1] - h[t1]["data_offsets"][0])]
+    h[t1]["data_offsets"] = [
+        h[t0]["data_offsets"][0],
+        h[t0]["data_offsets"][0] + (h[t1]["data_offsets"][1] - h[t1]["data_offsets"][0]),
+    ]
     put("overlapping_tensors", st_build(h, data), "overlap")
     raw = st_build(hdr, data)
     n = struct.unpack("<Q", raw[:8])[0]
-    dup = raw[8:8 + n].decode().rstrip(" ")
+    dup = raw[8 : 8 + n].decode().rstrip(" ")
     first = dup.index('"' + t0 + '"')
-    dup = dup[:-1] + "," + dup[first:first + dup[first:].index("}") + 1] + "}"
+    dup = dup[:-1] + "," + dup[first : first + dup[first:].index("}") + 1] + "}"
     put("duplicate_name", struct.pack("<Q", len(dup)) + dup.encode() + data, "duplicate")
     return hdr, data
 
@@ -137,7 +147,7 @@ def fix_offsets(hdr, keep):
 
 
 def slice_data(hdr, data, keep):
-    return b"".join(data[hdr[k]["data_offsets"][0]:hdr[k]["data_offsets"][1]] for k in keep)
+    return b"".join(data[hdr[k]["data_offsets"][0] : hdr[k]["data_offsets"][1]] for k in keep)
 
 
 def semantic_st(hdr, data, drop=None, reshape=None, retype=None, extra=None):
@@ -158,23 +168,49 @@ def semantic_st(hdr, data, drop=None, reshape=None, retype=None, extra=None):
 
 # ---- the cases ----------------------------------------------------------------
 
+
 def model_cases():
     k = "model"
     case(k, "model_config/empty.json", "empty.json", "JSON", "")
     case(k, "model_config/not_json.json", "not_json.json", "JSON", "model_type: gpt2\n")
     case(k, "model_config/truncated.json", "truncated.json", "JSON", '{"model_type": "gpt2", "n_embd": 16, "n_la')
     case(k, "model_config/array.json", "array.json", "object", "[13, 17, 11, 7]")
-    case(k, "model_config/unknown_model_type.json", "unknown_model_type.json", "model_type",
-         '{"model_type": "llama", "hidden_size": 16}')
+    case(
+        k,
+        "model_config/unknown_model_type.json",
+        "unknown_model_type.json",
+        "model_type",
+        '{"model_type": "llama", "hidden_size": 16}',
+    )
     case(k, "model_config/no_model_type.json", "no_model_type.json", "model_type", '{"dims": [13, 17, 11, 7]}')
-    case(k, "model_config/mlp_one_dim.json", "mlp_one_dim.json", "dims",
-         '{"model_type": "fsdpcheck-mlp", "dims": [13]}')
-    case(k, "model_config/mlp_zero_dim.json", "mlp_zero_dim.json", "dims",
-         '{"model_type": "fsdpcheck-mlp", "dims": [13, 0, 7]}')
-    case(k, "model_config/mlp_dim_string.json", "mlp_dim_string.json", "dims",
-         '{"model_type": "fsdpcheck-mlp", "dims": [13, "17", 7]}')
-    gpt2 = {"model_type": "gpt2", "vocab_size": 97, "n_positions": 32, "n_embd": 16, "n_layer": 2, "n_head": 4,
-            "layer_norm_epsilon": 1e-05, "activation_function": "gelu_new", "tie_word_embeddings": True}
+    case(
+        k, "model_config/mlp_one_dim.json", "mlp_one_dim.json", "dims", '{"model_type": "fsdpcheck-mlp", "dims": [13]}'
+    )
+    case(
+        k,
+        "model_config/mlp_zero_dim.json",
+        "mlp_zero_dim.json",
+        "dims",
+        '{"model_type": "fsdpcheck-mlp", "dims": [13, 0, 7]}',
+    )
+    case(
+        k,
+        "model_config/mlp_dim_string.json",
+        "mlp_dim_string.json",
+        "dims",
+        '{"model_type": "fsdpcheck-mlp", "dims": [13, "17", 7]}',
+    )
+    gpt2 = {
+        "model_type": "gpt2",
+        "vocab_size": 97,
+        "n_positions": 32,
+        "n_embd": 16,
+        "n_layer": 2,
+        "n_head": 4,
+        "layer_norm_epsilon": 1e-05,
+        "activation_function": "gelu_new",
+        "tie_word_embeddings": True,
+    }
 
     def g(name, expect, **kw):
         d = dict(gpt2)
@@ -189,19 +225,22 @@ def model_cases():
     g("gpt2_heads_not_dividing", "n_head", n_head=3)
     g("gpt2_negative_layers", "n_layer", n_layer=-2)
     g("gpt2_layers_float", "n_layer", n_layer=2.5)
-    g("gpt2_huge_vocab", "vocab_size", vocab_size=10 ** 12)
+    g("gpt2_huge_vocab", "vocab_size", vocab_size=10**12)
     g("gpt2_activation_relu", "activation_function", activation_function="relu")
     g("gpt2_epsilon_string", "layer_norm_epsilon", layer_norm_epsilon="1e-5")
-    case(k, "model_config/trailing_garbage.json", "trailing_garbage.json", "JSON",
-         json.dumps(gpt2) + " }")
-    case(k, "model_config/duplicate_key.json", "duplicate_key.json", "n_embd",
-         json.dumps(gpt2)[:-1] + ', "n_embd": 32}')
+    case(k, "model_config/trailing_garbage.json", "trailing_garbage.json", "JSON", json.dumps(gpt2) + " }")
+    case(
+        k, "model_config/duplicate_key.json", "duplicate_key.json", "n_embd", json.dumps(gpt2)[:-1] + ', "n_embd": 32}'
+    )
 
 
 def fsdp_cases():
     k = "fsdp"
-    base = {"fsdp_sharding_strategy": "FULL_SHARD", "fsdp_backward_prefetch": "BACKWARD_PRE",
-            "fsdp_transformer_layer_cls_to_wrap": "Linear"}
+    base = {
+        "fsdp_sharding_strategy": "FULL_SHARD",
+        "fsdp_backward_prefetch": "BACKWARD_PRE",
+        "fsdp_transformer_layer_cls_to_wrap": "Linear",
+    }
 
     def f(name, expect, text=None, **kw):
         if text is None:
@@ -246,7 +285,7 @@ def manifest_with(man_text, changed):
 
 def trace_cases(tdir):
     k = "trace"
-    tj = json.load(open(os.path.join(tdir, "trace.json")))
+    tj = json.loads(slurp(os.path.join(tdir, "trace.json")))
 
     def t(name, expect, text=None, mutate=None):
         if text is None:
@@ -266,8 +305,11 @@ def trace_cases(tdir):
     t("config_strategy_unknown", "strategy", mutate=lambda d: d["config"].update(strategy="zero3"))
     t("units_wrong_numel", "numel", mutate=lambda d: d["units"][0].update(numel=d["units"][0]["numel"] + 1))
     t("units_missing", "units", mutate=lambda d: d["units"].pop())
-    t("batch_not_dividing", "global", mutate=lambda d: (d.update(world_size=3),
-                                                          d["config"].update(strategy="full_shard")))
+    t(
+        "batch_not_dividing",
+        "global",
+        mutate=lambda d: (d.update(world_size=3), d["config"].update(strategy="full_shard")),
+    )
     t("trailing_garbage", "JSON", json.dumps(tj) + "\n}")
     # Not yet here: a key given twice in trace.json (two "world_size"s) is
     # accepted, the first one winning; oracle/tracefile.c does not yet refuse
@@ -275,45 +317,95 @@ def trace_cases(tdir):
     t("model_not_object", "model", mutate=lambda d: d["config"].update(model="mlp-tiny.json"))
 
     # the trace's safetensors files: init.safetensors and a step file
-    init = open(os.path.join(tdir, "init.safetensors"), "rb").read()
+    init = slurp(os.path.join(tdir, "init.safetensors"), "rb")
     # the same reader as run --init (all its variants are under init_safetensors/):
     # here a few, to see that compare passes its refusals on
     few = ("empty", "header_not_json", "truncated_data", "duplicate_name")
     safetensors_cases("trace", "trace_init", init, "init.safetensors", "init.safetensors", few)
     hdr, data = st_parse(init)
-    case(k, "trace_init/missing_param/init.safetensors", "init.safetensors", "missing",
-         semantic_st(hdr, data, drop="layers.1.bias"))
-    step = open(os.path.join(tdir, "step-000001.safetensors"), "rb").read()
+    case(
+        k,
+        "trace_init/missing_param/init.safetensors",
+        "init.safetensors",
+        "missing",
+        semantic_st(hdr, data, drop="layers.1.bias"),
+    )
+    step = slurp(os.path.join(tdir, "step-000001.safetensors"), "rb")
     safetensors_cases("trace", "trace_step", step, "step-000001.safetensors", "step-000001.safetensors", few)
     hdr, data = st_parse(step)
-    case(k, "trace_step/missing_grad/step-000001.safetensors", "step-000001.safetensors", "grad.layers.1.weight",
-         semantic_st(hdr, data, drop="grad.layers.1.weight"))
-    case(k, "trace_step/missing_loss/step-000001.safetensors", "step-000001.safetensors", "loss",
-         semantic_st(hdr, data, drop="loss"))
-    case(k, "trace_step/grad_wrong_shape/step-000001.safetensors", "step-000001.safetensors", "shape",
-         semantic_st(hdr, data, reshape=("grad.layers.0.weight", [3, 2])))
-    case(k, "trace_step/loss_int/step-000001.safetensors", "step-000001.safetensors", "loss",
-         semantic_st(hdr, data, retype=("loss", "I32")))
-    case(k, "trace_step/target_float/step-000001.safetensors", "step-000001.safetensors", "batch.target",
-         semantic_st(hdr, data, retype=("batch.target", "F32")))
+    case(
+        k,
+        "trace_step/missing_grad/step-000001.safetensors",
+        "step-000001.safetensors",
+        "grad.layers.1.weight",
+        semantic_st(hdr, data, drop="grad.layers.1.weight"),
+    )
+    case(
+        k,
+        "trace_step/missing_loss/step-000001.safetensors",
+        "step-000001.safetensors",
+        "loss",
+        semantic_st(hdr, data, drop="loss"),
+    )
+    case(
+        k,
+        "trace_step/grad_wrong_shape/step-000001.safetensors",
+        "step-000001.safetensors",
+        "shape",
+        semantic_st(hdr, data, reshape=("grad.layers.0.weight", [3, 2])),
+    )
+    case(
+        k,
+        "trace_step/loss_int/step-000001.safetensors",
+        "step-000001.safetensors",
+        "loss",
+        semantic_st(hdr, data, retype=("loss", "I32")),
+    )
+    case(
+        k,
+        "trace_step/target_float/step-000001.safetensors",
+        "step-000001.safetensors",
+        "batch.target",
+        semantic_st(hdr, data, retype=("batch.target", "F32")),
+    )
 
 
 def init_cases(tdir):
-    init = open(os.path.join(tdir, "init.safetensors"), "rb").read()
+    init = slurp(os.path.join(tdir, "init.safetensors"), "rb")
     hdr, data = safetensors_cases("init", "init_safetensors", init, None, None)
     k = "init"
-    case(k, "init_safetensors/missing_param.safetensors", "missing_param.safetensors", "missing",
-         semantic_st(hdr, data, drop="layers.1.weight"))
-    case(k, "init_safetensors/wrong_shape.safetensors", "wrong_shape.safetensors", "shape",
-         semantic_st(hdr, data, reshape=("layers.0.weight", [3, 2])))
-    case(k, "init_safetensors/int_dtype.safetensors", "int_dtype.safetensors", "layers.0.bias",
-         semantic_st(hdr, data, retype=("layers.0.bias", "I32")))
-    case(k, "init_safetensors/extra_tensor.safetensors", "extra_tensor.safetensors", "not a parameter",
-         semantic_st(hdr, data, extra="layers.3.weight"))
+    case(
+        k,
+        "init_safetensors/missing_param.safetensors",
+        "missing_param.safetensors",
+        "missing",
+        semantic_st(hdr, data, drop="layers.1.weight"),
+    )
+    case(
+        k,
+        "init_safetensors/wrong_shape.safetensors",
+        "wrong_shape.safetensors",
+        "shape",
+        semantic_st(hdr, data, reshape=("layers.0.weight", [3, 2])),
+    )
+    case(
+        k,
+        "init_safetensors/int_dtype.safetensors",
+        "int_dtype.safetensors",
+        "layers.0.bias",
+        semantic_st(hdr, data, retype=("layers.0.bias", "I32")),
+    )
+    case(
+        k,
+        "init_safetensors/extra_tensor.safetensors",
+        "extra_tensor.safetensors",
+        "not a parameter",
+        semantic_st(hdr, data, extra="layers.3.weight"),
+    )
 
 
 def ckpt_cases(cdir, kind, where, data_file):
-    man = open(os.path.join(cdir, "fsdpcheck.json")).read()
+    man = slurp(os.path.join(cdir, "fsdpcheck.json"))
     m = json.loads(man)
 
     def mf(name, expect, text=None, mutate=None):
@@ -331,11 +423,18 @@ def ckpt_cases(cdir, kind, where, data_file):
     mf("manifest_version_9", "version", mutate=lambda d: d.update(version=9))
     mf("manifest_step_negative", "step", mutate=lambda d: d.update(step=-3, data_position=-3))
     mf("manifest_file_in_subdir", "name", mutate=lambda d: d["files"][1].update(name="../" + d["files"][1]["name"]))
-    mf("manifest_file_missing", "nosuch.safetensors",
-       mutate=lambda d: d["files"].append({"name": "nosuch.safetensors", "bytes": 8, "sha256": "0" * 64}))
+    mf(
+        "manifest_file_missing",
+        "nosuch.safetensors",
+        mutate=lambda d: d["files"].append({"name": "nosuch.safetensors", "bytes": 8, "sha256": "0" * 64}),
+    )
     mf("manifest_sha256_short", "sha256", mutate=lambda d: d["files"][1].update(sha256="abc"))
     names = m["files"][1]["name"]  # the file whose size no longer matches is named
-    mf("manifest_bytes_wrong", "the manifest says", mutate=lambda d: d["files"][1].update(bytes=d["files"][1]["bytes"] + 1))
+    mf(
+        "manifest_bytes_wrong",
+        "the manifest says",
+        mutate=lambda d: d["files"][1].update(bytes=d["files"][1]["bytes"] + 1),
+    )
     names = "fsdpcheck.json"
     mf("manifest_trailing_garbage", "JSON", man + "\n}")
     mf("manifest_duplicate_key", "step", man.rstrip()[:-1] + ', "step": 7}')
@@ -343,7 +442,7 @@ def ckpt_cases(cdir, kind, where, data_file):
     mf("manifest_state_names_sgd", "state", mutate=lambda d: d["optimizer"].update(state=["momentum_buffer"]))
 
     # a data file changed after it was written: its hash no longer matches
-    blob = open(os.path.join(cdir, data_file), "rb").read()
+    blob = slurp(os.path.join(cdir, data_file), "rb")
     flipped = bytearray(blob)
     flipped[-3] ^= 0x40
     case(kind, f"{where}/data_bit_flip/{data_file}", data_file, "SHA-256", bytes(flipped))
@@ -372,15 +471,34 @@ def main():
     fsdpcheck = os.path.abspath(sys.argv[1])
     mpiexec = sys.argv[2] if len(sys.argv) > 2 else "mpiexec"
     for d in os.listdir(HERE):
-        if os.path.isdir(os.path.join(HERE, d)):
+        # torch/ is the adapter's corpus, written by torch/make.py: not ours to clear
+        if d != "torch" and os.path.isdir(os.path.join(HERE, d)):
             shutil.rmtree(os.path.join(HERE, d))
     tmp = tempfile.mkdtemp(prefix="fc_bad_input.")
     try:
         micro = ["--model", "mlp-micro"]
         run([fsdpcheck, "run", *micro, "--steps", "2", "--trace", "T", "--quiet"], tmp)
         run([fsdpcheck, "run", *micro, "--steps", "2", "--save", "C", "--quiet"], tmp)
-        run([mpiexec, "-n", "2", fsdpcheck, "run", *micro, "--strategy", "full_shard", "--steps", "2", "--save",
-             "C2", "--state-dict", "sharded", "--quiet"], tmp)
+        run(
+            [
+                mpiexec,
+                "-n",
+                "2",
+                fsdpcheck,
+                "run",
+                *micro,
+                "--strategy",
+                "full_shard",
+                "--steps",
+                "2",
+                "--save",
+                "C2",
+                "--state-dict",
+                "sharded",
+                "--quiet",
+            ],
+            tmp,
+        )
         model_cases()
         fsdp_cases()
         init_cases(os.path.join(tmp, "T"))
@@ -390,10 +508,11 @@ def main():
     finally:
         shutil.rmtree(tmp)
     with open(os.path.join(HERE, "CASES"), "w") as f:
-        f.write("# tests/bad_input/CASES, written by make_corpus.py: kind, path, the file the message\n"
-                "# must name, a word of the problem it must state (tab-separated)\n")
-        for c in CASES:
-            f.write("\t".join(c) + "\n")
+        f.write(
+            "# tests/bad_input/CASES, written by make_corpus.py: kind, path, the file the message\n"
+            "# must name, a word of the problem it must state (tab-separated)\n"
+        )
+        f.writelines("\t".join(c) + "\n" for c in CASES)
     print(f"{len(CASES)} cases")
 
 

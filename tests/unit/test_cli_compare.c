@@ -348,6 +348,8 @@ Test(compare, sensitivity_finds_the_smallest_delta_caught) {
     expect_usage("sensitivity needs two trace directories");
     cr_expect_eq(fsdpcheck(ARGS("sensitivity", "--bogus", a, b)), 2);
     expect_usage("sensitivity: unknown flag --bogus");
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", a, b, "--threads")), 2);
+    expect_usage("sensitivity: --threads needs a value");
 }
 
 Test(compare, w2_full_shard_is_close_to_local_but_not_bitwise) {

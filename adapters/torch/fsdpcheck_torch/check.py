@@ -3,7 +3,7 @@
 
   fsdpcheck-torch check --api fsdp1|fsdp2 [-n W] [--device D] [--backend B]
       [run flags] [--inject FAULT] [--ckpt-at K] [--force-sum-reduction]
-      [--optim-state-offload] [--keep DIR] [--report FILE.md]
+      [--optim-state-offload] [--schedule] [--keep DIR] [--report FILE.md]
       [--fsdpcheck PATH] [--mpiexec PATH] [--quiet]
 
 The reference runs as `mpiexec -n W fsdpcheck run [run flags] --trace DIR/ref`
@@ -11,6 +11,9 @@ with the gradient divide the torch API uses (FSDP1: pre/post factors; FSDP2 in
 fp32/bf16: one AVG collective, which gloo computes as a sum then a divide;
 fp16: pre/post), unless --divide is given. Torch then runs with
 `torchrun --nproc-per-node W -m fsdpcheck_torch run ... --like DIR/ref`.
+--schedule also records the collectives torch FSDP issues (run --comm-log) and
+judges them with `fsdpcheck schedule --api torch-fsdpN` (P10, the oracle's own
+rules): the check fails if either the numbers or the schedule do.
 """
 
 import contextlib
@@ -36,6 +39,7 @@ OWN = {
     "--ckpt-at": True,
     "--force-sum-reduction": False,
     "--optim-state-offload": False,
+    "--schedule": False,
     "--keep": True,
     "--report": True,
     "--fsdpcheck": True,
@@ -143,6 +147,8 @@ def parse(argv):
     if not timeout > 0 or timeout == float("inf"):
         raise UsageError(f"--timeout {t}: must be a positive, finite number of seconds")
     opts["--timeout"] = timeout
+    if opts.get("--schedule") and "--ckpt-at" in opts:
+        raise UsageError("--schedule with --ckpt-at: the schedule is recorded for one model, not across a reload")
     # FSDP's default strategy (fsdpcheck run's default is local, which is not FSDP);
     # a --strategy or an fsdp_config sharding_strategy later in the flags wins
     flags = ["--strategy", "full_shard"] + flags
@@ -183,6 +189,8 @@ class Job:
         for k in TORCH_PASS_BOOL:
             if self.opts.get(k):
                 a.append(k)
+        if self.opts.get("--schedule"):
+            a.append("--comm-log")
         return a + self.flags + ["--like", self.ref_dir, "--trace", self.torch_dir]
 
     def cleanup(self):
@@ -421,7 +429,20 @@ def judge(job, p, fails, fsdpcheck, env):
         bug = gloo_avg_bug(job)
         if bug:
             text += bug + "\n"
+    if job.opts.get("--schedule"):
+        src, stext = schedule(job, fsdpcheck, env)
+        rc, text = max(rc, src), text + stext
     return rc, text
+
+
+def schedule(job, fsdpcheck, env):
+    """`fsdpcheck schedule` on the comm log the torch run recorded: (0 or 1, its output)."""
+    log = os.path.join(job.torch_dir, "commlog.jsonl")
+    cmd = [fsdpcheck, "schedule", log, "--world", str(job.world), "--api", f"torch-{job.api}", *job.flags]
+    p = run_bounded(cmd, env, job.timeout, "fsdpcheck schedule")
+    if p.returncode == 2:
+        raise RuntimeError(f"fsdpcheck schedule refused the comm log: {p.stderr.strip() or p.stdout.strip()}")
+    return p.returncode, p.stdout + p.stderr
 
 
 def outcome(e):

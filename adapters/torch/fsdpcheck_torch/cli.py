@@ -35,6 +35,7 @@ RUN_OWN = {
     "--ckpt-at": True,
     "--force-sum-reduction": False,
     "--optim-state-offload": False,
+    "--comm-log": False,
 }
 
 
@@ -91,6 +92,17 @@ def parse_run(argv, world):
     a.inject, a.ckpt_at, a.force_sum_reduction = inject, ckpt_at, bool(opts.get("--force-sum-reduction"))
     a.extras = extras
     a.optim_state_offload = bool(opts.get("--optim-state-offload"))
+    a.comm_log = bool(opts.get("--comm-log"))
+    if a.comm_log and ckpt_at:
+        raise UsageError("--comm-log with --ckpt-at: the schedule is recorded for one model, not across a reload")
+    if a.comm_log and cfg["model"].get("model_type") != "gpt2":
+        raise UsageError("--comm-log: recorded for gpt2 models (their stages are known to the recorder)")
+    if a.comm_log:
+        from .commlog import refusal
+
+        why = refusal(api)
+        if why:
+            raise UsageError(why)
     return a, cfg, ref
 
 

@@ -108,7 +108,15 @@ class Run:
         model = M.build(self.mcfg)
         M.load_init(model, init, self.names)
         model.to(self.device)
+        record = getattr(self.args, "comm_log", False)
+        if record:  # the units and stages as the reference numbers them, before FSDP1 wraps them
+            units, stages = [model, *M.unit_modules(model, self.mcfg)], M.stage_modules(model, self.mcfg)
         model = self.wrap_fsdp1(model) if self.api == "fsdp1" else self.wrap_fsdp2(model)
+        if record:
+            from .commlog import CommLog
+
+            self.commlog = CommLog(self.rank, self.W, self.F, units, stages)
+            self.commlog.install(self.api)
         return model
 
     def wrap_fsdp1(self, model):
@@ -169,7 +177,9 @@ class Run:
             fully_shard(u, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
         fully_shard(model, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
         if c["forward_prefetch"]:
-            for a, b in itertools.pairwise(units):
+            # each unit prefetches the next in forward, the root (whose embedding
+            # runs first) the first block, as FSDP1 and the reference do
+            for a, b in itertools.pairwise([model, *units]):
                 a.set_modules_to_forward_prefetch([b])
         if c["backward_prefetch"] == "pre":
             for a, b in zip(units[1:], units):
@@ -367,6 +377,8 @@ class Run:
             tracefile.write_init(out, {n: init[n] for n in self.names})
         self.timing["trace_write"] += time.perf_counter() - t0
         gpt2 = self.mcfg.get("model_type") == "gpt2"
+        rec = getattr(self, "commlog", None)  # --comm-log: the step's schedule (commlog.py)
+        phase = rec.set_phase if rec else (lambda p: None)
         for step in range(c["steps"]):
             if self.args.ckpt_at and step == self.args.ckpt_at:
                 d = os.path.join(out, "ckpt")
@@ -378,7 +390,11 @@ class Run:
             optim.zero_grad(set_to_none=True)
             mb = inp.shape[0] // K
             loss_sum = 0.0
+            if rec:
+                rec.begin_step(step)
             for k in range(K):
+                if rec:
+                    rec.begin_micro(k)
                 x = inp[k * mb : (k + 1) * mb].to(self.device)
                 y = tgt[k * mb : (k + 1) * mb].long().to(self.device)
                 if gpt2:
@@ -393,6 +409,7 @@ class Run:
                     model.set_is_last_backward(k == K - 1)
                     ctx = _null()
                 with ctx:
+                    phase("forward")
                     loss = M.loss_of(model, self.mcfg, x, y)
                     if self.fault == "hang" and step == 0 and self.rank == self.W - 1:
                         time.sleep(1e6)  # the others wait for it in the first collective
@@ -400,13 +417,20 @@ class Run:
                         import ctypes
 
                         ctypes.string_at(0)  # reads address 0: SIGSEGV
+                    phase("backward")
                     (loss / K).backward() if K > 1 else loss.backward()
+                    phase(None)
                 loss_sum += float(loss.detach().float().cpu())
             t0 = time.perf_counter()
             grads = self.full_grads(model)
             self.timing["gather"] += time.perf_counter() - t0
+            phase("clip")
             grad_norm = clip_grad_norm(model, c, self.api == "fsdp1") if c["clip_grad_norm"] > 0 else None
+            phase("optim")
             optim.step()
+            if rec:
+                rec.optimizer_stepped()
+            phase(None)
             t0 = time.perf_counter()
             params = self.full_params(model)
             states, _ = self.full_optim_state(model, optim)
@@ -440,6 +464,15 @@ class Run:
         rss = [None] * self.W
         dist.all_gather_object(rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)
         self.peak_rss_mib = rss
+        if rec:
+            rec.uninstall()
+            rec.write(os.path.join(out, f"commlog.rank{self.rank}.jsonl"))
+            dist.barrier()
+            if self.rank == 0:
+                from .commlog import gather_to
+
+                parts = [os.path.join(out, f"commlog.rank{r}.jsonl") for r in range(self.W)]
+                gather_to(os.path.join(out, "commlog.jsonl"), parts)
         if self.rank == 0:
             self.finish(out, c["steps"])
         if self.fault == "abort_at_exit":

@@ -95,6 +95,17 @@ def unit_modules(model, model_cfg):
     return list(model.layers)
 
 
+def stage_modules(model, model_cfg):
+    """(module, unit) per stage of the forward pass, as the reference numbers
+    them (core/model.h): gpt2's embedding (the root unit 0), its blocks (units
+    1..L), its head (the root again); mlp's layers (units 0..). A stage's
+    forward starts when its module's does."""
+    if model_cfg.get("model_type") == "gpt2":
+        t = model.transformer
+        return [(t.wte, 0), *((b, i + 1) for i, b in enumerate(t.h)), (t.ln_f, 0)]
+    return [(m, i) for i, m in enumerate(model.layers)]
+
+
 def load_init(model, init, names):
     """Copies the trace's initial weights (name -> fp32 tensor) into the model.
     Every model parameter must be in `names` (the tied lm_head is wte)."""

@@ -301,14 +301,19 @@ def train(opts, cfg, ref, extras, fsdp, argv):
         }
         tracefile.write_trace_json(out, "hf-trainer", world, steps, c, ref.units, info)
     if not fsdp_applied:
-        # Accelerate turns FSDP on only for accelerator distributed types
-        # (MULTI_GPU, MULTI_HPU, MULTI_XPU, ...): on the CPU (MULTI_CPU) the
-        # Trainer silently wraps the model in DDP and ignores fsdp=/fsdp_config.
+        # Accelerate applies fsdp=/fsdp_config only for its multi-process
+        # accelerator types (MULTI_GPU, MULTI_HPU, MULTI_XPU, ...); elsewhere the
+        # Trainer silently wraps the model in DDP. Seen: MULTI_CPU on the CPU,
+        # and on one H200 under torchrun --nproc-per-node=1 (2026-11-25). The
+        # line names the type Accelerate chose, not a guess at why.
         if rank == 0:
+            dtype = getattr(getattr(trainer, "accelerator", None), "distributed_type", None)
+            dtype = getattr(dtype, "value", dtype)
             print(
-                f"fsdpcheck-torch: the Trainer wrapped the model in {cb.wrapped_as}, not FSDP: Accelerate "
-                f"enables FSDP only on an accelerator (its MULTI_CPU type ignores fsdp=); the trace in {out} "
-                "is of that DDP run" + ("" if opts.get("--allow-ddp") else " (--allow-ddp accepts it)"),
+                f"fsdpcheck-torch: the Trainer wrapped the model in {cb.wrapped_as}, not FSDP: Accelerate's "
+                f"distributed type was {dtype} at world size {world} (it applies fsdp= only to multi-process "
+                f"accelerator types such as MULTI_GPU); the trace in {out} "
+                "is of that run" + ("" if opts.get("--allow-ddp") else " (--allow-ddp accepts it)"),
                 file=sys.stderr,
             )
         return 0 if opts.get("--allow-ddp") else 2

@@ -167,6 +167,10 @@ def _alive(marker):
     return pids
 
 
+@pytest.mark.skipif(
+    os.environ.get("FSDPCHECK_TORCH_TESTS") == "quick",
+    reason="not in the quick selection: 26 s of waiting for --timeout, which no torch version changes",
+)
 def test_a_hung_rank_is_exit_3_and_no_worker_is_left(tmp_path):
     # --inject hang: the last rank sleeps in step 0, the other waits in its
     # collective; check stops the whole run at --timeout (torchrun's workers

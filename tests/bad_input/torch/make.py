@@ -61,9 +61,7 @@ def main():
     case(
         "init_f16",
         "init.safetensors",
-        lambda p: save_file(
-            {k: v.half() for k, v in load_file(f"{T}/init.safetensors").items()}, p
-        ),
+        lambda p: save_file({k: v.half() for k, v in load_file(f"{T}/init.safetensors").items()}, p),
     )
 
     def target_float(p):

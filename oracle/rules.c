@@ -1,0 +1,303 @@
+// oracle/rules.c — see rules.h. Every rule here is a table or a closed form;
+// none calls core/layout.c (fc_rules_disagree calls it only to compare).
+#include "rules.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check.h"
+
+// DESIGN §5's table, row for row.
+static const fc_rule_row ROWS[] = {
+    {FC_STRATEGY_LOCAL, 0, 0, 0},        {FC_STRATEGY_NO_SHARD, 0, 0, 0},
+    {FC_STRATEGY_FULL_SHARD, 1, 1, 0},   {FC_STRATEGY_SHARD_GRAD_OP, 1, 0, 0},
+    {FC_STRATEGY_HYBRID_SHARD, 1, 1, 1}, {FC_STRATEGY_HYBRID_SHARD_ZERO2, 1, 0, 1},
+};
+
+const fc_rule_row *fc_rule_row_of(fc_strategy s) {
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++)
+        if (ROWS[i].strategy == s) return &ROWS[i];
+    return &ROWS[0];  // unreachable for a validated config: local does nothing
+}
+
+fc_groups fc_rule_groups(const fc_run_config *cfg, int W, int rank) {
+    const fc_rule_row *r = fc_rule_row_of(cfg->strategy);
+    int F = 1;  // no_shard and local: every rank a replica of the whole model
+    if (r->gathers) F = (r->hybrid && cfg->shard_group > 0) ? cfg->shard_group : W;
+    fc_groups g = {.W = W, .rank = rank, .sharded = r->gathers, .hybrid = r->hybrid, .F = F};
+    g.R = W / F;
+    g.replica = rank / F;  // group g holds ranks gF .. gF + F - 1
+    g.shard_rank = rank - g.replica * F;
+    // the reduction layout: the shard group when sharded, else all W ranks
+    g.G = r->gathers ? F : W;
+    g.idx = r->gathers ? g.shard_rank : rank;
+    return g;
+}
+
+fc_unit_layout fc_rule_layout(size_t numel, const fc_groups *g) {
+    size_t G = (size_t)g->G;
+    fc_unit_layout l = {.numel = numel};
+    l.shard = numel / G + (numel % G != 0);
+    l.padded = G * l.shard;
+    l.own_off = (size_t)g->idx * l.shard;
+    l.own_valid = l.own_off >= numel ? 0 : numel - l.own_off;
+    if (l.own_valid > l.shard) l.own_valid = l.shard;
+    l.store = g->sharded ? l.shard : numel;
+    return l;
+}
+
+fc_unit_stages fc_rule_stages(const fc_model *m, int u) {
+    // forward runs stages 0..n-1, backward n-1..0: a unit's first backward use
+    // is its last forward one, and the other way round
+    int lo = -1, hi = -1;
+    for (int s = m->n_stages - 1; s >= 0; s--)
+        if (m->stages[s].unit == u) {
+            if (hi < 0) hi = s;
+            lo = s;
+        }
+    return (fc_unit_stages){.first_fwd = lo, .last_fwd = hi, .first_bwd = hi, .last_bwd = lo};
+}
+
+int fc_rule_frees_after_forward(fc_strategy s, const fc_model *m, int u) {
+    return fc_rule_row_of(s)->frees_after_fwd && u != m->root_unit;
+}
+
+int fc_rule_frees_after_forward_as(fc_sched_api api, fc_strategy s, const fc_model *m, int u) {
+    if (api == FC_API_TORCH_FSDP2) return fc_rule_row_of(s)->frees_after_fwd;
+    return fc_rule_frees_after_forward(s, m, u);
+}
+
+size_t fc_rule_fsdp2_shard(const fc_model *m, int u, int F) {
+    size_t n = 0;
+    const fc_unit *un = &m->units[u];
+    for (int i = 0; i < un->n_params; i++) {
+        const fc_param *p = &m->params[m->unit_params[un->first_param + i]];
+        size_t d0 = (size_t)p->shape[0], rest = p->numel / d0;
+        n += (d0 + (size_t)F - 1) / (size_t)F * rest;
+    }
+    return n;
+}
+
+int fc_rule_keeps_through_no_sync(fc_sched_api api, fc_strategy s) {
+    const fc_rule_row *r = fc_rule_row_of(s);
+    return api == FC_API_TORCH_FSDP1 && r->gathers && !r->frees_after_fwd;
+}
+
+int fc_rule_norm_reduced(fc_sched_api api, const fc_run_config *cfg) {
+    // no_shard: every rank holds the whole gradient, torch's clip is local
+    return api == FC_API_REFERENCE || (cfg->clip_grad_norm > 0 && fc_rule_row_of(cfg->strategy)->gathers);
+}
+
+fc_prefetch fc_rule_backward_prefetch_as(fc_sched_api api, const fc_run_config *cfg) {
+    return api == FC_API_TORCH_FSDP2 ? FC_PREFETCH_PRE : cfg->backward_prefetch;
+}
+
+int fc_rule_forward_prefetches_as(fc_sched_api api, const fc_run_config *cfg, int first_iteration) {
+    return cfg->forward_prefetch && !(api == FC_API_TORCH_FSDP1 && first_iteration);
+}
+
+int fc_rule_late_post_backward_as(fc_sched_api api, const fc_run_config *cfg, int first_iteration) {
+    return api == FC_API_TORCH_FSDP1 && fc_rule_forward_prefetches_as(api, cfg, first_iteration);
+}
+
+int fc_rule_limits_gathered_as(fc_sched_api api, const fc_run_config *cfg) {
+    return cfg->limit_all_gathers && api == FC_API_REFERENCE;
+}
+
+int fc_rule_norm_bytes_ok(fc_sched_api api, const fc_model *m, size_t bytes) {
+    if (bytes == fc_prec_size(FC_PREC_FP32) || bytes == sizeof(double)) return 1;
+    return api == FC_API_TORCH_FSDP2 && bytes == (size_t)m->n_params * fc_prec_size(FC_PREC_FP32);
+}
+
+// the units sorted by key (ascending), ties impossible: every unit has its own
+// first and its own last stage
+static int *units_by(const fc_model *m, const int *key) {
+    int n = m->n_units, *order = mallocCheck((size_t)n * sizeof *order), k = 0;
+    for (int u = 0; u < n; u++)
+        if (key[u] >= 0) order[k++] = u;
+    for (int i = 1; i < k; i++)  // insertion sort: a handful of units
+        for (int j = i; j > 0 && key[order[j - 1]] > key[order[j]]; j--) {
+            int x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    if (k < n) order[k] = -1;
+    return order;
+}
+
+void fc_rule_opportunities(const fc_model *m, int *fwd, int *bwd) {
+    int n = m->n_units;
+    int *first = mallocCheck((size_t)n * sizeof *first), *last_neg = mallocCheck((size_t)n * sizeof *last_neg);
+    for (int u = 0; u < n; u++) {
+        fc_unit_stages st = fc_rule_stages(m, u);
+        first[u] = st.first_fwd;
+        last_neg[u] =
+            st.last_fwd < 0 ? -1 : m->n_stages - st.last_fwd;  // backward's order: last forward use, descending
+        fwd[u] = bwd[u] = -1;
+    }
+    int *fo = units_by(m, first), *bo = units_by(m, last_neg);
+    // forward: unit i+1's opportunity is unit i's first forward stage
+    for (int i = 0; i + 1 < n && fo[i + 1] >= 0; i++) fwd[fo[i + 1]] = first[fo[i]];
+    // backward: the next unit's opportunity is the stage where backward reaches
+    // the current one (its last forward stage)
+    for (int i = 0; i + 1 < n && bo[i + 1] >= 0; i++) bwd[bo[i + 1]] = m->n_stages - last_neg[bo[i]];
+    free(fo);
+    free(bo);
+    free(first);
+    free(last_neg);
+}
+
+int fc_rule_prefetch_allowed(const fc_run_config *cfg, int alive) {
+    if (!cfg->limit_all_gathers) return 1;
+    return alive + 1 <= 2;  // the prefetched unit would be one more gathered
+}
+
+static int v2(int x) {  // the exponent of 2 in x > 0
+    int a = 0;
+    for (; x % 2 == 0; x /= 2) a++;
+    return a;
+}
+
+static int ceil_log4(int x) {  // the smallest c with 4^c >= x
+    int c = 0;
+    for (long p = 1; p < x; p *= 4) c++;
+    return c;
+}
+
+void fc_rule_divide(fc_divide d, int W, double *pre, double *post) {
+    if (d == FC_DIVIDE_AVG) {
+        *pre = W, *post = 1;
+    } else if (d == FC_DIVIDE_SUM_THEN_DIVIDE) {
+        *pre = 1, *post = W;
+    } else {
+        int k = v2(W) + 1 < ceil_log4(W) ? v2(W) + 1 : ceil_log4(W);
+        *pre = (double)(1 << k);
+        *post = W / *pre;
+    }
+}
+
+void fc_rule_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count) {
+    *count = cfg->global_batch / W;
+    *first = rank * (cfg->global_batch / W);
+}
+
+// ---------------------------------------------------------------------------
+// the two writings side by side
+
+#define DIFFER(what, fmt, core_v, rule_v)                                                                             \
+    fc_findings_add(out, "rules: %s: core/layout.c says " fmt ", the oracle's rules (oracle/rules.c) say " fmt, what, \
+                    core_v, rule_v)
+
+static int groups_differ(const fc_groups *a, const fc_groups *b) {
+    return a->W != b->W || a->rank != b->rank || a->sharded != b->sharded || a->hybrid != b->hybrid || a->F != b->F ||
+           a->R != b->R || a->shard_rank != b->shard_rank || a->replica != b->replica || a->G != b->G ||
+           a->idx != b->idx;
+}
+
+int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *out) {
+    int before = out->n;
+    const char *sname = fc_strategy_name(cfg->strategy);
+    // the whole table, whatever this case's strategy: a rule wrong for one
+    // strategy can also keep that strategy out of the sweep (the draw redraws
+    // what the config validator, which asks core/layout.c, refuses)
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
+        const fc_rule_row *row = &ROWS[i];
+        const char *rname = fc_strategy_name(row->strategy);
+        if (fc_strategy_sharded(row->strategy) != row->gathers)
+            DIFFER(rname, "gathers=%d", fc_strategy_sharded(row->strategy), row->gathers);
+        if (fc_strategy_hybrid(row->strategy) != row->hybrid)
+            DIFFER(rname, "hybrid=%d", fc_strategy_hybrid(row->strategy), row->hybrid);
+        if (fc_strategy_reshards(row->strategy) != row->frees_after_fwd)
+            DIFFER(rname, "frees after forward=%d", fc_strategy_reshards(row->strategy), row->frees_after_fwd);
+    }
+    fc_groups gc = fc_groups_of(cfg, W, rank), gr = fc_rule_groups(cfg, W, rank);
+    if (groups_differ(&gc, &gr))
+        fc_findings_add(out,
+                        "rules: groups of %s at W=%d rank %d: core/layout.c says F=%d R=%d G=%d idx=%d shard_rank=%d "
+                        "replica=%d, the oracle's rules (oracle/rules.c) say F=%d R=%d G=%d idx=%d shard_rank=%d "
+                        "replica=%d",
+                        sname, W, rank, gc.F, gc.R, gc.G, gc.idx, gc.shard_rank, gc.replica, gr.F, gr.R, gr.G, gr.idx,
+                        gr.shard_rank, gr.replica);
+    fc_model m;
+    fc_model_build(&m, &cfg->model);
+    int nu = m.n_units, *fo = mallocCheck((size_t)nu * sizeof *fo), *bo = mallocCheck((size_t)nu * sizeof *bo);
+    fc_unit_stages *st = mallocCheck((size_t)nu * sizeof *st);
+    for (int u = 0; u < nu; u++) st[u] = fc_unit_stages_of(&m, u);
+    fc_rule_opportunities(&m, fo, bo);
+    char what[96];
+    for (int u = 0; u < nu; u++) {
+        snprintf(what, sizeof what, "unit %d (%zu elements) over G=%d, chunk %d", u, m.units[u].numel, gr.G, gr.idx);
+        fc_unit_layout lc = fc_unit_layout_of(m.units[u].numel, &gr), lr = fc_rule_layout(m.units[u].numel, &gr);
+        if (lc.shard != lr.shard || lc.padded != lr.padded || lc.own_off != lr.own_off ||
+            lc.own_valid != lr.own_valid || lc.store != lr.store)
+            fc_findings_add(out,
+                            "rules: layout of %s: core/layout.c says S=%zu P=%zu offset %zu valid %zu store %zu, the "
+                            "oracle's rules (oracle/rules.c) say S=%zu P=%zu offset %zu valid %zu store %zu",
+                            what, lc.shard, lc.padded, lc.own_off, lc.own_valid, lc.store, lr.shard, lr.padded,
+                            lr.own_off, lr.own_valid, lr.store);
+        size_t first = 0, count = 0;
+        fc_flat_chunk(m.units[u].numel, gr.G, gr.idx, &first, &count);
+        if (first != lr.own_off || count != lr.own_valid) DIFFER(what, "chunk at %zu", first, lr.own_off);
+        fc_unit_stages sr = fc_rule_stages(&m, u);
+        snprintf(what, sizeof what, "stages of unit %d", u);
+        if (st[u].first_fwd != sr.first_fwd || st[u].last_fwd != sr.last_fwd || st[u].first_bwd != sr.first_bwd ||
+            st[u].last_bwd != sr.last_bwd)
+            fc_findings_add(out,
+                            "rules: %s: core/layout.c says forward %d..%d backward %d..%d, the oracle's rules "
+                            "(oracle/rules.c) say forward %d..%d backward %d..%d",
+                            what, st[u].first_fwd, st[u].last_fwd, st[u].first_bwd, st[u].last_bwd, sr.first_fwd,
+                            sr.last_fwd, sr.first_bwd, sr.last_bwd);
+        snprintf(what, sizeof what, "unit %d under %s", u, sname);
+        if (fc_reshard_after_forward(cfg->strategy, &m, u) != fc_rule_frees_after_forward(cfg->strategy, &m, u))
+            DIFFER(what, "freed after forward=%d", fc_reshard_after_forward(cfg->strategy, &m, u),
+                   fc_rule_frees_after_forward(cfg->strategy, &m, u));
+    }
+    // prefetch: the unit each stage's window prefetches, from the opportunities
+    for (int s = 0; s < m.n_stages; s++) {
+        int want_f = -1, want_b = -1;
+        for (int u = 0; u < nu; u++) {
+            if (fo[u] == s) want_f = u;
+            if (bo[u] == s) want_b = u;
+        }
+        int core_f = fc_next_forward_unit(&m, st, s), core_b = fc_next_backward_unit(&m, st, s);
+        snprintf(what, sizeof what, "forward prefetch at stage %d", s);
+        // the core's walk names a next unit at every stage; the opportunity is
+        // the first stage (in the pass's order) that names it
+        int core_first_f = core_f >= 0 && (s == 0 || fc_next_forward_unit(&m, st, s - 1) != core_f) ? core_f : -1;
+        if (core_first_f != want_f) DIFFER(what, "unit %d", core_first_f, want_f);
+        snprintf(what, sizeof what, "backward prefetch at stage %d", s);
+        int core_first_b =
+            core_b >= 0 && (s == m.n_stages - 1 || fc_next_backward_unit(&m, st, s + 1) != core_b) ? core_b : -1;
+        if (core_first_b != want_b) DIFFER(what, "unit %d", core_first_b, want_b);
+    }
+    for (int alive = 0; alive <= 3; alive++)
+        if (fc_limiter_allows_prefetch(cfg, alive) != fc_rule_prefetch_allowed(cfg, alive)) {
+            snprintf(what, sizeof what, "limit_all_gathers=%d with %d unit(s) gathered", cfg->limit_all_gathers, alive);
+            DIFFER(what, "prefetch allowed=%d", fc_limiter_allows_prefetch(cfg, alive),
+                   fc_rule_prefetch_allowed(cfg, alive));
+        }
+    for (int d = 0; d < 3; d++) {
+        double pc, qc, pr, qr;
+        fc_divide_factors((fc_divide)d, W, &pc, &qc);
+        fc_rule_divide((fc_divide)d, W, &pr, &qr);
+        if (pc != pr || qc != qr) {
+            snprintf(what, sizeof what, "divide %s at W=%d", fc_divide_name((fc_divide)d), W);
+            fc_findings_add(out,
+                            "rules: %s: core/layout.c says pre %g post %g, the oracle's rules (oracle/rules.c) say "
+                            "pre %g post %g",
+                            what, pc, qc, pr, qr);
+        }
+    }
+    int fc0, cc, fr, cr;
+    fc_rank_samples(cfg, W, rank, &fc0, &cc);
+    fc_rule_samples(cfg, W, rank, &fr, &cr);
+    if (fc0 != fr || cc != cr) {
+        snprintf(what, sizeof what, "samples of rank %d of %d (global batch %d)", rank, W, cfg->global_batch);
+        DIFFER(what, "first %d", fc0, fr);
+    }
+    free(st);
+    free(fo);
+    free(bo);
+    fc_model_free(&m);
+    return out->n - before;
+}

@@ -1,0 +1,112 @@
+// oracle/rules.h — FSDP's rules written a second time, for the oracle alone.
+//
+// Why twice: core/layout.c states the rules once for the implementations (the
+// reference engine and the CUDA port run them). If the oracle's theory (P10,
+// P11) asked those same functions what to expect, a wrong rule would be wrong
+// on both sides and pass: ZeRO-2 made to reshard after forward passed the whole
+// gate (issue 21). So the oracle states each rule again from DESIGN §5 and
+// PyTorch's documented semantics, deliberately written differently: tables and
+// closed forms, not the engine's scans. Nothing here calls core/layout.c; the
+// structs it fills (fc_groups, fc_unit_layout, fc_unit_stages) are only data.
+//
+// fc_rules_disagree() then compares the two writings for one configuration, and
+// P10 fails, naming both, wherever they differ: a mutant of core/layout.c is
+// caught there even where the numbers and the comm log cannot show it (the
+// divide factors' split, for one).
+#ifndef FC_ORACLE_RULES_H
+#define FC_ORACLE_RULES_H
+
+#include <stddef.h>
+
+#include "config.h"
+#include "layout.h"  // the fc_groups / fc_unit_layout / fc_unit_stages structs only
+#include "model.h"
+#include "theory.h"
+
+// One row of DESIGN §5's strategy table.
+typedef struct {
+    fc_strategy strategy;
+    int gathers;          // parameters are all-gathered before use (sharded)
+    int frees_after_fwd;  // ZeRO-3: a unit's gathered parameters are freed after forward
+    int hybrid;           // shard groups of F ranks, replicas all-reduce the shard
+} fc_rule_row;
+
+const fc_rule_row *fc_rule_row_of(fc_strategy s);
+
+// The groups, by DESIGN §5's closed forms (F, R = W/F, consecutive groups).
+fc_groups fc_rule_groups(const fc_run_config *cfg, int W, int rank);
+// A unit's flat layout: S = N / G rounded up, P = S G, chunk idx at idx S.
+fc_unit_layout fc_rule_layout(size_t numel, const fc_groups *g);
+// The stages of unit u in forward (first, last), and backward's mirror.
+fc_unit_stages fc_rule_stages(const fc_model *m, int u);
+// Whether unit u is freed after forward (the root never is: backward uses it
+// at once, FSDP1 keeps it unsharded).
+int fc_rule_frees_after_forward(fc_strategy s, const fc_model *m, int u);
+// Real FSDP's measured divergences from DESIGN §5 (torch 2.15), each for one
+// API alone (README, "Real FSDP's schedule"); for FC_API_REFERENCE each is the
+// rule above.
+//  - FSDP2 frees the root unit after forward too (reshard_after_forward on the
+//    root's fully_shard), and gathers it again first in backward.
+int fc_rule_frees_after_forward_as(fc_sched_api api, fc_strategy s, const fc_model *m, int u);
+//  - FSDP2 shards each parameter on dim 0 (a DTensor Shard(0)), each padded to
+//    a multiple of F: one rank's shard of unit u holds sum_p ceil(d0_p / F) *
+//    numel_p / d0_p elements, and the all-gather moves F of them.
+size_t fc_rule_fsdp2_shard(const fc_model *m, int u, int F);
+//  - FSDP1 keeps the parameters of a strategy that does not free after forward
+//    (SHARD_GRAD_OP, _HYBRID_SHARD_ZERO2) gathered through a no_sync
+//    micro-batch's backward: no free there, and no all-gather in the next
+//    micro-batch's forward (FSDP1's _should_free_in_backward).
+int fc_rule_keeps_through_no_sync(fc_sched_api api, fc_strategy s);
+//  - The total norm's all_reduce: the reference computes the norm every step
+//    (its trace records it); a torch loop only when it clips, and not under
+//    no_shard, where every rank holds the whole gradient (FSDP1's
+//    clip_grad_norm_ falls back to torch's local one).
+int fc_rule_norm_reduced(fc_sched_api api, const fc_run_config *cfg);
+//  - FSDP2 always prefetches one unit ahead in backward (its implicit
+//    prefetch): backward_prefetch none runs as pre there.
+fc_prefetch fc_rule_backward_prefetch_as(fc_sched_api api, const fc_run_config *cfg);
+//  - FSDP1 forward-prefetches by the order it recorded in its first forward:
+//    the first micro-batch of the process's first step gathers at need.
+int fc_rule_forward_prefetches_as(fc_sched_api api, const fc_run_config *cfg, int first_iteration);
+//  - Once FSDP1 forward-prefetches, a unit's post-backward (its free and
+//    reduce_scatter) may come after the next unit's pre-backward: the prefetch
+//    made the unit's parameter views before the previous unit's compute, so
+//    autograd, which runs later-made nodes first, accumulates that unit's
+//    gradient (FSDP1's post-backward hook is on its AccumulateGrad) only after
+//    it reached the previous unit. An at-need backward all-gather then follows
+//    the compute of the stage before it, not that stage's free and reduction.
+int fc_rule_late_post_backward_as(fc_sched_api api, const fc_run_config *cfg, int first_iteration);
+//  - FSDP1's limit_all_gathers bounds device work, not units gathered: before
+//    an all-gather it waits (CPU thread) for the free event of the all-gather
+//    two back (_FreeEventQueue); in issue order a third unit may be gathered,
+//    and without device events (gloo on CPU) it waits for nothing. DESIGN §5's
+//    bound (at most two units gathered) is the reference's; FSDP2 has none.
+int fc_rule_limits_gathered_as(fc_sched_api api, const fc_run_config *cfg);
+//  - The norm's bytes: 4 or 8 (one fp32 value, or the reference's fp64 partial
+//    sum); under FSDP2 torch's clip_grad_norm_ all-reduces the DTensor partial
+//    norms of every parameter at once, 4 bytes each.
+int fc_rule_norm_bytes_ok(fc_sched_api api, const fc_model *m, size_t bytes);
+
+// Prefetch opportunities, DESIGN §5: forward_prefetch issues unit i+1's
+// all-gather at unit i's forward, units in order of first forward use;
+// backward prefetch issues the all-gather of the unit backward reaches next at
+// the stage where backward reaches the current one. fwd[u] / bwd[u]: the
+// stage whose window may prefetch unit u, -1 for the first unit of each pass.
+void fc_rule_opportunities(const fc_model *m, int *fwd, int *bwd);
+// limit_all_gathers: at most two units' parameters gathered at once, so a
+// prefetch may go only if it makes at most two.
+int fc_rule_prefetch_allowed(const fc_run_config *cfg, int alive);
+// The divide factors (pre, post) of a divide mode at W ranks. prepost is
+// PyTorch FSDP1's _get_gradient_predivide_factor in closed form:
+// pre = 2^min(v2(W) + 1, ceil(log4 W)), post = W / pre.
+void fc_rule_divide(fc_divide d, int W, double *pre, double *post);
+// Data-parallel rank r's samples: the r-th of W equal, consecutive slices.
+void fc_rule_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count);
+
+// Compares core/layout.c with these rules for cfg at world W, seen from rank:
+// every rule the reference and the CUDA port run. Adds one finding per
+// disagreement ("core/layout.c says ..., the oracle's rules say ...") and
+// returns their number.
+int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *out);
+
+#endif
