@@ -16,7 +16,7 @@ fi
 if ! { [ -f "$VENV/.lock-hash" ] && [ "$(cat "$VENV/.lock-hash")" = "$HASH" ] && [ -x "$VENV/bin/ruff" ]; }; then
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --no-deps -r "$LOCK"
+  "$VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$LOCK"
   echo "$HASH" > "$VENV/.lock-hash"
 fi
 "$VENV/bin/ruff" --version

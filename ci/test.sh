@@ -12,8 +12,10 @@
 #   4. the PyTorch adapter (ci/torch.sh: FSDP1 and FSDP2 on the CPU against the reference,
 #      hypothesis properties of its parsers and trace reader with a fixed budget), on the
 #      pinned lock under coverage.py (fails below 90% of the adapter's lines, subprocesses
-#      included) and, quick, on the oldest supported torch/transformers pair;
+#      included);
 #   4b. the GPU runbook's dry run (bench/gpu/run.sh --dry-run all: every stage on the CPU);
+#   4c. the adapter, quick, on the oldest supported torch/transformers pair (where the disk
+#      is short, the pinned lock's clone-local venv is removed first);
 #   5. the package (ci/package.sh: the .deb, and the port template built against it alone);
 #   6. coverage (ci/coverage.sh: fails below 90% of lines in core/, reference/, oracle/).
 set -euo pipefail
@@ -23,9 +25,12 @@ JOBS=$(nproc)
 export HWLOC_COMPONENTS=-pci,-x86
 t0=$SECONDS
 STAGE=setup
+# free disk where the clone is, in GiB (each torch venv takes about 5 GiB: CI's disk ran out
+# once in the oldest pair's install while the pinned lock's venv was still there)
+free_gib() { df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }'; }
 stage() {
   STAGE=$*
-  echo "== [$((SECONDS - t0)) s] $*"
+  echo "== [$((SECONDS - t0)) s, $(free_gib) GiB free] $*"
 }
 # the last line of a failed run names its stage (a long log may be cut)
 trap 'rc=$?; [ "$rc" -ne 0 ] && echo "ci/test.sh: FAILED (exit $rc) in stage \"$STAGE\" after $((SECONDS - t0)) s"' EXIT
@@ -64,16 +69,23 @@ fi
 stage "the PyTorch adapter"
 bash ci/torch.sh
 
+stage "the GPU runbook, dry run: every stage of bench/gpu/run.sh on the CPU (reference, gloo, tiny sizes)"
+# the carried Debian packages (bench/gpu/prepare.sh) and the build against them alone
+bash bench/gpu/prepare.sh
+bash bench/gpu/run.sh --dry-run all
+
+# the pinned lock's venv is not needed after the GPU runbook's dry run: where the disk is short
+# (the oldest pair's venv and pip's download of its wheels need about 8 GiB), a clone-local one is
+# removed first (FSDPCHECK_TORCH_VENV, a venv kept outside the clone, is never touched)
+if [ -z "${FSDPCHECK_TORCH_VENV:-}" ] && [ -d .venv-torch ] && [ "$(free_gib)" -lt 16 ]; then
+  echo "ci/test.sh: $(free_gib) GiB free: removing .venv-torch before the oldest pair's venv (ci/torch.sh makes it again)"
+  rm -rf .venv-torch
+fi
 stage "the PyTorch adapter on the oldest supported pair (torch 2.7.1, transformers 4.56.2): quick selection"
 # the sweep is left out there: its random FSDP2 no_shard/HSDP cases fail on that torch by
 # pytorch#149781 (named, a true verdict), and the sweep test requires every case to pass
 FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-oldest.lock FSDPCHECK_TORCH_TESTS=quick \
   FSDPCHECK_TORCH_PYTEST_ARGS="--deselect=tests/test_sweep.py::test_sweep" bash ci/torch.sh
-
-stage "the GPU runbook, dry run: every stage of bench/gpu/run.sh on the CPU (reference, gloo, tiny sizes)"
-# the carried Debian packages (bench/gpu/prepare.sh) and the build against them alone
-bash bench/gpu/prepare.sh
-bash bench/gpu/run.sh --dry-run all
 
 stage "the package and the port template"
 bash ci/package.sh

@@ -43,7 +43,9 @@ else
   start=$(date +%s)
   rm -rf "$VENV"
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q --no-deps -r "$LOCK"
+  # no pip cache: it would keep a second copy of the wheels (about 3 GiB a lock) on a disk
+  # that CI has found short
+  "$VENV/bin/pip" install -q --no-cache-dir --no-deps -r "$LOCK"
   echo "$HASH" > "$VENV/.lock-hash"
   echo "installed the lock in $(( $(date +%s) - start )) s, $(du -sh "$VENV" | cut -f1)"
 fi
