@@ -694,8 +694,9 @@ static void add_uint_array(cJSON *obj, const char *key, const uint64_t *v, int n
 // Everything a reader would refuse is refused here first, so fc_st_write
 // never produces a file that fc_st_open rejects. Also returns the byte size
 // of each entry in sizes[].
+// need_data: each entry's data must be there (fc_st_write); a stream's come later.
 static int validate_entries(const char *path, const fc_st_entry *entries, int n,
-                            const fc_st_meta_kv *meta, int n_meta, size_t *sizes, fc_error *e) {
+                            const fc_st_meta_kv *meta, int n_meta, size_t *sizes, int need_data, fc_error *e) {
     if (n < 0 || n_meta < 0) return st_fail(path, e, "negative tensor or metadata count");
     if ((n > 0 && !entries) || (n_meta > 0 && !meta)) {
         return st_fail(path, e, "NULL entries or metadata with a nonzero count");
@@ -727,7 +728,7 @@ static int validate_entries(const char *path, const fc_st_entry *entries, int n,
             fc_add_size(total, sizes[i], &total) != 0 || total > (uint64_t)ST_MAX_JSON_INT) {
             return st_fail(path, e, "tensor '%s': data too large", show(en->name).s);
         }
-        if (sizes[i] > 0 && !en->data) {
+        if (need_data && sizes[i] > 0 && !en->data) {
             return st_fail(path, e, "tensor '%s': NULL data", show(en->name).s);
         }
     }
@@ -779,25 +780,16 @@ static char *build_header(const fc_st_entry *entries, int n, const fc_st_meta_kv
     return s;
 }
 
-// Writes the whole file body to fp. Returns 0, or -1 on a short write.
-static int write_body(FILE *fp, const uint8_t len_bytes[8], const char *json, size_t json_len,
-                      size_t pad, const fc_st_entry *entries, int n, const size_t *sizes) {
-    if (fwrite(len_bytes, 1, 8, fp) != 8 || fwrite(json, 1, json_len, fp) != json_len) return -1;
-    for (size_t i = 0; i < pad; i++)
-        if (fputc(' ', fp) == EOF) return -1;
-    for (int i = 0; i < n; i++)
-        if (sizes[i] > 0 && fwrite(entries[i].data, 1, sizes[i], fp) != sizes[i]) return -1;
-    return 0;
-}
-
-int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
-                int n_meta, fc_error *e) {
+// fc_st_stream: the header first, then each entry's bytes in entry order.
+static int stream_open(fc_st_stream *s, const char *path, const fc_st_entry *entries, int n,
+                       const fc_st_meta_kv *meta, int n_meta, int need_data, fc_error *e) {
+    memset(s, 0, sizeof *s);
     if (!path) return fc_fail(e, "fc_st_write: no path");
     if (!host_little_endian()) {
         return st_fail(path, e, "this host is big-endian; safetensors data is little-endian");
     }
     size_t *sizes = mallocCheck((size_t)(n > 0 ? n : 1) * sizeof *sizes);
-    if (validate_entries(path, entries, n, meta, n_meta, sizes, e) != 0) {
+    if (validate_entries(path, entries, n, meta, n_meta, sizes, need_data, e) != 0) {
         free(sizes);
         return -1;
     }
@@ -810,37 +802,90 @@ int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st
     // a name that is not UTF-8 would make a file every reader refuses
     int is_control;
     long long bad = bad_header_byte((const uint8_t *)json, json_len, &is_control);
+    int rc = 0;
     if (bad >= 0) {
-        st_fail(path, e, "a tensor name or metadata string is not valid UTF-8 (byte 0x%02x)",
-                (unsigned char)json[bad]);
-        cJSON_free(json);
+        rc = st_fail(path, e, "a tensor name or metadata string is not valid UTF-8 (byte 0x%02x)",
+                     (unsigned char)json[bad]);
+    } else if (hdr_len > FC_ST_MAX_HEADER) {
+        rc = st_fail(path, e, "header of %zu bytes exceeds the limit of %u", hdr_len, FC_ST_MAX_HEADER);
+    }
+    size_t tmp_cap = strlen(path) + 32;
+    char *tmp = mallocCheck(tmp_cap);
+    FILE *fp = rc ? NULL : fc_open_tmp(path, tmp, tmp_cap, e);
+    if (fp) {
+        uint8_t len_bytes[8];
+        for (int i = 0; i < 8; i++) len_bytes[i] = (uint8_t)((uint64_t)hdr_len >> (8 * i));
+        int ok = fwrite(len_bytes, 1, 8, fp) == 8 && fwrite(json, 1, json_len, fp) == json_len;
+        for (size_t i = 0; ok && i < pad; i++) ok = fputc(' ', fp) != EOF;
+        if (!ok) {
+            int err = errno;
+            fc_abort_tmp(fp, tmp);
+            fp = NULL;
+            st_fail(path, e, "cannot write %s: %s", tmp, strerror(err));
+        }
+    }
+    cJSON_free(json);
+    if (!fp) {
+        free(tmp);
         free(sizes);
         return -1;
     }
-    if (hdr_len > FC_ST_MAX_HEADER) {
-        cJSON_free(json);
-        free(sizes);
-        return st_fail(path, e, "header of %zu bytes exceeds the limit of %u", hdr_len,
-                       FC_ST_MAX_HEADER);
-    }
-    uint8_t len_bytes[8];
-    for (int i = 0; i < 8; i++) len_bytes[i] = (uint8_t)((uint64_t)hdr_len >> (8 * i));
+    *s = (fc_st_stream){fp, tmp, strdupCheck(path), sizes, n, 0};
+    return 0;
+}
 
-    size_t tmp_cap = strlen(path) + 32;
-    char *tmp = mallocCheck(tmp_cap);
-    int rc = -1;
-    FILE *fp = fc_open_tmp(path, tmp, tmp_cap, e);
-    if (fp) {
-        if (write_body(fp, len_bytes, json, json_len, pad, entries, n, sizes) != 0) {
-            int err = errno;
-            fc_abort_tmp(fp, tmp);
-            st_fail(path, e, "cannot write %s: %s", tmp, strerror(err));
-        } else {
-            rc = fc_commit_tmp(fp, tmp, path, e);
-        }
+int fc_st_stream_open(fc_st_stream *s, const char *path, const fc_st_entry *entries, int n,
+                      const fc_st_meta_kv *meta, int n_meta, fc_error *e) {
+    return stream_open(s, path, entries, n, meta, n_meta, 0, e);
+}
+
+int fc_st_stream_put(fc_st_stream *s, const void *data, fc_error *e) {
+    if (!s->fp) return fc_fail(e, "fc_st_stream_put: the stream is not open");
+    if (s->next >= s->n) {
+        fc_st_stream_abort(s);
+        return fc_fail(e, "fc_st_stream_put: all entries were already written");
     }
-    free(tmp);
-    cJSON_free(json);
-    free(sizes);
+    size_t size = s->sizes[s->next];
+    if (size == 0 || (data && fwrite(data, 1, size, s->fp) == size)) {
+        s->next++;
+        return 0;
+    }
+    int err = errno, entry = s->next;
+    char path[1100];
+    snprintf(path, sizeof path, "%s", s->path);
+    fc_st_stream_abort(s);
+    if (!data) return st_fail(path, e, "entry %d: NULL data", entry);
+    return st_fail(path, e, "cannot write it: %s", strerror(err));
+}
+
+int fc_st_stream_commit(fc_st_stream *s, fc_error *e) {
+    if (!s->fp) return fc_fail(e, "fc_st_stream_commit: the stream is not open");
+    if (s->next != s->n) {
+        char path[1100];
+        snprintf(path, sizeof path, "%s", s->path);
+        int got = s->next, want = s->n;
+        fc_st_stream_abort(s);
+        return st_fail(path, e, "%d of %d entries written: not committed", got, want);
+    }
+    int rc = fc_commit_tmp(s->fp, s->tmp, s->path, e);
+    s->fp = NULL;
+    fc_st_stream_abort(s);  // frees the rest
     return rc;
+}
+
+void fc_st_stream_abort(fc_st_stream *s) {
+    if (s->fp) fc_abort_tmp(s->fp, s->tmp);
+    free(s->tmp);
+    free(s->path);
+    free(s->sizes);
+    memset(s, 0, sizeof *s);
+}
+
+int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
+                int n_meta, fc_error *e) {
+    fc_st_stream s;
+    if (stream_open(&s, path, entries, n, meta, n_meta, 1, e)) return -1;
+    for (int i = 0; i < n; i++)
+        if (fc_st_stream_put(&s, entries[i].data, e)) return -1;
+    return fc_st_stream_commit(&s, e);
 }

@@ -220,16 +220,16 @@ int fc_cmd_run(int argc, char **argv) {
         }
     }
     int tracing = a.trace_dir[0] != '\0';
-    float *buf = rank == 0 && tracing ? mallocCheck(m.numel * sizeof(float) * 4) : NULL;
-    float *params = buf, *grads = buf ? buf + m.numel : NULL;
-    float *state[2] = {buf ? buf + 2 * m.numel : NULL, buf ? buf + 3 * m.numel : NULL};
+    // [numel] on rank 0: one full tensor set at a time, exported and then
+    // written to the step file (fc_trace_step_put) before the next
+    float *set = rank == 0 && tracing ? mallocCheck(m.numel * sizeof(float)) : NULL;
     const char *state_names[2];
     int n_state = fc_optim_state_names(&a.cfg.optim, state_names);
     fc_trace_writer tw;
     fc_batch batch = {0};
     if (tracing) {
-        if (ops->export_full(im, FC_EXPORT_PARAMS, params, 0, &e)) fail_all(rank, "", &e);
-        int ok = rank != 0 || fc_trace_begin(&tw, a.trace_dir, &m, params, &e) == 0;
+        if (ops->export_full(im, FC_EXPORT_PARAMS, set, 0, &e)) fail_all(rank, "", &e);
+        int ok = rank != 0 || fc_trace_begin(&tw, a.trace_dir, &m, set, &e) == 0;
         if (!agree(ok)) fail_all(rank, "--trace: ", &e);
         if (rank == 0) fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);
     }
@@ -255,27 +255,24 @@ int fc_cmd_run(int argc, char **argv) {
         if (!tracing) continue;
         // full tensors for the trace: outside the measured schedule and memory
         fc_watchdog_mark(first_step + t, "export");
-        if (ops->export_full(im, FC_EXPORT_GRADS, grads, 0, &e) ||
-            ops->export_full(im, FC_EXPORT_PARAMS, params, 0, &e))
-            fail_all(rank, "", &e);
-        for (int i = 0; i < n_state; i++)
-            if (ops->export_full(im, i == 0 ? FC_EXPORT_STATE0 : FC_EXPORT_STATE1, state[i], 0, &e))
-                fail_all(rank, "", &e);
         int ok = 1;
         if (rank == 0) {
             // the global batch is a pure function of (seed, step): regenerate it
             fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, first_step + t, 0);
             fc_trace_step s = {.step = first_step + t, .loss = info.loss, .has_norm = 1, .grad_norm = info.grad_norm,
-                               .batch = &batch, .grads = grads, .params = params, .n_state = n_state};
-            for (int i = 0; i < n_state; i++) {
-                s.state_names[i] = state_names[i];
-                s.state[i] = state[i];
-            }
-            if (fc_trace_write_step(&tw, &s, &e)) {
-                fc_trace_abort(&tw);
-                ok = 0;
-            }
+                               .batch = &batch, .n_state = n_state};
+            for (int i = 0; i < n_state; i++) s.state_names[i] = state_names[i];
+            ok = fc_trace_write_open(&tw, &s, &e) == 0;
         }
+        // the sets in the step file's order; a rank 0 that failed to write
+        // still exports every set, since every rank takes part in each
+        const fc_export kinds[4] = {FC_EXPORT_GRADS, FC_EXPORT_PARAMS, FC_EXPORT_STATE0, FC_EXPORT_STATE1};
+        for (int k = 0; k < 2 + n_state; k++) {
+            if (ops->export_full(im, kinds[k], set, 0, &e)) fail_all(rank, "", &e);
+            if (rank == 0 && ok) ok = fc_trace_write_put(&tw, set, &e) == 0;
+        }
+        if (rank == 0 && ok) ok = fc_trace_write_commit(&tw, &e) == 0;
+        if (rank == 0 && !ok) fc_trace_abort(&tw);
         if (!agree(ok)) fail_all(rank, "--trace: ", &e);
     }
     if (tracing) {
@@ -292,7 +289,7 @@ int fc_cmd_run(int argc, char **argv) {
     ops->destroy(im);
     fc_model_free(&m);
     fc_batch_free(&batch);
-    free(buf);
+    free(set);
     fc_watchdog_stop();
     MPI_Finalize();
     return FC_EXIT_PASS;

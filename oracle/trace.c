@@ -83,6 +83,7 @@ int fc_trace_finish(fc_trace_writer *w, const fc_run_config *cfg, int world, fc_
 }
 
 void fc_trace_abort(fc_trace_writer *w) {
+    fc_st_stream_abort(&w->st);  // a step file half written: its temporary
     char path[2048];
     snprintf(path, sizeof path, "%s/init.safetensors", w->dir);
     unlink(path);
@@ -92,7 +93,7 @@ void fc_trace_abort(fc_trace_writer *w) {
     }
 }
 
-int fc_trace_write_step(fc_trace_writer *w, const fc_trace_step *s, fc_error *e) {
+int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e) {
     const fc_model *m = w->m;
     if (w->steps_written == 0) w->first_step = s->step;
     int per = 2 + s->n_state;  // grad, param, state...
@@ -111,17 +112,16 @@ int fc_trace_write_step(fc_trace_writer *w, const fc_trace_step *s, fc_error *e)
         ent[k++] = (fc_st_entry){"batch.input", FC_DT_F32, 2, {(uint64_t)b->B, (uint64_t)b->in_dim}, b->features};
         ent[k++] = (fc_st_entry){"batch.target", FC_DT_I32, 1, {(uint64_t)b->B}, b->target};
     }
+    const int head = k;  // loss, [grad_norm], the batch: written now; the sets by fc_trace_write_put
     for (int t = 0; t < per; t++) {
         for (int i = 0; i < m->n_params; i++) {
             const fc_param *p = &m->params[i];
-            const float *base = t == 0 ? s->grads : t == 1 ? s->params : s->state[t - 2];
             char name[160];
             if (t == 0) snprintf(name, sizeof name, "grad.%s", p->name);
             else if (t == 1) snprintf(name, sizeof name, "param.%s", p->name);
             else snprintf(name, sizeof name, "optim.%s.%s", s->state_names[t - 2], p->name);
             names[k] = strdupCheck(name);
-            ent[k] = (fc_st_entry){names[k], FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]},
-                                   base + p->offset};
+            ent[k] = (fc_st_entry){names[k], FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]}, NULL};
             k++;
         }
     }
@@ -129,10 +129,29 @@ int fc_trace_write_step(fc_trace_writer *w, const fc_trace_step *s, fc_error *e)
     snprintf(path, sizeof path, "%s/step-%06ld.safetensors", w->dir, s->step);
     snprintf(step, sizeof step, "%ld", s->step);
     fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"step", step}};
-    int rc = fc_st_write(path, ent, k, meta, 2, e);
-    if (rc == 0) w->steps_written++;
+    int rc = fc_st_stream_open(&w->st, path, ent, k, meta, 2, e);
+    for (int i = 0; !rc && i < head; i++) rc = fc_st_stream_put(&w->st, ent[i].data, e);
+    w->sets_left = rc ? 0 : per;
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
     free(ent);
     return rc;
+}
+
+int fc_trace_write_put(fc_trace_writer *w, const float *set, fc_error *e) {
+    if (w->sets_left <= 0) {
+        fc_st_stream_abort(&w->st);
+        return fc_fail(e, "trace: a tensor set put to a step file that takes no more");
+    }
+    const fc_model *m = w->m;
+    for (int i = 0; i < m->n_params; i++)
+        if (fc_st_stream_put(&w->st, set + m->params[i].offset, e)) return -1;
+    w->sets_left--;
+    return 0;
+}
+
+int fc_trace_write_commit(fc_trace_writer *w, fc_error *e) {
+    if (fc_st_stream_commit(&w->st, e)) return -1;
+    w->steps_written++;
+    return 0;
 }

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "data.h"
 #include "model.h"
+#include "safetensors.h"
 
 #define FC_TRACE_FORMAT "fsdpcheck-trace"
 #define FC_TRACE_VERSION 1
@@ -40,13 +41,22 @@ typedef struct {
     char dir[1024];
     const fc_model *m;
     long first_step, steps_written;
+    fc_st_stream st;  // the step file being written
+    int sets_left;    // tensor sets it still takes
 } fc_trace_writer;
 
 // Creates DIR, removes the trace files of an earlier run there (trace.json,
 // step-*.safetensors; nothing else), and writes init.safetensors.
 int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
                    const float *init_params, fc_error *e);
-int fc_trace_write_step(fc_trace_writer *w, const fc_trace_step *s, fc_error *e);
+// A step file, written one tensor set at a time, so its writer never holds
+// more than one [numel] set: open takes s's step, loss, norm, batch and state
+// names (its grads, params and state are not read); put then takes the sets in
+// file order, the gradients, the parameters, each optimizer state; commit
+// makes the file (a failure leaves no file; fc_trace_abort after it).
+int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e);
+int fc_trace_write_put(fc_trace_writer *w, const float *set, fc_error *e);
+int fc_trace_write_commit(fc_trace_writer *w, fc_error *e);
 // Writes trace.json: format, version, implementation, world size, config, layout.
 int fc_trace_finish(fc_trace_writer *w, const fc_run_config *cfg, int world, fc_error *e);
 // After a failure: removes every file this writer wrote.

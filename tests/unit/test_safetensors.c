@@ -388,6 +388,71 @@ Test(safetensors, round_trip_file_and_memory) {
     free(dir);
 }
 
+// A stream put entry by entry writes fc_st_write's bytes exactly; nothing is at
+// the path until commit, and the only file beside it meanwhile is the temporary.
+Test(safetensors, stream_writes_the_same_bytes) {
+    char *dir = make_tmpdir();
+    char path[256], streamed[256];
+    snprintf(path, sizeof path, "%s/rt.safetensors", dir);
+    snprintf(streamed, sizeof streamed, "%s/streamed.safetensors", dir);
+    fc_st_entry en[N_RT], nodata[N_RT];
+    rt_entries(en);
+    memcpy(nodata, en, sizeof en);
+    for (int i = 0; i < N_RT; i++) nodata[i].data = NULL;  // open never reads them
+    fc_error e = {{0}};
+    cr_assert_eq(fc_st_write(path, en, N_RT, rt_meta, 2, &e), 0, "%s", e.msg);
+    fc_st_stream st;
+    cr_assert_eq(fc_st_stream_open(&st, streamed, nodata, N_RT, rt_meta, 2, &e), 0, "%s", e.msg);
+    for (int i = 0; i < N_RT; i++) {
+        cr_expect_eq(count_entries(dir), 2, "entry %d: the temporary and rt.safetensors", i);
+        cr_assert_eq(fc_st_stream_put(&st, en[i].data, &e), 0, "%s", e.msg);
+    }
+    cr_assert_eq(fc_st_stream_commit(&st, &e), 0, "%s", e.msg);
+    cr_expect_eq(count_entries(dir), 2);
+    size_t na, nb;
+    uint8_t *a = read_bytes(path, &na), *b = read_bytes(streamed, &nb);
+    cr_expect(na == nb && memcmp(a, b, na) == 0, "%zu vs %zu bytes, or other bytes", na, nb);
+    free(a);
+    free(b);
+    fc_st_stream_abort(&st);  // after a commit: harmless
+    remove_tree(dir);
+    free(dir);
+}
+
+// Too few entries at commit, one too many, or a NULL one: -1 naming it, and
+// nothing left (no file at path, no temporary).
+Test(safetensors, stream_misuse_leaves_nothing) {
+    char *dir = make_tmpdir();
+    char path[256];
+    snprintf(path, sizeof path, "%s/x.safetensors", dir);
+    const uint8_t v[2] = {1, 2};
+    fc_st_entry en[2] = {{"a", FC_DT_U8, 1, {2}, NULL}, {"b", FC_DT_U8, 1, {2}, NULL}};
+    fc_error e = {{0}};
+    fc_st_stream st;
+    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_put(&st, v, &e), 0, "%s", e.msg);
+    cr_expect_eq(fc_st_stream_commit(&st, &e), -1);
+    cr_expect(strstr(e.msg, "1 of 2 entries written: not committed"), "%s", e.msg);
+    cr_expect_eq(count_entries(dir), 0);
+    cr_expect_eq(fc_st_stream_put(&st, v, &e), -1);  // aborted: closed
+    cr_expect(strstr(e.msg, "the stream is not open"), "%s", e.msg);
+
+    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_put(&st, v, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_put(&st, v, &e), 0, "%s", e.msg);
+    cr_expect_eq(fc_st_stream_put(&st, v, &e), -1);
+    cr_expect(strstr(e.msg, "all entries were already written"), "%s", e.msg);
+    cr_expect_eq(count_entries(dir), 0);
+
+    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, &e), 0, "%s", e.msg);
+    cr_expect_eq(fc_st_stream_put(&st, NULL, &e), -1);
+    cr_expect(strstr(e.msg, "entry 0: NULL data"), "%s", e.msg);
+    cr_expect_eq(count_entries(dir), 0);
+    fc_st_stream_abort(&st);
+    remove_tree(dir);
+    free(dir);
+}
+
 Test(safetensors, write_without_metadata_and_empty_file) {
     char *dir = make_tmpdir();
     char path[256];
