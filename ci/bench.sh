@@ -49,7 +49,8 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
   echo "sweep $(secs "$t0" "$t1")" >>"$out"
   if [ $skip_torch = 0 ]; then
     t0=$(date +%s.%N)
-    FSDPCHECK=$bin "$VENV/bin/python" -m fsdpcheck_torch check --api fsdp2 -n 2 --model gpt2-124m --steps 2 \
+    # the adapter of SRC too (PYTHONPATH comes before the venv's editable install of this tree)
+    PYTHONPATH=$src/adapters/torch FSDPCHECK=$bin "$VENV/bin/python" -m fsdpcheck_torch check --api fsdp2 -n 2 --model gpt2-124m --steps 2 \
       --global-batch 4 --seq-len 64 --keep "$tmp/$label.keep" --timeout 1800 | tail -n 1 | tee "$tmp/$label.check"
     t1=$(date +%s.%N)
     echo "check $(secs "$t0" "$t1")" >>"$out"

@@ -14,6 +14,10 @@ fp16: pre/post), unless --divide is given. Torch then runs with
 --schedule also records the collectives torch FSDP issues (run --comm-log) and
 judges them with `fsdpcheck schedule --api torch-fsdpN` (P10, the oracle's own
 rules): the check fails if either the numbers or the schedule do.
+The optimizer state is read through torch.distributed.checkpoint's full
+optimizer state dict (FSDP1), or straight from `optim.state` (FSDP2);
+--optim-state-offload reads it through that state dict with cpu_offload=True,
+for either API (on the CPU, FSDP1's then aliases exp_avg to exp_avg_sq).
 """
 
 import contextlib

@@ -213,7 +213,10 @@ One rank of a torch FSDP run on a reference trace: the model, its initial
 weights and every step's global batch come from REF_TRACE (--like); the run
 flags (fsdpcheck run's: --strategy, --param-dtype, --fsdp-config FILE, ...)
 change the rest; the trace is written to OUT. --jobs runs a JSON list of such
-argument lists in one process group.
+argument lists in one process group. --optim-state-offload reads the optimizer
+state through torch.distributed.checkpoint's full state dict with
+cpu_offload=True (by default FSDP1's is read with cpu_offload=False and
+FSDP2's straight from optim.state).
 """
 
 

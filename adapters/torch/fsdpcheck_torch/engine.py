@@ -13,11 +13,13 @@ Each rank:
      communicating only on the last with no_sync (FSDP1 `no_sync()`, FSDP2
      `set_requires_gradient_sync(False)`);
   3. records the full gradients before clipping (FSDP1:
-     `summon_full_params(with_grads=True)`, FSDP2: `DTensor.full_tensor()`),
+     `summon_full_params(with_grads=True)`, FSDP2: every rank's shards in one
+     gather to rank 0, gather.py),
      clips (FSDP1 `clip_grad_norm_`, FSDP2 torch's `clip_grad_norm_` over
      DTensors), steps torch.optim.AdamW or SGD, records the full parameters and
-     the optimizer state by model name (torch.distributed.checkpoint's
-     full state dict), and rank 0 writes the step file.
+     the optimizer state by model name (FSDP1: torch.distributed.checkpoint's
+     full state dict; FSDP2: `optim.state`, gathered as gather.py does), and
+     rank 0 writes the step file.
 The batch written is the samples the ranks really trained on (gathered from
 them), so a data bug shows in `batch.input` itself.
 """
@@ -32,6 +34,7 @@ import torch.distributed as dist
 from . import model as M
 from . import tracefile
 from .config import UsageError, optim_state_names
+from .gather import gather_full
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NORM = {"1": 1.0, "2": 2.0, "inf": float("inf")}
@@ -248,13 +251,12 @@ class Run:
                 for n, p in model.named_parameters():
                     g = p.grad if p.grad is not None else torch.zeros_like(p)
                     out[clean_name(n)] = g.detach().float().cpu().clone()
-        else:
-            for n, p in model.named_parameters():
-                g = p.grad
-                if g is None:
-                    g = torch.zeros_like(p)
-                g = g.full_tensor() if hasattr(g, "full_tensor") else g
-                out[clean_name(n)] = g.detach().float().cpu().clone()
+        else:  # FSDP2: rank 0 gets them (gather.py), the other ranks write nothing
+            named = [
+                (clean_name(n), p.grad if p.grad is not None else torch.zeros_like(p))
+                for n, p in model.named_parameters()
+            ]
+            out = gather_full(named, self.F, self.rank)
         return out
 
     def full_params(self, model):
@@ -266,13 +268,20 @@ class Run:
                 for n, p in model.named_parameters():
                     out[clean_name(n)] = p.detach().float().cpu().clone()
         else:
-            for n, p in model.named_parameters():
-                t = p.full_tensor() if hasattr(p, "full_tensor") else p
-                out[clean_name(n)] = t.detach().float().cpu().clone()
+            out = gather_full([(clean_name(n), p) for n, p in model.named_parameters()], self.F, self.rank)
         return out
 
     def full_optim_state(self, model, optim):
-        """Optimizer state by model name, through the full (rank-0) state dict."""
+        """Optimizer state by model name (on rank 0): FSDP2's straight from
+        `optim.state` (the DTensors the next step reads, gathered as the
+        parameters are); FSDP1's, and FSDP2's with --optim-state-offload,
+        through torch.distributed.checkpoint's full state dict."""
+        if self.api == "fsdp2" and not self.args.optim_state_offload:
+            return self.fsdp2_optim_state(model, optim)
+        return self.dcp_optim_state(model, optim)[0]
+
+    def dcp_optim_state(self, model, optim):
+        """(state by model name on rank 0, the full optimizer state dict)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
 
         # FSDP1 on a CPU device: with cpu_offload=True its full optimizer state
@@ -299,6 +308,21 @@ class Run:
         return out, osd
 
     # ------------------------------------------------------------ checkpoint
+    def fsdp2_optim_state(self, model, optim):
+        named, seen = {s: [] for s in self.state_names}, set()
+        for n, p in model.named_parameters():
+            n = clean_name(n)
+            st = optim.state.get(p, {})
+            for s in self.state_names:
+                if s not in st:
+                    raise RuntimeError(f"optimizer state {s} of {n} missing from the optimizer")
+                named[s].append((n, st[s]))
+            seen.add(n)
+        missing = [n for n in self.names if n not in seen]
+        if missing:
+            raise RuntimeError(f"parameters {missing} missing from the model's named parameters")
+        return {s: gather_full(named[s], self.F, self.rank) for s in self.state_names}
+
     def save_checkpoint(self, model, optim, directory, step):
         """FULL_STATE_DICT checkpoint through torch.distributed.checkpoint's
         full state dicts: rank 0 writes model.safetensors (model names) and
@@ -308,7 +332,7 @@ class Run:
 
         opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
         msd = get_model_state_dict(model, options=opts)
-        states, _osd = self.full_optim_state(model, optim)
+        states, _osd = self.dcp_optim_state(model, optim)
         if self.rank == 0:
             os.makedirs(directory, exist_ok=True)
             save_file(
@@ -433,7 +457,7 @@ class Run:
             phase(None)
             t0 = time.perf_counter()
             params = self.full_params(model)
-            states, _ = self.full_optim_state(model, optim)
+            states = self.full_optim_state(model, optim)
             self.timing["gather"] += time.perf_counter() - t0
             lt = torch.tensor(
                 [loss_sum / K], dtype=torch.float64, device=self.device if self.device.type != "cpu" else "cpu"
