@@ -221,7 +221,7 @@ int fc_cmd_run(int argc, char **argv) {
     }
     int tracing = a.trace_dir[0] != '\0';
     // [numel] on rank 0: one full tensor set at a time, exported and then
-    // written to the step file (fc_trace_step_put) before the next
+    // written to the step file (fc_trace_write_put) before the next
     float *set = rank == 0 && tracing ? mallocCheck(m.numel * sizeof(float)) : NULL;
     const char *state_names[2];
     int n_state = fc_optim_state_names(&a.cfg.optim, state_names);

@@ -131,7 +131,6 @@ int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e)
     fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"step", step}};
     int rc = fc_st_stream_open(&w->st, path, ent, k, meta, 2, e);
     for (int i = 0; !rc && i < head; i++) rc = fc_st_stream_put(&w->st, ent[i].data, e);
-    w->sets_left = rc ? 0 : per;
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);
     free(ent);
@@ -139,14 +138,10 @@ int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e)
 }
 
 int fc_trace_write_put(fc_trace_writer *w, const float *set, fc_error *e) {
-    if (w->sets_left <= 0) {
-        fc_st_stream_abort(&w->st);
-        return fc_fail(e, "trace: a tensor set put to a step file that takes no more");
-    }
+    // one set a put: the stream refuses a set past the file's last (and aborts)
     const fc_model *m = w->m;
     for (int i = 0; i < m->n_params; i++)
         if (fc_st_stream_put(&w->st, set + m->params[i].offset, e)) return -1;
-    w->sets_left--;
     return 0;
 }
 

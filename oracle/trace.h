@@ -42,7 +42,6 @@ typedef struct {
     const fc_model *m;
     long first_step, steps_written;
     fc_st_stream st;  // the step file being written
-    int sets_left;    // tensor sets it still takes
 } fc_trace_writer;
 
 // Creates DIR, removes the trace files of an earlier run there (trace.json,

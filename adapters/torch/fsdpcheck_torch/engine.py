@@ -307,7 +307,6 @@ class Run:
                 out[s][n] = st[s].detach().float().cpu().clone()
         return out, osd
 
-    # ------------------------------------------------------------ checkpoint
     def fsdp2_optim_state(self, model, optim):
         named, seen = {s: [] for s in self.state_names}, set()
         for n, p in model.named_parameters():
@@ -323,6 +322,7 @@ class Run:
             raise RuntimeError(f"parameters {missing} missing from the model's named parameters")
         return {s: gather_full(named[s], self.F, self.rank) for s in self.state_names}
 
+    # ------------------------------------------------------------ checkpoint
     def save_checkpoint(self, model, optim, directory, step):
         """FULL_STATE_DICT checkpoint through torch.distributed.checkpoint's
         full state dicts: rank 0 writes model.safetensors (model names) and
