@@ -176,13 +176,14 @@ void fc_comm_wait(fc_comm_op *op, cudaStream_t consumer) {
     free(op);
 }
 
-void fc_comm_gather_doubles(fc_cucomm *c, double mine, double *all, double *dev, cudaStream_t s) {
+void fc_comm_gather_bytes(fc_cucomm *c, const void *mine, void *all, size_t bytes, void *dev, cudaStream_t s) {
     if (c->kind == FC_COMM_MPI) {
-        mpiCheck(MPI_Allgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, c->mpi));
+        mpiCheck(MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, c->mpi));
         return;
     }
-    cudaCheck(cudaMemcpyAsync(dev, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
-    ncclCheck(ncclAllGather(dev, dev + 1, 1, ncclFloat64, c->nccl, s));
-    cudaCheck(cudaMemcpyAsync(all, dev + 1, (size_t)c->G * sizeof(double), cudaMemcpyDeviceToHost, s));
+    char *d = dev;  // [bytes] this rank's, then [G * bytes] everyone's
+    cudaCheck(cudaMemcpyAsync(d, mine, bytes, cudaMemcpyHostToDevice, s));
+    ncclCheck(ncclAllGather(d, d + bytes, bytes, ncclUint8, c->nccl, s));
+    cudaCheck(cudaMemcpyAsync(all, d + bytes, (size_t)c->G * bytes, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
 }

@@ -43,9 +43,9 @@ fc_comm_op *fc_comm_reduce_scatter(fc_cucomm *c, const void *send, void *recv, s
 fc_comm_op *fc_comm_all_reduce(fc_cucomm *c, void *buf, size_t count, fc_prec p, cudaStream_t s);
 // Completes op (and frees it): `consumer` runs after the result.
 void fc_comm_wait(fc_comm_op *op, cudaStream_t consumer);
-// all [G] = every rank's `mine`, on the host (synchronous). dev: 1 + G
-// doubles of device scratch (NCCL).
-void fc_comm_gather_doubles(fc_cucomm *c, double mine, double *all, double *dev, cudaStream_t s);
+// all [G * bytes] = every rank's `mine` [bytes], on the host (synchronous).
+// dev: (1 + G) * bytes of device scratch (NCCL).
+void fc_comm_gather_bytes(fc_cucomm *c, const void *mine, void *all, size_t bytes, void *dev, cudaStream_t s);
 
 FC_END_DECLS
 

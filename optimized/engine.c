@@ -287,9 +287,9 @@ static void backward(fce *f, int k, int sync) {
 // ---------------------------------------------------------------------------
 // clip_grad_norm and the optimizer
 
-// Total gradient norm: each rank's partial over its own chunk of every unit
-// (no_shard: the chunk it would own sharded over W), gathered over the shard
-// group and combined in rank order (core/clip.h).
+// Total gradient norm: each rank's exact partial over its own chunk of every
+// unit (no_shard: the chunk it would own sharded over W), gathered over the
+// shard group and combined exactly (core/clip.h).
 static double grad_norm(fce *f) {
     int nu = f->m.n_units, G = f->g.G;
     float **g = mallocCheck((size_t)nu * sizeof *g);
@@ -299,14 +299,15 @@ static double grad_norm(fce *f) {
         g[u] = f->g.sharded ? U->grad : U->grad + U->own_off;
         n[u] = U->own_valid;  // padding is never normed
     }
-    double part = fcx_norm_part(f->x, g, n, nu, f->cfg.norm_type, f->cfg.cpu_offload);
-    double *parts = mallocCheck((size_t)G * sizeof(double));
+    fc_norm_part part;
+    fcx_norm_part(f->x, g, n, nu, f->cfg.norm_type, f->cfg.cpu_offload, &part);
+    fc_norm_part *parts = mallocCheck((size_t)G * sizeof *parts);
     fc_group grp = f->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD;
-    log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, -1, -1, grp, sizeof(double), FC_PREC_FP32, FC_PHASE_CLIP, 0);
+    log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, -1, -1, grp, sizeof part, FC_PREC_FP32, FC_PHASE_CLIP, 0);
     if (f->local)
         parts[0] = part;
     else
-        fcx_gather_doubles(f->x, part, parts);
+        fcx_gather_norm_parts(f->x, &part, parts);
     log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, -1, -1, grp, 0, FC_PREC_FP32, FC_PHASE_CLIP, 0);
     double total = fc_grad_norm_combine(parts, G, f->cfg.norm_type);
     free(parts);

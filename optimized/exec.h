@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 
+#include "clip.h"
 #include "config.h"
 #include "data.h"
 #include "hd.h"
@@ -79,7 +80,7 @@ void fcx_all_reduce(fcx *x, fcx_group g, void *buf, size_t count, fc_prec p, fcx
 // Completes r: COMPUTE is ordered after the collective's result.
 void fcx_wait(fcx *x, fcx_req *r);
 // all[j] = rank j's `mine`, over the shard group (the norm's partials).
-void fcx_gather_doubles(fcx *x, double mine, double *all);
+void fcx_gather_norm_parts(fcx *x, const fc_norm_part *mine, fc_norm_part *all);
 
 // ---- the model ------------------------------------------------------------
 // This rank's samples of the step (host), copied to the device.
@@ -95,9 +96,9 @@ void fcx_backward(fcx *x, int s, int k, void *const *up, void *const *ug);
 float fcx_loss_sum(fcx *x, int k);
 
 // ---- clip_grad_norm and the optimizer over the units' own elements --------
-// g[u] [n[u]] (device, or pinned host when `host`): this rank's partial norm
-// (core/clip.h: sum of |g| or g^2 in double, or the max |g|), units in order.
-double fcx_norm_part(fcx *x, float *const *g, const size_t *n, int nu, fc_norm_type t, int host);
+// g[u] [n[u]] (device, or pinned host when `host`): *out = this rank's exact
+// partial norm (core/clip.h).
+void fcx_norm_part(fcx *x, float *const *g, const size_t *n, int nu, fc_norm_type t, int host, fc_norm_part *out);
 // One optimizer step (core/optim.h) over every unit's elements, the clip
 // coefficient applied to the gradient on the way in when `clip`; on the
 // device, or on the host (cpu_offload, as PyTorch does) when `host`.

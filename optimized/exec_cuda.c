@@ -45,7 +45,7 @@ struct fcx {
     void *acts;          // [2 * L.half]
     fc_cu_model *cm;
     fc_cucomm *shard, *replica;
-    double *dscratch;    // [FCK_NORM_SCRATCH + 2 + G] doubles: the norm's partials, its result, the gather
+    fc_norm_part *dnorm; // [FCK_NORM_BLOCKS + 1 + G] device: the blocks' partial norms, this rank's, the gather
     int K, micro, T, rows, in_dim;
     int32_t *d_input, *d_target;  // [local * T] (gpt2), target [local] (mlp)
     float *d_features;            // [local * in] (mlp)
@@ -191,8 +191,8 @@ void fcx_wait(fcx *x, fcx_req *r) {
     r->impl = NULL;
 }
 
-void fcx_gather_doubles(fcx *x, double mine, double *all) {
-    fc_comm_gather_doubles(x->shard, mine, all, x->dscratch + FCK_NORM_SCRATCH + 1, x->st[FCX_COMM]);
+void fcx_gather_norm_parts(fcx *x, const fc_norm_part *mine, fc_norm_part *all) {
+    fc_comm_gather_bytes(x->shard, mine, all, sizeof *mine, x->dnorm + FCK_NORM_BLOCKS, x->st[FCX_COMM]);
 }
 
 // ---------------------------------------------------------------------------
@@ -264,18 +264,19 @@ float fcx_loss_sum(fcx *x, int k) {
 // ---------------------------------------------------------------------------
 // clip_grad_norm and the optimizer
 
-double fcx_norm_part(fcx *x, float *const *g, const size_t *n, int nu, fc_norm_type t, int host) {
+void fcx_norm_part(fcx *x, float *const *g, const size_t *n, int nu, fc_norm_type t, int host, fc_norm_part *out) {
+    memset(out, 0, sizeof *out);
     if (host) {  // the offloaded gradient shards: core/clip.c over the host copies
         cudaCheck(cudaStreamSynchronize(x->st[FCX_COMPUTE]));
-        double part = 0;
-        for (int u = 0; u < nu; u++) part = fc_grad_norm_accumulate(part, g[u], n[u], t);
-        return part;
+        for (int u = 0; u < nu; u++) fc_norm_part_add(out, g[u], n[u], t);
+        return;
     }
-    double part = 0, *out = x->dscratch + FCK_NORM_SCRATCH;
-    fck_norm_part(out, x->dscratch, g, n, nu, t, x->st[FCX_COMPUTE]);
-    cudaCheck(cudaMemcpyAsync(&part, out, sizeof part, cudaMemcpyDeviceToHost, x->st[FCX_COMPUTE]));
+    fc_norm_part blocks[FCK_NORM_BLOCKS];
+    cudaCheck(cudaMemsetAsync(x->dnorm, 0, sizeof blocks, x->st[FCX_COMPUTE]));
+    fck_norm_parts(x->dnorm, g, n, nu, t, x->st[FCX_COMPUTE]);
+    cudaCheck(cudaMemcpyAsync(blocks, x->dnorm, sizeof blocks, cudaMemcpyDeviceToHost, x->st[FCX_COMPUTE]));
     cudaCheck(cudaStreamSynchronize(x->st[FCX_COMPUTE]));
-    return part;
+    for (int i = 0; i < FCK_NORM_BLOCKS; i++) fc_norm_part_merge(out, &blocks[i]);
 }
 
 void fcx_optim(fcx *x, const fc_optim_config *c, long step, float coef, int clip, float *const *p, float *const *g,
@@ -334,8 +335,8 @@ fcx *fcx_cuda_create(const fc_run_config *cfg, const fce_comms *c, int dev, fc_c
     fc_cu_acts_layout(&x->L, &cfg->model, x->micro, x->T, cfg->param_dtype);
     x->acts = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, 2 * x->L.half, FCX_COMPUTE);
     x->cm = fc_cu_model_create(&x->m, &x->L, x->acts, cfg->param_dtype, x->mm);
-    size_t dn = FCK_NORM_SCRATCH + 2 + (size_t)c->g.G;
-    x->dscratch = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, dn * sizeof(double), FCX_COMPUTE);
+    size_t dn = FCK_NORM_BLOCKS + 1 + (size_t)c->g.G;
+    x->dnorm = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, dn * sizeof(fc_norm_part), FCX_COMPUTE);
     size_t R = (size_t)x->rows, K = (size_t)x->K;
     if (cfg->model.kind == FC_MODEL_MLP) {
         x->d_features = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, (size_t)local * x->in_dim * sizeof(float),
@@ -375,7 +376,7 @@ void fcx_cuda_destroy(fcx *x) {
     fc_comm_destroy(x->replica);
     fc_cu_model_destroy(x->cm);
     fck_mm_destroy(x->mm);
-    void *own[] = {x->ws, x->acts, x->dscratch, x->d_features, x->d_input, x->d_target, x->d_tok, x->d_off, x->d_pos,
+    void *own[] = {x->ws, x->acts, x->dnorm, x->d_features, x->d_input, x->d_target, x->d_tok, x->d_off, x->d_pos,
                    x->h_losses};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) fcx_free(x, own[i], FCX_COMPUTE);
     fcx_sync(x);

@@ -1,10 +1,11 @@
 // optimized/global_norm.cu — this rank's partial gradient norm for
-// clip_grad_norm (core/clip.h): the sum of |g| or g^2, or the max |g|, over
-// the elements it owns, in double. Deterministic: a fixed grid of
-// FCK_NORM_BLOCKS blocks per buffer, each thread summing a fixed stride of
-// elements in order, blocks reduced in a fixed tree, then one thread adding
-// the block partials buffer by buffer, block by block. The combination
-// across ranks (rank order) is core/clip.c's on the host.
+// clip_grad_norm (core/clip.h), exact: each block takes chunks of at most
+// FC_NORM_BUCKET_TERMS elements, bins every element's integer term by its
+// exponent with shared-memory integer atomics (whose sums cannot depend on
+// their order), and one thread folds the bins into the block's 640-bit
+// partial with core/clip.h's own FC_HD code. The host merges the blocks'
+// partials and the ranks' (exactly too), so the total is the reference's,
+// bit for bit, however the GPU schedules its threads.
 #include <string.h>
 
 #include "common.cuh"
@@ -13,61 +14,55 @@
 typedef struct {
     const float *g[FCK_NORM_SEGS];
     size_t n[FCK_NORM_SEGS];
+    int cnt;
 } norm_segs;
 
-__device__ static double norm_term(float x, int type) {
-    double a = fabs((double)x);
-    return type == FC_NORM_2 ? a * a : a;
-}
-
-// scratch [cnt * FCK_NORM_BLOCKS]: block partials
-__global__ static void norm_blocks_kernel(double *scratch, norm_segs t, int type) {
-    __shared__ double part[256];
-    int j = blockIdx.y;
-    const float *g = t.g[j];
-    double acc = 0.0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < t.n[j]; i += (size_t)gridDim.x * blockDim.x) {
-        double v = norm_term(g[i], type);
-        acc = type == FC_NORM_INF ? (v > acc ? v : acc) : acc + v;
-    }
-    part[threadIdx.x] = acc;
-    __syncthreads();
-    for (int w = blockDim.x / 2; w > 0; w /= 2) {
-        if ((int)threadIdx.x < w) {
-            double o = part[threadIdx.x + w];
-            part[threadIdx.x] = type == FC_NORM_INF ? (o > part[threadIdx.x] ? o : part[threadIdx.x]) : part[threadIdx.x] + o;
+// parts[blockIdx.x] += this block's chunks: chunk c of segment j is elements
+// [c * TERMS, (c + 1) * TERMS), taken by block c % gridDim.x
+__global__ static void norm_parts_kernel(fc_norm_part *parts, norm_segs t, int type) {
+    __shared__ unsigned long long bucket[FC_NORM_BUCKETS];
+    __shared__ unsigned int smax, sflags;
+    const size_t TERMS = FC_NORM_BUCKET_TERMS;
+    for (int j = 0; j < t.cnt; j++) {
+        for (size_t c0 = (size_t)blockIdx.x * TERMS; c0 < t.n[j]; c0 += (size_t)gridDim.x * TERMS) {
+            for (int i = threadIdx.x; i < FC_NORM_BUCKETS; i += blockDim.x) bucket[i] = 0;
+            if (threadIdx.x == 0) smax = 0, sflags = 0;
+            __syncthreads();
+            size_t end = c0 + TERMS < t.n[j] ? c0 + TERMS : t.n[j];
+            uint32_t flags = 0;
+            for (size_t i = c0 + threadIdx.x; i < end; i += blockDim.x) {
+                unsigned e;
+                uint64_t term;
+                uint32_t bits;
+                if (!fc_norm_term(t.g[j][i], (fc_norm_type)type, &e, &term, &bits, &flags)) continue;
+                if (type == FC_NORM_INF)
+                    atomicMax(&smax, bits);
+                else
+                    atomicAdd(&bucket[e], (unsigned long long)term);
+            }
+            if (flags) atomicOr(&sflags, flags);
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                bucket[FC_NORM_BUCKETS - 1] = (unsigned long long)sflags << 32 | smax;
+                fc_norm_part_add_buckets(&parts[blockIdx.x], (const uint64_t *)bucket, (fc_norm_type)type);
+            }
+            __syncthreads();
         }
-        __syncthreads();
     }
-    if (threadIdx.x == 0) scratch[(size_t)j * gridDim.x + blockIdx.x] = part[0];
 }
 
-// *out (+)= the partials in order (first: start from 0)
-__global__ static void norm_finish_kernel(double *out, const double *scratch, int count, int type, int first) {
-    if (threadIdx.x || blockIdx.x) return;
-    double acc = first ? 0.0 : *out;
-    for (int i = 0; i < count; i++) acc = type == FC_NORM_INF ? (scratch[i] > acc ? scratch[i] : acc) : acc + scratch[i];
-    *out = acc;
-}
-
-extern "C" void fck_norm_part(double *out, double *scratch, float *const *g, const size_t *n, int nu, fc_norm_type t,
-                              cudaStream_t s) {
-    int first = 1;
-    for (int u0 = 0; u0 < nu || first;) {
+extern "C" void fck_norm_parts(fc_norm_part *parts, float *const *g, const size_t *n, int nu, fc_norm_type t,
+                               cudaStream_t s) {
+    for (int u0 = 0; u0 < nu;) {
         norm_segs segs;
         memset(&segs, 0, sizeof segs);
-        int cnt = 0;
-        for (; u0 < nu && cnt < FCK_NORM_SEGS; u0++) {
+        for (; u0 < nu && segs.cnt < FCK_NORM_SEGS; u0++) {
             if (!n[u0]) continue;
-            segs.g[cnt] = g[u0], segs.n[cnt] = n[u0];
-            cnt++;
+            segs.g[segs.cnt] = g[u0], segs.n[segs.cnt] = n[u0];
+            segs.cnt++;
         }
-        if (cnt) {
-            norm_blocks_kernel<<<dim3(FCK_NORM_BLOCKS, (unsigned)cnt), 256, 0, s>>>(scratch, segs, (int)t);
-            cudaCheckLaunch();
-        }
-        norm_finish_kernel<<<1, 32, 0, s>>>(out, scratch, cnt * FCK_NORM_BLOCKS, (int)t, first);
+        if (!segs.cnt) continue;
+        norm_parts_kernel<<<FCK_NORM_BLOCKS, 256, 0, s>>>(parts, segs, (int)t);
         cudaCheckLaunch();
-        first = 0;
     }
 }

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clip.h"
 #include "config.h"
 #include "dtype.h"
 #include "hd.h"
@@ -86,14 +87,12 @@ void fck_optimizer(const fc_optim_config *c, long step, float coef, int clip, fl
                    float *const *s0, float *const *s1, const size_t *n, int nu, cudaStream_t s);
 
 // ---- global_norm.cu: a partial gradient norm (core/clip.h) ------------------
-// *out (device double) = the partial norm of nu fp32 buffers g[u] [n[u]]:
-// the sum of |g| (type 1) or g^2 (type 2) in double, or the max |g| (inf).
-// scratch: FCK_NORM_SCRATCH doubles of device memory.
+// parts[FCK_NORM_BLOCKS] (device) += the exact partial norms of nu fp32
+// buffers g[u] [n[u]], one per block; the caller merges them on the host
+// (fc_norm_part_merge: exact, so the result is the reference's bits).
 #define FCK_NORM_BLOCKS 64
 #define FCK_NORM_SEGS 32
-#define FCK_NORM_SCRATCH (FCK_NORM_BLOCKS * FCK_NORM_SEGS)
-void fck_norm_part(double *out, double *scratch, float *const *g, const size_t *n, int nu, fc_norm_type t,
-                   cudaStream_t s);
+void fck_norm_parts(fc_norm_part *parts, float *const *g, const size_t *n, int nu, fc_norm_type t, cudaStream_t s);
 
 FC_END_DECLS
 

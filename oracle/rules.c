@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "clip.h"
 
 // DESIGN §5's table, row for row.
 static const fc_rule_row ROWS[] = {
@@ -106,6 +107,7 @@ int fc_rule_limits_gathered_as(fc_sched_api api, const fc_run_config *cfg) {
 
 int fc_rule_norm_bytes_ok(fc_sched_api api, const fc_model *m, size_t bytes) {
     if (bytes == fc_prec_size(FC_PREC_FP32) || bytes == sizeof(double)) return 1;
+    if (api == FC_API_REFERENCE && bytes == sizeof(fc_norm_part)) return 1;
     return api == FC_API_TORCH_FSDP2 && bytes == (size_t)m->n_params * fc_prec_size(FC_PREC_FP32);
 }
 

@@ -82,8 +82,8 @@ int fc_rule_late_post_backward_as(fc_sched_api api, const fc_run_config *cfg, in
 //    and without device events (gloo on CPU) it waits for nothing. DESIGN §5's
 //    bound (at most two units gathered) is the reference's; FSDP2 has none.
 int fc_rule_limits_gathered_as(fc_sched_api api, const fc_run_config *cfg);
-//  - The norm's bytes: 4 or 8 (one fp32 value, or the reference's fp64 partial
-//    sum); under FSDP2 torch's clip_grad_norm_ all-reduces the DTensor partial
+//  - The norm's bytes: 4 or 8 (one fp32 or fp64 partial), or 88, the exact
+//    partial of core/clip.h that the reference and the CUDA port send; under FSDP2 torch's clip_grad_norm_ all-reduces the DTensor partial
 //    norms of every parameter at once, 4 bytes each.
 int fc_rule_norm_bytes_ok(fc_sched_api api, const fc_model *m, size_t bytes);
 

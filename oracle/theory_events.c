@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "clip.h"
 #include "theory_internal.h"
 
 static const char *PER_UNIT_NAME[N_PER_UNIT] = {
@@ -165,10 +166,11 @@ static int expect_norm_all_reduce(event_scan *sc, int i, const fc_event *v) {
     EXPECT(t,
            v->phase == FC_PHASE_CLIP && fc_rule_norm_bytes_ok(t->api, &t->m, v->bytes) && v->dtype == FC_PREC_FP32 &&
                (v->group == want || v->group == FC_GROUP_WORLD),
-           "step %ld #%d: norm all_reduce: expected phase clip, 4 or 8 bytes (%s: or 4 per parameter) fp32 over %s; "
+           "step %ld #%d: norm all_reduce: expected phase clip, 4 or 8 bytes (reference: or %zu; %s: or 4 per parameter) "
+           "fp32 over %s; "
            "got phase %s, "
            "%zu bytes %s over %s",
-           sc->step, i, fc_sched_api_name(t->api), fc_group_name(want), fc_phase_name(v->phase), v->bytes,
+           sc->step, i, sizeof(fc_norm_part), fc_sched_api_name(t->api), fc_group_name(want), fc_phase_name(v->phase), v->bytes,
            fc_prec_name(v->dtype), fc_group_name(v->group));
     put(&sc->x->norm, i);
     return 0;

@@ -347,30 +347,31 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
 // ---------------------------------------------------------------------------
 // clip_grad_norm and the optimizer
 
-// Total gradient norm. Each rank sums its own chunk of every unit (for
-// no_shard the chunk it would own if sharded over W, so all strategies at one
-// W add the same numbers in the same order), the partials are all-gathered and
-// added in rank order.
+// Total gradient norm. Each rank adds its own chunk of every unit to an exact
+// partial (for no_shard the chunk it would own if sharded over W), the
+// partials are all-gathered and combined (core/clip.h): exact until the one
+// final rounding, so every layout, strategy and W gives the same bits.
 static double grad_norm(fc_fsdp *f) {
     fc_norm_type t = f->cfg.norm_type;
-    double part = 0;
+    fc_norm_part part;
+    memset(&part, 0, sizeof part);
     for (int u = 0; u < f->m.n_units; u++) {
         const unit_state *U = &f->u[u];
         const float *g = f->g.sharded ? U->grad : U->grad + U->own_off;
         size_t n = U->own_valid;  // padding is never normed
         seam_norm_piece(f, u, &g, &n);
-        part = fc_grad_norm_accumulate(part, g, n, t);
+        fc_norm_part_add(&part, g, n, t);
     }
     MPI_Comm comm = f->g.sharded ? f->shard : f->world;
     int G = f->g.G;
     seam_norm_group(f, &comm, &G);
-    double *parts = mallocCheck((size_t)G * sizeof(double));
+    fc_norm_part *parts = mallocCheck((size_t)G * sizeof *parts);
     log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, -1, -1, f->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD,
-           sizeof(double), FC_PREC_FP32, FC_PHASE_CLIP, 0);
-    fc_mpi_allgather(&part, 1, MPI_DOUBLE, parts, comm);
+           sizeof part, FC_PREC_FP32, FC_PHASE_CLIP, 0);
+    fc_mpi_allgather(&part, (int)sizeof part, MPI_BYTE, parts, comm);
     log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, -1, -1, f->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD, 0,
            FC_PREC_FP32, FC_PHASE_CLIP, 0);
-    seam_norm_parts(f, parts, &G, part);
+    seam_norm_parts(f, parts, &G, &part);
     double total = fc_grad_norm_combine(parts, G, t);
     seam_norm_total(f, &total, G);
     free(parts);

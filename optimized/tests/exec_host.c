@@ -200,8 +200,8 @@ void fcx_wait(fcx *x, fcx_req *r) {
     r->impl = NULL;
 }
 
-void fcx_gather_doubles(fcx *x, double mine, double *all) {
-    mpiCheck(MPI_Allgather(&mine, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, x->shard));
+void fcx_gather_norm_parts(fcx *x, const fc_norm_part *mine, fc_norm_part *all) {
+    mpiCheck(MPI_Allgather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, x->shard));
 }
 
 // ---------------------------------------------------------------------------
@@ -251,14 +251,13 @@ void fcx_backward(fcx *x, int s, int k, void *const *up, void *const *ug) {
 
 float fcx_loss_sum(fcx *x, int k) { return x->loss_sum[k]; }
 
-double fcx_norm_part(fcx *x, float *const *g, const size_t *n, int nu, fc_norm_type t, int host) {
+void fcx_norm_part(fcx *x, float *const *g, const size_t *n, int nu, fc_norm_type t, int host, fc_norm_part *out) {
     (void)host;
-    double part = 0;
+    memset(out, 0, sizeof *out);
     for (int u = 0; u < nu; u++) {
         need(x, g[u], n[u] * 4, "norm");
-        part = fc_grad_norm_accumulate(part, g[u], n[u], t);
+        fc_norm_part_add(out, g[u], n[u], t);
     }
-    return part;
 }
 
 void fcx_optim(fcx *x, const fc_optim_config *c, long step, float coef, int clip, float *const *p, float *const *g,

@@ -172,8 +172,8 @@ void fc_fault_norm_group(const struct fc_fsdp *f, MPI_Comm *comm, int *G) {
     if (is(f, FC_FAULT_CLIP_DOUBLE_COUNT)) *comm = f->world, *G = f->g.W;
 }
 
-void fc_fault_norm_parts(const struct fc_fsdp *f, double *parts, int *G, double part) {
-    if (is(f, FC_FAULT_CLIP_LOCAL_NORM)) *G = 1, parts[0] = part;
+void fc_fault_norm_parts(const struct fc_fsdp *f, fc_norm_part *parts, int *G, const fc_norm_part *part) {
+    if (is(f, FC_FAULT_CLIP_LOCAL_NORM)) *G = 1, parts[0] = *part;
 }
 
 // clip_eps_per_rank (P8; pytorch#149768): clip_grad_norm_'s eps (1e-6), meant

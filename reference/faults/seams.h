@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "ckpt_collective.h"
+#include "clip.h"
 #include "data.h"
 #include "dtype.h"
 
@@ -46,7 +47,7 @@ size_t fc_fault_valid(const struct fc_fsdp *f, size_t own_valid, size_t S);
 void fc_fault_divided(const struct fc_fsdp *f, float *grad, const float *sum, size_t n, fc_prec rd);
 void fc_fault_norm_piece(const struct fc_fsdp *f, int u, const float **g, size_t *n);
 void fc_fault_norm_group(const struct fc_fsdp *f, MPI_Comm *comm, int *G);
-void fc_fault_norm_parts(const struct fc_fsdp *f, double *parts, int *G, double part);
+void fc_fault_norm_parts(const struct fc_fsdp *f, fc_norm_part *parts, int *G, const fc_norm_part *part);
 void fc_fault_norm_total(const struct fc_fsdp *f, double *total, int G);
 void fc_fault_pre_replicate(struct fc_fsdp *f, int u, const float *acc, size_t n);
 fc_ckpt_source_fn fc_fault_ckpt_source(const struct fc_fsdp *f);
