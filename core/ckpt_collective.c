@@ -1,6 +1,7 @@
 // core/ckpt_collective.c — see ckpt_collective.h.
 #include "ckpt_collective.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,21 +17,41 @@ static int as_int(size_t n) {
     return (int)n;
 }
 
+// The pieces of the view's chunk at their storage offsets: its own, or the
+// one range [own_off, own_off + own_valid); a full copy loads the whole unit.
+static int view_pieces(const fc_ckpt_unit_view *U, int load, fc_piece *one, const fc_piece **out) {
+    if (U->pieces) {
+        *out = U->pieces;
+        return U->n_pieces;
+    }
+    *one = load && U->full_copy ? (fc_piece){0, 0, U->numel} : (fc_piece){U->own_off, chunk_at(U), U->own_valid};
+    *out = one;
+    return 1;
+}
+
 // Tensor t (0 = param, 1.. = states) of unit u, gathered from the writers'
-// chunks into dst (the unit's place in the full flat buffer) on rank 0.
+// chunks into dst (the unit's place in the full flat buffer) on rank 0: one
+// gather per piece slot, each rank sending its k-th piece (or nothing).
 static void gather_unit(const fc_ckpt_rank_view *v, int u, int t, float *dst, int *counts, int *displs) {
     const fc_ckpt_unit_view *U = &v->units[u];
     const float *src = t == 0 ? U->param : U->state[t - 1];
-    int mine[2] = {v->writer ? as_int(U->own_valid) : 0, as_int(U->own_off)};
+    fc_piece one;
+    const fc_piece *pc;
+    int n = view_pieces(U, 0, &one, &pc), slots = U->pieces ? U->max_pieces : 1;
     int rank, W;
     mpiCheck(MPI_Comm_rank(v->comm, &rank));
     mpiCheck(MPI_Comm_size(v->comm, &W));
     int *both = rank == 0 ? mallocCheck(2 * (size_t)W * sizeof(int)) : NULL;
-    fc_mpi_gather(mine, 2, MPI_INT, both, 0, v->comm);
-    if (rank == 0)
-        for (int r = 0; r < W; r++) counts[r] = both[2 * r], displs[r] = both[2 * r + 1];
+    for (int k = 0; k < slots; k++) {
+        int has = v->writer && k < n;
+        int mine[2] = {has ? as_int(pc[k].count) : 0, has ? as_int(pc[k].unit_off) : 0};
+        fc_mpi_gather(mine, 2, MPI_INT, both, 0, v->comm);
+        if (rank == 0)
+            for (int r = 0; r < W; r++) counts[r] = both[2 * r], displs[r] = both[2 * r + 1];
+        const float *from = has ? src + pc[k].chunk_off : src;
+        fc_mpi_gatherv(from, mine[0], MPI_FLOAT, dst, counts, displs, 0, v->comm);
+    }
     free(both);
-    fc_mpi_gatherv(src + chunk_at(U), mine[0], MPI_FLOAT, dst, counts, displs, 0, v->comm);
 }
 
 static int save_full(const fc_ckpt_rank_view *v, const char *dir, fc_error *e) {
@@ -85,7 +106,14 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e
     memset(&mine, 0, sizeof mine);
     mine.writer = v->writer;
     mine.ok = 1;
-    if (v->writer) {
+    for (int u = 0; u < m->n_units; u++)
+        if (v->units[u].pieces) {  // the flat-chunk shard files hold one range per unit
+            mine.ok = 0;
+            snprintf(mine.msg, sizeof mine.msg, "a sharded checkpoint of FSDP2's per-parameter shards is DCP's "
+                                                "(not implemented yet); save a full one");
+            break;
+        }
+    if (v->writer && mine.ok) {
         fc_ckpt_chunk_data *chunks = callocCheck((size_t)m->n_units, sizeof *chunks);
         for (int u = 0; u < m->n_units; u++) {
             const fc_ckpt_unit_view *U = &v->units[u];
@@ -177,12 +205,17 @@ int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt
     int n_tensors = 1 + fc_ckpt_manifest_of(ck)->n_state;
     for (int u = 0; ok && u < m->n_units; u++) {
         const fc_ckpt_unit_view *U = &v->units[u];
-        size_t first = U->full_copy ? 0 : U->own_off, n = U->full_copy ? U->numel : U->own_valid;
+        fc_piece one;
+        const fc_piece *pc;
+        int n = view_pieces(U, 1, &one, &pc);
         float *dst[3] = {U->param, U->state[0], U->state[1]};
         for (int t = 0; ok && t < n_tensors; t++) {
-            if (n) ok = read_unit(ck, m, u, t, first, n, dst[t], source, ctx, e) == 0;
             // padding is never stored and stays zero (DESIGN §5)
-            if (U->store > n) memset(dst[t] + n, 0, (U->store - n) * sizeof(float));
+            memset(dst[t], 0, U->store * sizeof(float));
+            for (int k = 0; ok && k < n; k++)
+                if (pc[k].count)
+                    ok = read_unit(ck, m, u, t, pc[k].unit_off, pc[k].count, dst[t] + pc[k].chunk_off, source, ctx,
+                                   e) == 0;
         }
     }
     *step = fc_ckpt_manifest_of(ck)->step;

@@ -10,6 +10,7 @@
 //   FULL save      the writers' chunks are gathered to rank 0, which writes
 //                  config.json, model.safetensors, optimizer.safetensors,
 //                  then the manifest.
+//                  (A chunk of pieces sends one gather per piece slot.)
 //   SHARDED save   rank 0 removes the old manifest and writes config.json;
 //                  then every writer writes its own chunks; sizes and hashes
 //                  go to rank 0, which writes the manifest last.
@@ -26,6 +27,7 @@
 #include <mpi.h>
 
 #include "checkpoint.h"
+#include "layout.h"
 #include "hd.h"
 
 FC_BEGIN_DECLS
@@ -40,6 +42,11 @@ typedef struct {
                           // else param[i] is element own_off + i (a shard)
     float *param;         // [store]
     float *state[2];      // [store] the optimizer's states in order, NULL past n_state
+    // Or, for a chunk that is not one range (FSDP2's rows, core/layout.h):
+    // its pieces at their storage offsets (NULL: the range above), and the
+    // most pieces any rank's chunk of this unit has (the same on every rank).
+    const fc_piece *pieces;
+    int n_pieces, max_pieces;
 } fc_ckpt_unit_view;
 
 // What one rank holds of the whole run.

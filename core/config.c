@@ -354,6 +354,7 @@ void fc_run_config_defaults(fc_run_config *c) {
     if (fc_model_config_load("mlp-tiny", &c->model, &e) != 0) fc_die(FC_EXIT_INTERNAL, "%s", e.msg);
     snprintf(c->impl, sizeof c->impl, "reference");
     c->strategy = FC_STRATEGY_LOCAL;
+    c->fsdp_version = 1;
     c->backward_prefetch = FC_PREFETCH_NONE;
     c->param_dtype = c->reduce_dtype = FC_PREC_FP32;
     c->divide = FC_DIVIDE_PREPOST;
@@ -371,6 +372,10 @@ void fc_run_config_defaults(fc_run_config *c) {
     c->global_batch = 8;
     c->seq_len = 16;
     c->seed = 1234;
+}
+
+fc_divide fc_default_divide(const fc_run_config *c) {
+    return c->fsdp_version == 2 && c->reduce_dtype != FC_PREC_FP16 ? FC_DIVIDE_AVG : FC_DIVIDE_PREPOST;
 }
 
 int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
@@ -413,6 +418,26 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
     if (c->limit_all_gathers && !c->forward_prefetch && c->backward_prefetch == FC_PREFETCH_NONE)
         return fc_fail(e, "--limit-all-gathers limits prefetched all-gathers: add --forward-prefetch "
                           "or --backward-prefetch pre|post");
+    if (c->fsdp_version != 1 && c->fsdp_version != 2)
+        return fc_fail(e, "--fsdp-version %d is not 1 (FSDP1) or 2 (FSDP2, fully_shard)", c->fsdp_version);
+    if (c->fsdp_version == 2) {
+        // FSDP2 has no NO_SHARD (DDP is the replicated baseline) and none of
+        // FSDP1's prefetch options: it prefetches one unit ahead in backward
+        // by itself, only explicit lists in forward, and has no rate limiter
+        if (!sharded)
+            return fc_fail(e, "--fsdp-version 2 needs a sharded strategy (FSDP2 has no %s; compare it with "
+                              "--fsdp-version 1 --strategy no_shard, DDP)", sname);
+        const char *fsdp1_only = c->backward_prefetch != FC_PREFETCH_NONE ? "--backward-prefetch"
+                               : c->forward_prefetch                   ? "--forward-prefetch"
+                               : c->limit_all_gathers                  ? "--limit-all-gathers"
+                                                                       : NULL;
+        if (fsdp1_only)
+            return fc_fail(e, "%s is an FSDP1 option, refused with --fsdp-version 2 (FSDP2 prefetches the next "
+                              "unit in backward by itself and has no all-gather limiter)", fsdp1_only);
+        if (c->inject != FC_FAULT_NONE)
+            return fc_fail(e, "--inject %s: the fault catalogue models FSDP1's layout so far; give --fsdp-version 1",
+                           fc_fault_name(c->inject));
+    }
     if (c->shard_group && !hybrid)
         return fc_fail(e, "--shard-group applies to hybrid_shard and hybrid_shard_zero2 only");
     if (c->strategy == FC_STRATEGY_LOCAL) {
@@ -450,6 +475,7 @@ cJSON *fc_run_config_to_json(const fc_run_config *c) {
     cJSON_AddStringToObject(j, "impl", c->impl);
     cJSON_AddStringToObject(j, "comm", fc_comm_name(c->comm));
     cJSON_AddStringToObject(j, "strategy", fc_strategy_name(c->strategy));
+    cJSON_AddNumberToObject(j, "fsdp_version", c->fsdp_version);
     cJSON_AddNumberToObject(j, "shard_group", c->shard_group);
     cJSON_AddStringToObject(j, "backward_prefetch", fc_prefetch_name(c->backward_prefetch));
     cJSON_AddBoolToObject(j, "forward_prefetch", c->forward_prefetch);
@@ -543,6 +569,9 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
     // "comm" is optional: configs written before the CUDA port have none (auto)
     if (cJSON_GetObjectItemCaseSensitive(j, "comm")) JENUM(j, comm, "comm", &c->comm);
     JENUM(j, strategy, "strategy", &c->strategy);
+    // "fsdp_version" is optional: configs written before FSDP2 have none (1)
+    c->fsdp_version = 1;
+    if (cJSON_GetObjectItemCaseSensitive(j, "fsdp_version") && jint(j, "fsdp_version", &c->fsdp_version, e)) return -1;
     JENUM(j, prefetch, "backward_prefetch", &c->backward_prefetch);
     JENUM(j, prec, "param_dtype", &c->param_dtype);
     JENUM(j, prec, "reduce_dtype", &c->reduce_dtype);

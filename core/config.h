@@ -109,6 +109,7 @@ typedef struct {
     char impl[256];            // "reference", "cuda" or a path to a .so
     fc_comm comm;              // --comm: a port's backend choice (the reference has none)
     fc_strategy strategy;
+    int fsdp_version;          // 1: FSDP1 (FlatParameter), 2: FSDP2 (fully_shard, per-parameter rows)
     int shard_group;           // F; 0 = the whole world
     fc_prefetch backward_prefetch;
     int forward_prefetch;
@@ -131,6 +132,9 @@ typedef struct {
 
 // The defaults every run starts from.
 void fc_run_config_defaults(fc_run_config *c);
+// The gradient divide a run gets when none is given: FSDP1's pre/post
+// factors, or FSDP2's ReduceOp.AVG (pre/post again when it reduces in fp16).
+fc_divide fc_default_divide(const fc_run_config *c);
 // Checks the whole config against itself (not against a world size).
 int fc_run_config_validate(const fc_run_config *c, fc_error *e);
 // Checks it against a data-parallel world: B divisible, shard group fits.

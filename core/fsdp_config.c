@@ -277,13 +277,23 @@ static int k_activation_checkpointing(parse_state *ps, const char *key, const cJ
 
 static int k_version(parse_state *ps, const char *key, const cJSON *v, fc_error *e) {
     long n = 0;
-    if (get_int(v, &n) || (n != 1 && n != 2)) return bad_value(ps, key, v, "is not an FSDP version (accepted: 1)", e);
-    if (n == 2)
-        return bad_value(ps, key, v,
-                         "is not supported: FSDP2 (fully_shard, per-parameter DTensor shards) is not modelled; "
-                         "fsdpcheck checks FSDP1's FlatParameter layout (accepted: 1)",
-                         e);
+    if (get_int(v, &n) || (n != 1 && n != 2))
+        return bad_value(ps, key, v, "is not an FSDP version (accepted: 1, 2)", e);
+    ps->out->has_version = 1;
+    ps->out->version = (int)n;
     return 0;
+}
+
+// FSDP2's fully_shard(reshard_after_forward=): true frees a unit's gathered
+// parameters after forward (FULL_SHARD), false keeps them (SHARD_GRAD_OP)
+static int k_reshard_after_forward(parse_state *ps, const char *key, const cJSON *v, fc_error *e) {
+    long n;
+    if (cJSON_IsNumber(v) && get_int(v, &n) == 0)
+        return bad_value(ps, key, v,
+                         "is not supported yet: an integer reshard_after_forward (a 1/R slice kept after "
+                         "forward) is not modelled; accepted: true, false",
+                         e);
+    return bool_key(ps, key, v, &ps->out->has_reshard_after_forward, &ps->out->reshard_after_forward, e);
 }
 
 static int k_xla(parse_state *ps, const char *key, const cJSON *v, fc_error *e) {
@@ -377,6 +387,7 @@ static const key_spec KEYS[] = {
     {"cpu_ram_efficient_loading", k_cpu_ram_efficient_loading, NULL},
     {"activation_checkpointing", k_activation_checkpointing, NULL},
     {"version", k_version, NULL},
+    {"reshard_after_forward", k_reshard_after_forward, NULL},
     {"xla", k_xla, NULL},
     {"mixed_precision", k_mixed_precision, NULL},
     {"mixed_precision_policy", k_mixed_precision_policy, NULL},
@@ -386,7 +397,19 @@ static const key_spec KEYS[] = {
 static const char ACCEPTED_KEYS[] =
     "sharding_strategy, backward_prefetch, forward_prefetch, offload_params, limit_all_gathers, state_dict_type, "
     "auto_wrap_policy, transformer_layer_cls_to_wrap, min_num_params, use_orig_params, sync_module_states, "
-    "cpu_ram_efficient_loading, activation_checkpointing, version, xla, mixed_precision, mixed_precision_policy";
+    "cpu_ram_efficient_loading, activation_checkpointing, version, reshard_after_forward, xla, mixed_precision, "
+    "mixed_precision_policy";
+
+// FSDP1's keys, which a version-2 config may not hold (Accelerate's to-fsdp2
+// drops or renames them: sharding_strategy becomes reshard_after_forward)
+static const char *const FSDP1_ONLY[] = {"sharding_strategy", "backward_prefetch", "forward_prefetch",
+                                         "limit_all_gathers", "use_orig_params", "sync_module_states", NULL};
+
+static int fsdp1_only(const char *canonical_name) {
+    for (int i = 0; FSDP1_ONLY[i]; i++)
+        if (!strcmp(canonical_name, FSDP1_ONLY[i])) return 1;
+    return 0;
+}
 
 static int find_key(const char *key) {
     const char *k = strncmp(key, "fsdp_", 5) == 0 ? key + 5 : key;
@@ -449,7 +472,21 @@ int fc_fsdp_config_parse(const char *text, size_t len, const char *path, fc_fsdp
         if (KEYS[i].fn(&ps, key, it, e)) goto done;
     }
     // cross-key rules, as Accelerate enforces them
-    if (ps.cpu_ram_efficient_loading == 1 && ps.sync_module_states == 0) {
+    for (int s = 0; s < n_seen; s++) {
+        char k[96];
+        quote(seen_as[s], k, sizeof k);
+        if (out->version == 2 && fsdp1_only(seen[s])) {
+            fc_fail(e, "%s: %s is an FSDP1 key, refused with \"fsdp_version\": 2 (FSDP2 has %s)", path, k,
+                    !strcmp(seen[s], "sharding_strategy") ? "fsdp_reshard_after_forward instead"
+                                                           : "no such option; Accelerate refuses or drops it");
+            goto done;
+        }
+        if (out->version != 2 && !strcmp(seen[s], "reshard_after_forward")) {
+            fc_fail(e, "%s: %s is an FSDP2 key: add \"fsdp_version\": 2, or use fsdp_sharding_strategy", path, k);
+            goto done;
+        }
+    }
+    if (out->version != 2 && ps.cpu_ram_efficient_loading == 1 && ps.sync_module_states == 0) {
         fc_fail(e, "%s: \"fsdp_cpu_ram_efficient_loading\": true needs \"fsdp_sync_module_states\": true (the "
                    "other ranks would start from empty weights)",
                 path);
@@ -484,7 +521,10 @@ int fc_fsdp_config_load(const char *path, fc_fsdp_config *out, fc_error *e) {
 }
 
 void fc_fsdp_config_apply(const fc_fsdp_config *f, fc_run_config *c) {
+    if (f->has_version) c->fsdp_version = f->version;
     if (f->has_strategy) c->strategy = f->strategy;
+    if (f->has_reshard_after_forward)
+        c->strategy = f->reshard_after_forward ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_SHARD_GRAD_OP;
     if (f->has_backward_prefetch) c->backward_prefetch = f->backward_prefetch;
     if (f->has_forward_prefetch) c->forward_prefetch = f->forward_prefetch;
     if (f->has_cpu_offload) c->cpu_offload = f->cpu_offload;

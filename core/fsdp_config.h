@@ -25,7 +25,11 @@
 //   use_orig_params, sync_module_states  bool (no effect on results)
 //   cpu_ram_efficient_loading          bool (true needs sync_module_states)
 //   activation_checkpointing           false
-//   version                            1
+//   version                            1, 2                           --fsdp-version
+//   reshard_after_forward (version 2)  bool: FULL_SHARD, SHARD_GRAD_OP --strategy
+//   With version 2, FSDP1's keys (sharding_strategy, backward_prefetch,
+//   forward_prefetch, limit_all_gathers, use_orig_params,
+//   sync_module_states) are refused.
 //   xla                                false
 //   mixed_precision                    no, fp32, bf16, fp16            --param-dtype
 //   mixed_precision_policy             {param_dtype, reduce_dtype,     --param-dtype,
@@ -54,6 +58,8 @@ typedef struct {
     char path[1024];
     int has_strategy;
     fc_strategy strategy;
+    int has_version, version;    // fsdp_version: 1 or 2
+    int has_reshard_after_forward, reshard_after_forward;  // version 2: FULL_SHARD or SHARD_GRAD_OP
     int has_backward_prefetch;
     fc_prefetch backward_prefetch;
     int has_forward_prefetch, forward_prefetch;

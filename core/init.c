@@ -1,6 +1,8 @@
 // core/init.c — see init.h.
 #include "init.h"
 
+#include <string.h>
+
 #include "rng.h"
 
 // One element of p's init: a pure function of (seed, p's name hash, index).
@@ -36,5 +38,20 @@ void fc_init_full(const fc_model *m, uint64_t seed, float *full) {
     for (int i = 0; i < m->n_params; i++) {
         const fc_param *p = &m->params[i];
         fc_init_range(p, seed, 0, p->numel, full + p->offset);
+    }
+}
+
+void fc_init_unit_range(const fc_model *m, int u, uint64_t seed, const float *from_file, size_t lo, size_t hi,
+                        float *out) {
+    const fc_unit *unit = &m->units[u];
+    for (int k = 0; k < unit->n_params; k++) {
+        const fc_param *p = &m->params[m->unit_params[unit->first_param + k]];
+        size_t a = p->unit_offset, b = p->unit_offset + p->numel;  // p's range in the unit
+        size_t s = a > lo ? a : lo, t = b < hi ? b : hi;
+        if (s >= t) continue;
+        if (from_file)
+            memcpy(out + (s - lo), from_file + p->offset + (s - a), (t - s) * sizeof(float));
+        else
+            fc_init_range(p, seed, s - a, t - s, out + (s - lo));
     }
 }

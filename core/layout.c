@@ -1,6 +1,11 @@
 // core/layout.c — see layout.h.
 #include "layout.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
 int fc_strategy_sharded(fc_strategy s) { return s != FC_STRATEGY_LOCAL && s != FC_STRATEGY_NO_SHARD; }
 
 int fc_strategy_hybrid(fc_strategy s) {
@@ -74,6 +79,10 @@ int fc_next_backward_unit(const fc_model *m, const fc_unit_stages *stages, int s
     return -1;
 }
 
+fc_prefetch fc_backward_prefetch_of(const fc_run_config *cfg) {
+    return cfg->fsdp_version == 2 ? FC_PREFETCH_PRE : cfg->backward_prefetch;
+}
+
 int fc_limiter_allows_prefetch(const fc_run_config *cfg, int alive) { return !cfg->limit_all_gathers || alive < 2; }
 
 double fc_predivide_factor(int W) {
@@ -100,4 +109,62 @@ void fc_divide_factors(fc_divide d, int W, double *pre, double *post) {
 void fc_rank_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count) {
     *count = cfg->global_batch / W;
     *first = rank * *count;
+}
+
+// ---------------------------------------------------------------------------
+// the two layouts, one interface
+
+extern const fc_layout_ops fc_layout_flat, fc_layout_per_param;
+
+const fc_layout_ops *fc_layout_of(fc_layout_kind k) {
+    return k == FC_LAYOUT_PER_PARAM ? &fc_layout_per_param : &fc_layout_flat;
+}
+
+fc_layout_kind fc_layout_kind_of(const fc_run_config *cfg) {
+    return cfg->fsdp_version == 2 ? FC_LAYOUT_PER_PARAM : FC_LAYOUT_FLAT;
+}
+
+int fc_layout_max_pieces(const fc_model *m, int u) {
+    int n = m->units[u].n_params;
+    return n > 1 ? n : 1;
+}
+
+fc_unit_layout fc_unit_layout_in(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g) {
+    fc_unit_layout l = fc_unit_layout_of(m->units[u].numel, g);
+    if (lay->wire_is_natural || !g->sharded) return l;
+    l.shard = l.store = lay->chunk_size(m, u, g->G);
+    l.padded = l.shard * (size_t)g->G;
+    fc_piece *pc = mallocCheck((size_t)fc_layout_max_pieces(m, u) * sizeof *pc);
+    int n = lay->pieces(m, u, g->G, g->idx, pc);
+    l.own_valid = 0;
+    l.own_off = n ? pc[0].unit_off : 0;
+    for (int k = 0; k < n; k++) l.own_valid += pc[k].count;
+    free(pc);
+    return l;
+}
+
+// natural <-> wire over every chunk's pieces; to the wire, padding is zeroed first
+static void copy_pieces(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *src, float *dst,
+                        int to_wire) {
+    size_t S = lay->chunk_size(m, u, G);
+    if (to_wire) memset(dst, 0, S * (size_t)G * sizeof *dst);
+    fc_piece *pc = mallocCheck((size_t)fc_layout_max_pieces(m, u) * sizeof *pc);
+    for (int j = 0; j < G; j++) {
+        int n = lay->pieces(m, u, G, j, pc);
+        for (int k = 0; k < n; k++) {
+            size_t w = (size_t)j * S + pc[k].chunk_off, x = pc[k].unit_off;
+            memcpy(dst + (to_wire ? w : x), src + (to_wire ? x : w), pc[k].count * sizeof *dst);
+        }
+    }
+    free(pc);
+}
+
+void fc_layout_to_natural(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *wire,
+                          float *natural) {
+    copy_pieces(lay, m, u, G, wire, natural, 0);
+}
+
+void fc_layout_to_wire(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *natural,
+                       float *wire) {
+    copy_pieces(lay, m, u, G, natural, wire, 1);
 }

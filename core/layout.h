@@ -60,6 +60,57 @@ typedef struct {
 } fc_unit_layout;
 
 fc_unit_layout fc_unit_layout_of(size_t numel, const fc_groups *g);
+
+// ---------------------------------------------------------------------------
+// The two layouts of a unit's shards (DESIGN §5), one interface: FSDP1's flat
+// FlatParameter chunks (core/layout_flat.c) and FSDP2's per-parameter dim-0
+// rows (core/layout_per_param.c). Each rank's chunk of a unit has S elements
+// (padding included), and the wire buffer of an all-gather or reduce-scatter
+// is the G chunks in rank order, P = S * G. Where the real elements of chunk
+// j sit in the unit's natural order (its parameters concatenated in
+// registration order) is a list of pieces. Every copy between the two
+// orders, every byte count and every owner lookup goes through these; nothing
+// else computes padding.
+
+typedef enum { FC_LAYOUT_FLAT, FC_LAYOUT_PER_PARAM, FC_LAYOUT_COUNT } fc_layout_kind;
+
+// A run of real elements: unit elements [unit_off, unit_off + count) are a
+// chunk's elements [chunk_off, chunk_off + count).
+typedef struct {
+    size_t unit_off, chunk_off, count;
+} fc_piece;
+
+typedef struct {
+    const char *name;        // "flat" (FSDP1), "per_param" (FSDP2)
+    // the wire order is the natural order, padding at the end (FSDP1's
+    // FlatParameter): a gathered buffer is the unit's parameters as it is
+    int wire_is_natural;
+    // S: the elements of each of G chunks of unit u
+    size_t (*chunk_size)(const fc_model *m, int u, int G);
+    // the pieces of chunk j in chunk order (at most max(1, the unit's
+    // parameter count)); returns how many, 0 for a chunk of padding only
+    int (*pieces)(const fc_model *m, int u, int G, int j, fc_piece *out);
+    // the chunk that holds the unit's element i
+    int (*owner)(const fc_model *m, int u, int G, size_t i);
+} fc_layout_ops;
+
+const fc_layout_ops *fc_layout_of(fc_layout_kind k);
+// The layout of a run: FSDP1's flat chunks, or FSDP2's rows (fsdp_version 2).
+fc_layout_kind fc_layout_kind_of(const fc_run_config *cfg);
+// The most pieces a chunk of unit u can have.
+int fc_layout_max_pieces(const fc_model *m, int u);
+// One unit's layout as rank g->idx holds it, in layout `lay`: for FLAT the
+// same as fc_unit_layout_of; for PER_PARAM own_off is the unit element of
+// the chunk's first piece (the chunk is not one range: use the pieces).
+fc_unit_layout fc_unit_layout_in(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g);
+
+// Copies between one unit's natural order [N] and its wire order [P]:
+// wire[j*S + piece.chunk_off + k] <-> natural[piece.unit_off + k] for every
+// chunk j. Gathering leaves padding alone; scattering writes zeros there.
+void fc_layout_to_natural(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *wire,
+                          float *natural);
+void fc_layout_to_wire(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *natural,
+                       float *wire);
 // S = ceil(n / G): the chunk size of an n-element buffer over G ranks.
 size_t fc_chunk_size(size_t n, int G);
 // Chunk j of G of an n-element buffer, padding excluded: [j*S, j*S + count).
@@ -83,6 +134,11 @@ int fc_reshard_after_forward(fc_strategy s, const fc_model *m, int u);
 // after stage s, or -1. `stages` holds fc_unit_stages_of for every unit.
 int fc_next_forward_unit(const fc_model *m, const fc_unit_stages *stages, int s);
 int fc_next_backward_unit(const fc_model *m, const fc_unit_stages *stages, int s);
+
+// The backward prefetch a run does: FSDP1's backward_prefetch, or under
+// FSDP2 (fsdp_version 2) its implicit one: each unit's pre-backward issues
+// the next backward unit's all-gather, as BACKWARD_PRE does.
+fc_prefetch fc_backward_prefetch_of(const fc_run_config *cfg);
 
 // The limiter (limit_all_gathers): at most two units' gathered parameters may
 // exist (in flight or not yet freed), so a prefetch is issued only while fewer

@@ -12,6 +12,9 @@ int fc_cuda_config_check(const fc_run_config *cfg, int W, fc_error *e) {
     if (fc_run_config_validate(cfg, e) || fc_run_config_validate_world(cfg, W, e)) return -1;
     if (cfg->strategy == FC_STRATEGY_LOCAL && W != 1)
         return fc_fail(e, "--strategy local runs as one process, not %d", W);
+    if (cfg->fsdp_version == 2)
+        return fc_fail(e, "--fsdp-version 2: the CUDA port implements FSDP1's flat layout only so far (FSDP2's "
+                          "per-parameter rows are the reference's)");
     if (cfg->inject != FC_FAULT_NONE)
         return fc_fail(e, "--inject %s: the fault catalogue is a build of the reference; the CUDA port has no injected faults",
                        fc_fault_name(cfg->inject));

@@ -386,20 +386,9 @@ int fce_step(fce *f, fc_step_info *out, fc_error *e) {
 // counter-based init is a pure function of (seed, name, index), so each rank
 // makes only its own shard; from a file, the rank keeps its range.
 static void init_unit(const fce *f, int u, const float *from_file, float *out) {
-    const fc_model *m = &f->m;
     const cu_unit *U = &f->u[u];
     size_t lo = f->g.sharded ? U->own_off : 0, hi = lo + (f->g.sharded ? U->own_valid : U->numel);
-    const fc_unit *unit = &m->units[u];
-    for (int k = 0; k < unit->n_params; k++) {
-        const fc_param *p = &m->params[m->unit_params[unit->first_param + k]];
-        size_t a = p->unit_offset, b = p->unit_offset + p->numel;  // p's range in the unit
-        size_t s = a > lo ? a : lo, t = b < hi ? b : hi;
-        if (s >= t) continue;
-        if (from_file)
-            memcpy(out + (s - lo), from_file + p->offset + (s - a), (t - s) * sizeof(float));
-        else
-            fc_init_range(p, f->cfg.seed, s - a, t - s, out + (s - lo));
-    }
+    fc_init_unit_range(&f->m, u, f->cfg.seed, from_file, lo, hi, out);
 }
 
 fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
@@ -528,7 +517,10 @@ static void ckpt_view(fce *f, ckpt_views *cv, fc_ckpt_rank_view *v, int download
                                            !f->g.sharded,
                                            view_of(f, cv, u, 0, U->param, download),
                                            {view_of(f, cv, u, 1, U->state[0], download),
-                                            view_of(f, cv, u, 2, U->state[1], download)}};
+                                            view_of(f, cv, u, 2, U->state[1], download)},
+                                           NULL,
+                                           0,
+                                           0};
     }
     // the chunks of replica 0 of every shard group tile each unit once (for
     // no_shard, every rank's W-way chunk of its full copy)

@@ -121,8 +121,9 @@ int fc_cmd_check(int argc, char **argv) {
     if (tested->export_full(ti, FC_EXPORT_PARAMS, ts.prev, 0, &e) || expected->export_full(ei, FC_EXPORT_PARAMS, es.prev, 0, &e))
         die_all(rank, e.msg);
     if (rank == 0)
-        printf("fsdpcheck check: %s against %s, model %s, strategy %s, W=%d, %d steps, each from the tested "
-               "state (lockstep)\n", tested->name, expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy), W,
+        printf("fsdpcheck check: %s against %s, model %s, strategy %s (FSDP%d), W=%d, %d steps, each from the "
+               "tested state (lockstep)\n", tested->name, expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy),
+               a.cfg.fsdp_version, W,
                a.cfg.steps);
     char dir[256] = "";
     if (a.cfg.steps > 1) {

@@ -25,6 +25,7 @@ static const flag_spec FLAGS[] = {
     {"--impl", ARG_STR, NULL},
     {"--model", ARG_STR, NULL},
     {"--strategy", ARG_STR, NULL},
+    {"--fsdp-version", ARG_INT, NULL},
     {"--steps", ARG_INT, NULL},
     {"--seed", ARG_U64, NULL},
     {"--global-batch", ARG_INT, NULL},
@@ -65,6 +66,8 @@ void fc_cli_usage(FILE *f) {
     fputs("usage: fsdpcheck run [flags]\n"
           "  --model mlp-tiny|gpt2-tiny|gpt2-124m|CONFIG.json   (default mlp-tiny)\n"
           "  --strategy local|no_shard|full_shard|shard_grad_op|hybrid_shard|hybrid_shard_zero2\n"
+          "  --fsdp-version 1|2        FSDP1 (FlatParameter, default) or FSDP2 (fully_shard: per-parameter\n"
+          "                            rows, one unit ahead in backward, no limiter; divide avg unless fp16)\n"
           "  --shard-group F (hybrid)  --backward-prefetch pre|post|none  --forward-prefetch\n"
           "  --limit-all-gathers  --param-dtype fp32|bf16|fp16  --reduce-dtype fp32|bf16|fp16\n"
           "  --divide prepost|avg|sum-then-divide  --no-sync  --cpu-offload  --comm-log FILE\n"
@@ -189,6 +192,8 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
     } else if (!strcmp(flag, "--inject")) {
         if (fc_fault_parse(v, &c->inject) || c->inject == FC_FAULT_NONE)
             return fc_fail(e, "--inject: unknown fault '%s' (see DESIGN.md section 9)", v);
+    } else if (!strcmp(flag, "--fsdp-version")) {
+        return parse_int(flag, v, 1, 2, &c->fsdp_version, e);
     } else if (!strcmp(flag, "--shard-group")) {
         return parse_int(flag, v, 1, 1 << 20, &c->shard_group, e);
     } else if (!strcmp(flag, "--backward-prefetch")) {
@@ -243,7 +248,7 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     memset(out, 0, sizeof *out);
     fc_run_config_defaults(&out->cfg);
     out->timeout = FC_DEFAULT_TIMEOUT;
-    int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0, seen_reduce = 0;
+    int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0, seen_reduce = 0, seen_divide = 0;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *eq = strchr(arg, '=');
@@ -275,10 +280,13 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
         seen_seq_len |= !strcmp(name, "--seq-len");
         seen_norm |= !strcmp(name, "--norm-type");
         seen_reduce |= !strcmp(name, "--reduce-dtype");
+        seen_divide |= !strcmp(name, "--divide");
         seen_reduce |= !strcmp(name, "--fsdp-config") && out->fsdp.has_reduce_dtype;  // mixed_precision_policy
     }
     // As torch's MixedPrecision: without a reduce_dtype, gradients are reduced in param_dtype.
     if (!seen_reduce) out->cfg.reduce_dtype = out->cfg.param_dtype;
+    // FSDP2 reduces with ReduceOp.AVG, except in fp16 (DESIGN §5)
+    if (!seen_divide) out->cfg.divide = fc_default_divide(&out->cfg);
     // A flag that would change nothing is a mistake worth reporting.
     const fc_run_config *c = &out->cfg;
     if (seen_momentum && c->optim.kind != FC_OPT_SGD)
@@ -295,6 +303,9 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     if (out->save_dir[0] && !out->save_at) out->save_at = c->steps;
     if (out->save_at > c->steps)
         return fc_fail(e, "--save-at %d is after the last step of this run (--steps %d)", out->save_at, c->steps);
+    if (c->fsdp_version == 2 && out->save_dir[0] && out->state_dict == FC_STATE_DICT_SHARDED)
+        return fc_fail(e, "--state-dict sharded with --fsdp-version 2: FSDP2's sharded checkpoints (DCP's Hugging "
+                          "Face safetensors) are not implemented yet; save --state-dict full");
     if (out->load_dir[0] && c->init_path[0])
         return fc_fail(e, "--init and --load both set the starting weights: give one");
     return fc_run_config_validate(c, e);

@@ -58,13 +58,14 @@ fc_owner fc_cmp_param_owner(const fc_model *m, const fc_run_config *cfg, int wor
     }
     fc_groups g = fc_groups_of(cfg, world, 0);
     if (g.F < 1 || world % g.F != 0) return o;  // not a valid layout: no owner to name
-    // DESIGN §5 (core/layout.h): rank j of a shard group owns chunk j of the unit
-    fc_unit_layout l = fc_unit_layout_of(o.unit_numel, &g);
+    // DESIGN §5 (core/layout.h): rank j of a shard group holds chunk j of the
+    // unit, in the run's layout (FSDP1's flat chunks, FSDP2's rows)
+    const fc_layout_ops *lay = fc_layout_of(fc_layout_kind_of(cfg));
     o.kind = FC_OWNER_SHARD;
     o.group_size = g.F;
     o.n_groups = g.R;
-    o.shard_size = l.shard;
-    o.shard = (int)(o.unit_offset / o.shard_size);
+    o.shard_size = lay->chunk_size(m, p->unit, g.G);
+    o.shard = lay->owner(m, p->unit, g.G, o.unit_offset);
     o.rank = o.shard;  // shard groups are consecutive ranks: group g is ranks g*F .. g*F+F-1
     return o;
 }

@@ -475,9 +475,11 @@ static void rp_md_header(rp_buf *b, const fc_sweep_report *r, int nfail) {
     rp_puts(b, " |\n| injected fault | ");
     if (r->inject == FC_FAULT_NONE) rp_puts(b, "none");
     else rp_printf(b, "`%s`", rp_fname((int)r->inject));
-    rp_printf(b, " |\n| seed | %llu |\n| world size | %d |\n| cases | %d |\n| failures | %d |\n"
+    int fsdp2 = 0;
+    for (int i = 0; i < r->n; i++) fsdp2 += r->cases[i].cfg.fsdp_version == 2;
+    rp_printf(b, " |\n| seed | %llu |\n| world size | %d |\n| cases | %d (%d FSDP2) |\n| failures | %d |\n"
                  "| wall time | %.1f s |\n\n",
-              (unsigned long long)r->seed, r->world, r->n, nfail, rp_secs(r->seconds));
+              (unsigned long long)r->seed, r->world, r->n, fsdp2, nfail, rp_secs(r->seconds));
 
     if (r->n == 0) {
         rp_puts(b, "**Verdict: NO CASES**: nothing was checked.\n\n");

@@ -25,6 +25,7 @@ static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *op
     r->open = 1;
     fc_run_config c = *like;
     c.strategy = strategy;
+    c.fsdp_version = 1;  // local and no_shard: one process or DDP, in any FSDP version's run
     if (fp32) c.param_dtype = c.reduce_dtype = FC_PREC_FP32;
     c.shard_group = 0;
     c.backward_prefetch = FC_PREFETCH_NONE;

@@ -79,6 +79,18 @@ size_t fc_rule_fsdp2_shard(const fc_model *m, int u, int F) {
     return n;
 }
 
+size_t fc_rule_fsdp2_valid(const fc_model *m, int u, int F, int j) {
+    size_t n = 0;
+    const fc_unit *un = &m->units[u];
+    for (int i = 0; i < un->n_params; i++) {
+        const fc_param *p = &m->params[m->unit_params[un->first_param + i]];
+        size_t d0 = (size_t)p->shape[0], c = (d0 + (size_t)F - 1) / (size_t)F, r0 = (size_t)j * c;
+        size_t r1 = r0 + c < d0 ? r0 + c : d0;
+        if (r0 < r1) n += (r1 - r0) * (p->numel / d0);
+    }
+    return n;
+}
+
 int fc_rule_keeps_through_no_sync(fc_sched_api api, fc_strategy s) {
     const fc_rule_row *r = fc_rule_row_of(s);
     return api == FC_API_TORCH_FSDP1 && r->gathers && !r->frees_after_fwd;
@@ -90,7 +102,7 @@ int fc_rule_norm_reduced(fc_sched_api api, const fc_run_config *cfg) {
 }
 
 fc_prefetch fc_rule_backward_prefetch_as(fc_sched_api api, const fc_run_config *cfg) {
-    return api == FC_API_TORCH_FSDP2 ? FC_PREFETCH_PRE : cfg->backward_prefetch;
+    return api == FC_API_TORCH_FSDP2 || cfg->fsdp_version == 2 ? FC_PREFETCH_PRE : cfg->backward_prefetch;
 }
 
 int fc_rule_forward_prefetches_as(fc_sched_api api, const fc_run_config *cfg, int first_iteration) {
@@ -237,6 +249,11 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
                             "oracle's rules (oracle/rules.c) say S=%zu P=%zu offset %zu valid %zu store %zu",
                             what, lc.shard, lc.padded, lc.own_off, lc.own_valid, lc.store, lr.shard, lr.padded,
                             lr.own_off, lr.own_valid, lr.store);
+        if (cfg->fsdp_version == 2 && gr.sharded) {  // FSDP2: every rank's chunk is its padded rows
+            size_t sc = fc_unit_layout_in(fc_layout_of(FC_LAYOUT_PER_PARAM), &m, u, &gc).shard,
+                   sr = fc_rule_fsdp2_shard(&m, u, gr.F);
+            if (sc != sr) DIFFER(what, "FSDP2 chunk of %zu elements", sc, sr);
+        }
         size_t first = 0, count = 0;
         fc_flat_chunk(m.units[u].numel, gr.G, gr.idx, &first, &count);
         if (first != lr.own_off || count != lr.own_valid) DIFFER(what, "chunk at %zu", first, lr.own_off);

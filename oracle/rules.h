@@ -52,6 +52,9 @@ int fc_rule_frees_after_forward_as(fc_sched_api api, fc_strategy s, const fc_mod
 //    a multiple of F: one rank's shard of unit u holds sum_p ceil(d0_p / F) *
 //    numel_p / d0_p elements, and the all-gather moves F of them.
 size_t fc_rule_fsdp2_shard(const fc_model *m, int u, int F);
+//    Of them, shard rank j's real elements are its torch.chunk rows, [j*c,
+//    min((j+1)*c, d0)) with c = ceil(d0 / F), of every parameter.
+size_t fc_rule_fsdp2_valid(const fc_model *m, int u, int F, int j);
 //  - FSDP1 keeps the parameters of a strategy that does not free after forward
 //    (SHARD_GRAD_OP, _HYBRID_SHARD_ZERO2) gathered through a no_sync
 //    micro-batch's backward: no free there, and no all-gather in the next

@@ -234,9 +234,9 @@ int fc_cmd_run(int argc, char **argv) {
         if (rank == 0) fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);
     }
     if (!a.quiet && rank == 0)
-        printf("fsdpcheck run: model %s (%zu parameters, %d units), impl %s, strategy %s, W=%d, "
+        printf("fsdpcheck run: model %s (%zu parameters, %d units), impl %s, strategy %s (FSDP%d), W=%d, "
                "B=%d, K=%d, steps %d, %s, threads %d per rank\n",
-               m.cfg.name, m.numel, m.n_units, ops->name, fc_strategy_name(a.cfg.strategy), W,
+               m.cfg.name, m.numel, m.n_units, ops->name, fc_strategy_name(a.cfg.strategy), a.cfg.fsdp_version, W,
                a.cfg.global_batch, a.cfg.grad_accum, a.cfg.steps, fc_opt_name(a.cfg.optim.kind), threads);
     for (int t = 0; t < a.cfg.steps; t++) {
         double t0 = now_ms();

@@ -325,9 +325,11 @@ int fc_cmd_sweep(int argc, char **argv) {
         if (x.rank == 0) printf("fsdpcheck sweep: FAIL: %s\n", starved);
     }
     if (x.rank == 0) {
-        printf("fsdpcheck sweep: %d cases over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed (%.1f s, "
-               "%d threads per rank)\n",
-               rep->n, x.W, (unsigned long long)seed, impl, x.inject ? ", injected " : "",
+        int fsdp2 = 0;
+        for (int i = 0; i < rep->n; i++) fsdp2 += rep->cases[i].cfg.fsdp_version == 2;
+        printf("fsdpcheck sweep: %d cases (%d FSDP2) over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed "
+               "(%.1f s, %d threads per rank)\n",
+               rep->n, fsdp2, x.W, (unsigned long long)seed, impl, x.inject ? ", injected " : "",
                x.inject ? fc_fault_name(x.inject) : "", rep->n - rep->n_failed, rep->n_failed, rep->seconds, threads);
         if (rep->have_shrunk) {
             printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);

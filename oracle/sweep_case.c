@@ -75,6 +75,7 @@ static void free_expected(expected_run *x) {
 
 static fc_run_config local_of(fc_run_config c) {
     c.strategy = FC_STRATEGY_LOCAL;
+    c.fsdp_version = 1;
     c.shard_group = 0;
     c.backward_prefetch = FC_PREFETCH_NONE;
     c.forward_prefetch = c.limit_all_gathers = c.no_sync = c.cpu_offload = 0;
@@ -276,6 +277,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
             if (cfg->strategy == FC_STRATEGY_FULL_SHARD || cfg->strategy == FC_STRATEGY_SHARD_GRAD_OP || mixed) {
                 fc_run_config dc = no_prefetch(*cfg);
                 dc.strategy = FC_STRATEGY_NO_SHARD;
+                dc.fsdp_version = 1;  // DDP: FSDP2 has no no_shard
                 dc.shard_group = 0;
                 // the same reduction tree: a flat strategy, or a hybrid whose shard group is W'
                 int same_tree = !hybrid || (cfg->shard_group && cfg->shard_group == W);

@@ -1,5 +1,6 @@
 // oracle/sweep_draw.c — the sweep's cases: seeded random draws from the
-// config space (model, world size W' <= W, strategy and shard group,
+// config space (model, world size W' <= W, strategy and shard group, FSDP1
+// or FSDP2 (one sharded case in four),
 // prefetch and the limiter, mixed precision, the divide mode, accumulation
 // with or without no_sync, clipping, offload, the optimizer, and for one case
 // in five a checkpoint round trip loaded at another W and strategy), and each
@@ -71,6 +72,11 @@ void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckp
             c->forward_prefetch = pick(s, 3) == 0;
             c->limit_all_gathers = (c->forward_prefetch || c->backward_prefetch) && pick(s, 3) == 0;
         }
+        if (c->strategy != FC_STRATEGY_NO_SHARD && pick(s, 4) == 0) {  // FSDP2: per-parameter rows
+            c->fsdp_version = 2;
+            c->backward_prefetch = FC_PREFETCH_NONE;  // its own: one unit ahead in backward, no limiter
+            c->forward_prefetch = c->limit_all_gathers = 0;
+        }
         c->grad_accum = pick(s, 3) == 0 ? 2 : 1;
         c->no_sync = c->grad_accum > 1 && pick(s, 2);
         if (pick(s, 4) == 0) {
@@ -82,6 +88,7 @@ void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckp
         if (mp == 1) c->param_dtype = c->reduce_dtype = pick(s, 2) ? FC_PREC_BF16 : FC_PREC_FP16;
         c->cpu_offload = pick(s, 6) == 0;
         // the divide modes are one average with different roundings (DESIGN §4)
+        c->divide = fc_default_divide(c);
         if (*W > 1 && pick(s, 4) == 0) c->divide = pick(s, 2) ? FC_DIVIDE_AVG : FC_DIVIDE_SUM_THEN_DIVIDE;
         if (pick(s, 4) == 0) {
             c->optim.kind = FC_OPT_SGD;
@@ -92,7 +99,8 @@ void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckp
         c->seq_len = 8;
         c->seed = rng_next(s) % 1000000;
         fc_sweep_set_batch(c, *W, 1 + pick(s, 2));
-        if (pick(s, 5) == 0) {  // a checkpoint round trip, loaded at another W and strategy
+        // a checkpoint round trip, loaded at another W and strategy (FSDP2's DCP checkpoints: not yet)
+        if (c->fsdp_version == 1 && pick(s, 5) == 0) {
             const fc_strategy load[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
             c->steps = 3;
             k->on = 1;
@@ -114,6 +122,7 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
     size_t n = 0;
 #define ADD(...) n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, __VA_ARGS__)
     ADD("--model %s --strategy %s", c->model.name, fc_strategy_name(c->strategy));
+    if (c->fsdp_version != 1) ADD(" --fsdp-version %d", c->fsdp_version);
     if (c->shard_group) ADD(" --shard-group %d", c->shard_group);
     if (c->backward_prefetch != FC_PREFETCH_NONE) ADD(" --backward-prefetch %s", fc_prefetch_name(c->backward_prefetch));
     if (c->forward_prefetch) ADD(" --forward-prefetch");
@@ -124,7 +133,7 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
     if (c->no_sync) ADD(" --no-sync");
     if (c->clip_grad_norm > 0) ADD(" --clip-grad-norm %g --norm-type %s", (double)c->clip_grad_norm, fc_norm_name(c->norm_type));
     if (c->cpu_offload) ADD(" --cpu-offload");
-    if (c->divide != FC_DIVIDE_PREPOST) ADD(" --divide %s", fc_divide_name(c->divide));
+    if (c->divide != fc_default_divide(c)) ADD(" --divide %s", fc_divide_name(c->divide));
     ADD(" --optimizer %s --lr %g", fc_opt_name(c->optim.kind), c->optim.lr);
     // always: the CLI's default (0.01) is not the sweep's SGD (0), and a replay must be the case
     ADD(" --weight-decay %g", c->optim.weight_decay);

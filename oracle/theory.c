@@ -70,6 +70,7 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
     t->cfg = cfg;
     t->api = api;
     t->bwd_prefetch = fc_rule_backward_prefetch_as(api, cfg);
+    t->per_param = api == FC_API_TORCH_FSDP2 || cfg->fsdp_version == 2;
     t->out = out;
     fc_model_build(&t->m, &cfg->model);
     // the oracle's own rules (rules.h), never core/layout.c's: see rules.h
@@ -86,10 +87,11 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
     for (int u = 0; u < t->nu; u++) {
         t->st[u] = fc_rule_stages(&t->m, u);
         t->lay[u] = fc_rule_layout(t->m.units[u].numel, &t->g);
-        if (api == FC_API_TORCH_FSDP2 && t->g.sharded) {
+        if (t->per_param && t->g.sharded) {
             // per-parameter shards (rules.h): no flat chunk, every rank's shard the same size
             size_t S = fc_rule_fsdp2_shard(&t->m, u, t->g.F);
-            t->lay[u].shard = t->lay[u].own_valid = t->lay[u].store = S;
+            t->lay[u].shard = t->lay[u].store = S;
+            t->lay[u].own_valid = fc_rule_fsdp2_valid(&t->m, u, t->g.F, t->g.shard_rank);
             t->lay[u].padded = S * (size_t)t->g.F;
             t->lay[u].own_off = (size_t)t->g.shard_rank * S;
         }

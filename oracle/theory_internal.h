@@ -32,6 +32,7 @@ typedef struct {
     size_t psz, rsz;           // bytes per element of param_dtype and reduce_dtype
     fc_sched_api api;          // whose schedule: the reference's, or real FSDP1's / FSDP2's (rules.h)
     fc_prefetch bwd_prefetch;  // the backward prefetch the API runs (FSDP2's is always pre)
+    int per_param;             // FSDP2's per-parameter rows (the API, or the run's fsdp_version 2)
     long first_step;           // the log's first step: the process's first iteration
     fc_findings *out;
 } theory;
@@ -67,6 +68,12 @@ static inline size_t fp32_bytes(size_t n) { return n * fc_prec_size(FC_PREC_FP32
 // Bytes of unit u gathered: P_u in param_dtype (all_gather moves equal
 // chunks, so padding is on the wire and in the gathered buffer).
 static inline size_t gathered_bytes(const theory *t, int u) { return t->lay[u].padded * t->psz; }
+
+// Elements a gathered unit holds in memory, parameters or unsharded
+// gradient: FSDP1 computes in its padded FlatParameter (P_u); FSDP2 copies
+// the all-gather's output out into the unpadded parameters (N_u), the output
+// itself being a communication buffer.
+static inline size_t held_elems(const theory *t, int u) { return t->per_param ? t->lay[u].numel : t->lay[u].padded; }
 
 // ---------------------------------------------------------------------------
 // one step of the log, indexed

@@ -10,15 +10,15 @@
 #include "optim.h"
 #include "theory_internal.h"
 
-// The peak of gathered parameters the comm log shows: P_u in param_dtype from
-// a unit's all_gather until its free.
+// The peak of gathered parameters the comm log shows: a unit's held elements
+// (theory_internal.h) in param_dtype from its all_gather until its free.
 static size_t log_gathered_peak(const theory *t, const fc_comm_log *log) {
     int *held = callocCheck((size_t)t->nu, sizeof(int));
     size_t cur = 0, peak = 0;
     for (size_t i = 0; i < log->n; i++) {
         const fc_event *e = &log->ev[i];
         if (!valid_unit(t, e->unit)) continue;
-        size_t bytes = gathered_bytes(t, e->unit);
+        size_t bytes = held_elems(t, e->unit) * t->psz;
         if (e->op == FC_OP_ALL_GATHER && !held[e->unit]) {
             held[e->unit] = 1;
             cur += bytes;
@@ -33,7 +33,7 @@ static size_t log_gathered_peak(const theory *t, const fc_comm_log *log) {
 }
 
 // The most unsharded gradient the schedule needs at once, by the log: unit u's
-// padded gradient, at most fp32, from its first backward compute until its
+// held elements of gradient, at most fp32, from its first backward compute until its
 // reduction (reduce_scatter, or no_shard's all_reduce) completed; under
 // no_sync it stays across the micro-batches that do not reduce.
 static size_t log_grads_bound(const theory *t, const fc_comm_log *log) {
@@ -48,7 +48,7 @@ static size_t log_grads_bound(const theory *t, const fc_comm_log *log) {
             step = e->step;
         }
         if (!valid_unit(t, e->unit)) continue;
-        size_t bytes = fp32_bytes(t->lay[e->unit].padded);
+        size_t bytes = fp32_bytes(held_elems(t, e->unit));
         int reduced =
             e->op == FC_OP_WAIT && (e->of == FC_OP_REDUCE_SCATTER || (e->of == FC_OP_ALL_REDUCE && !t->g.sharded));
         if (e->op == FC_OP_BACKWARD && !live[e->unit]) {
@@ -73,15 +73,16 @@ static size_t log_grads_bound(const theory *t, const fc_comm_log *log) {
 // shard_grad_op keeps every unit from forward until its backward: all of them.
 static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
     const fc_model *m = &t->m;
-    size_t root = m->root_unit >= 0 ? t->lay[m->root_unit].padded : 0, max1 = 0, pair = 0, sum = 0;
+    size_t root = m->root_unit >= 0 ? held_elems(t, m->root_unit) : 0, max1 = 0, pair = 0, sum = 0;
     int prev = -1;
     for (int s = 0; s < t->ns; s++) {  // units in order of first use
         int u = unit_of(t, s);
         if (t->st[u].first_fwd != s) continue;
-        sum += t->lay[u].padded;
+        size_t n = held_elems(t, u);
+        sum += n;
         if (u == m->root_unit) continue;
-        if (t->lay[u].padded > max1) max1 = t->lay[u].padded;
-        if (prev >= 0 && t->lay[prev].padded + t->lay[u].padded > pair) pair = t->lay[prev].padded + t->lay[u].padded;
+        if (n > max1) max1 = n;
+        if (prev >= 0 && held_elems(t, prev) + n > pair) pair = held_elems(t, prev) + n;
         prev = u;
     }
     if (pair < max1) pair = max1;
@@ -91,7 +92,7 @@ static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
         return;
     }
     *lo = (root + max1) * t->psz;
-    if (!c->forward_prefetch && c->backward_prefetch == FC_PREFETCH_NONE)
+    if (!c->forward_prefetch && t->bwd_prefetch == FC_PREFETCH_NONE)
         *hi = *lo;
     else if (c->limit_all_gathers)
         *hi = (m->root_unit >= 0 ? root + max1 : pair) * t->psz;

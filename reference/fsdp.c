@@ -12,10 +12,15 @@
 //   4. clip_grad_norm over the sharded gradient, then each rank runs the
 //      optimizer over its own shard only.
 //
-// Layout (DESIGN §5): unit u's FlatParameter has N elements, zero-padded to
-// P = S * G where G is the shard-group size (the world for no_shard's
-// reductions); rank r of the group owns [r*S, (r+1)*S). Padding is never read
-// into a gradient, a norm or the optimizer.
+// Layout (DESIGN §5, core/layout.h): FSDP1's FlatParameter or FSDP2's
+// per-parameter rows, one interface. Unit u's N elements travel as G chunks
+// of S (padding included), P = S * G, G the shard-group size (the world for
+// no_shard's reductions); rank r of the group holds chunk r, whose real
+// elements are a few pieces of the unit. FSDP1's wire order is the unit's
+// own, so a gathered buffer is the parameters as they are; FSDP2's is
+// rank-major, so an all-gather is copied out into the unit's order and a
+// gradient copied in before its reduce-scatter, as fully_shard does. Padding
+// is never read into a gradient, a norm or the optimizer.
 //
 // Seams: a handful of calls named seam_* mark the points where the fault
 // catalogue (reference/faults/, DESIGN §9) substitutes a known bug when this
@@ -104,18 +109,25 @@ static void log_ev(fc_fsdp *f, fc_op op, fc_op of, int unit, int stage, fc_group
 // ---------------------------------------------------------------------------
 // all-gather, free, prefetch
 
+// The pieces of unit u's chunk j (core/layout.h), computed once at create.
+static const fc_piece *unit_pieces(const fc_fsdp *f, int u, int j) {
+    return f->u[u].pieces + (size_t)j * (size_t)fc_layout_max_pieces(&f->m, u);
+}
+
 static void issue_all_gather(fc_fsdp *f, int u, fc_phase ph, int prefetch) {
     unit_state *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
     size_t pb = prec_bytes(pd);
     if (f->cfg.cpu_offload)  // the fp32 shard comes to the device first
         log_ev(f, FC_OP_H2D, FC_OP_H2D, u, -1, FC_GROUP_NONE, U->shard * sizeof(float), FC_PREC_FP32, ph, 0);
-    U->gathered = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->padded * sizeof(float), U->padded * pb);
+    size_t gn = U->gathered_numel;
+    U->gathered = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, gn * sizeof(float), gn * pb);
     U->gathered_owned = 1;
     U->ag_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, U->shard * pb);
     pack(f, pd, U->param, U->ag_send, U->shard);
-    // fp32 gathers straight into the compute buffer; 16-bit into a packed one
-    U->ag_recv = pd == FC_PREC_FP32 ? (void *)U->gathered : mallocCheck(U->padded * pb);
+    // fp32 in the unit's own order gathers straight into the compute buffer;
+    // 16-bit or FSDP2's rank-major order into a wire buffer, copied out
+    U->ag_recv = pd == FC_PREC_FP32 && f->lay->wire_is_natural ? (void *)U->gathered : mallocCheck(U->padded * pb);
     mpiCheck(MPI_Iallgather(U->ag_send, (int)U->shard, prec_type(pd), U->ag_recv, (int)U->shard,
                             prec_type(pd), f->shard, &U->ag_req));
     U->ag_pending = 1;
@@ -128,8 +140,13 @@ static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
     unit_state *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
     fc_mpi_wait(&U->ag_req);
-    if (pd != FC_PREC_FP32) {
-        for (size_t i = 0; i < U->padded; i++) U->gathered[i] = unpack1(pd, U->ag_recv, i);
+    if (U->ag_recv != (void *)U->gathered) {  // copy-out: each chunk's pieces to their place in the unit
+        for (int j = 0; j < f->g.G; j++) {
+            const fc_piece *pc = unit_pieces(f, u, j);
+            for (int k = 0; k < U->n_pieces[j]; k++)
+                for (size_t i = 0; i < pc[k].count; i++)
+                    U->gathered[pc[k].unit_off + i] = unpack1(pd, U->ag_recv, (size_t)j * U->shard + pc[k].chunk_off + i);
+        }
         free(U->ag_recv);
     }
     U->ag_recv = NULL;
@@ -164,7 +181,7 @@ static void free_gathered(fc_fsdp *f, int u, fc_phase ph) {
     unit_state *U = &f->u[u];
     if (!U->gathered) return;
     if (U->gathered_owned) {
-        size_t n = f->g.sharded ? U->padded : U->numel;
+        size_t n = f->g.sharded ? U->gathered_numel : U->numel;
         mem_free(f, U->gathered, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * prec_bytes(f->cfg.param_dtype));
     }
     if (f->g.sharded) {
@@ -239,8 +256,12 @@ static void complete_reduce(fc_fsdp *f) {
             all_reduce_canonical(f, f->replica, acc, S, rd);
             log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, 0, rd, FC_PHASE_BACKWARD, 0);
         }
-        size_t n = seam_valid(f, U->own_valid, S);  // padding never reaches the gradient
-        for (size_t i = 0; i < n; i++) U->grad[i] += round_p(f, rd, acc[i] / f->post);
+        size_t n = 0;  // padding never reaches the gradient: only the chunk's pieces
+        for (int k = 0; k < U->n_own; k++) {
+            size_t a = U->own[k].chunk_off;
+            n = a + seam_valid(f, U->own[k].count, S - a);
+            for (size_t i = a; i < n; i++) U->grad[i] += round_p(f, rd, acc[i] / f->post);
+        }
         seam_divided(f, U->grad, acc, n, rd);
     } else {
         // DDP: all-gather the summed chunks back into the whole gradient
@@ -270,14 +291,21 @@ static void issue_reduce(fc_fsdp *f, int u) {
     unit_state *U = &f->u[u];
     fc_prec rd = reduce_prec(f);
     size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
-    seam_padding(f, U->full_grad, U->numel, P);
+    // copy-in: FSDP2's gradient goes to the rank-major wire order, padding zeroed
+    float *wire = U->full_grad;
+    if (!f->lay->wire_is_natural) {
+        wire = mallocCheck(P * sizeof(float));
+        fc_layout_to_wire(f->lay, &f->m, u, f->g.G, U->full_grad, wire);
+    }
+    seam_padding(f, wire, U->numel, P);
     f->rs_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     f->rs_recv = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     float *scaled = mallocCheck(P * sizeof(float));
-    for (size_t i = 0; i < P; i++) scaled[i] = round_p(f, rd, round_p(f, rd, U->full_grad[i]) / f->pre);
+    for (size_t i = 0; i < P; i++) scaled[i] = round_p(f, rd, round_p(f, rd, wire[i]) / f->pre);
     pack(f, rd, scaled, f->rs_send, P);
     free(scaled);
-    mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, P * prec_bytes(f->cfg.param_dtype));
+    if (wire != U->full_grad) free(wire);
+    mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->gathered_numel * prec_bytes(f->cfg.param_dtype));
     U->full_grad = NULL;
     MPI_Comm comm = f->g.sharded ? f->shard : f->world;
     mpiCheck(MPI_Ialltoall(f->rs_send, (int)S, prec_type(rd), f->rs_recv, (int)S, prec_type(rd), comm, &f->rs_req));
@@ -318,10 +346,10 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
             ensure_gathered(f, u, FC_PHASE_BACKWARD);
             seam_backward_begin(f, u);
             if (!U->full_grad)  // survives across micro-batches under no_sync
-                U->full_grad = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * sizeof(float),
-                                         U->padded * pb);
+                U->full_grad = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->gathered_numel * sizeof(float),
+                                         U->gathered_numel * pb);
             // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
-            if (f->cfg.backward_prefetch == FC_PREFETCH_PRE)
+            if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_PRE)
                 prefetch(f, fc_next_backward_unit(&f->m, f->st, s), FC_PHASE_BACKWARD);
         }
         log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
@@ -335,7 +363,7 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
             if (f->cfg.param_dtype != FC_PREC_FP32)
                 for (size_t i = 0; i < U->numel; i++) U->full_grad[i] = round_p(f, f->cfg.param_dtype, U->full_grad[i]);
             // BACKWARD_POST: after this gradient compute, before its reduction
-            if (f->cfg.backward_prefetch == FC_PREFETCH_POST)
+            if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_POST)
                 prefetch(f, fc_next_backward_unit(&f->m, f->st, s), FC_PHASE_BACKWARD);
             free_gathered(f, u, FC_PHASE_BACKWARD);
             if (sync && !seam_skip_reduce(f, u)) issue_reduce(f, u);
@@ -357,10 +385,12 @@ static double grad_norm(fc_fsdp *f) {
     memset(&part, 0, sizeof part);
     for (int u = 0; u < f->m.n_units; u++) {
         const unit_state *U = &f->u[u];
-        const float *g = f->g.sharded ? U->grad : U->grad + U->own_off;
-        size_t n = U->own_valid;  // padding is never normed
-        seam_norm_piece(f, u, &g, &n);
-        fc_norm_part_add(&part, g, n, t);
+        for (int k = 0; k < U->n_own; k++) {  // padding is never normed
+            const float *g = f->g.sharded ? U->grad + U->own[k].chunk_off : U->grad + U->own_off;
+            size_t n = f->g.sharded ? U->own[k].count : U->own_valid;
+            seam_norm_piece(f, u, &g, &n);
+            fc_norm_part_add(&part, g, n, t);
+        }
     }
     MPI_Comm comm = f->g.sharded ? f->shard : f->world;
     int G = f->g.G;
@@ -388,11 +418,14 @@ static void optimizer_step(fc_fsdp *f, float coef) {
         unit_state *U = &f->u[u];
         size_t n = f->g.sharded ? U->own_valid : U->numel;
         log_ev(f, FC_OP_OPTIM, FC_OP_OPTIM, u, -1, FC_GROUP_NONE, n * sizeof(float), FC_PREC_FP32, FC_PHASE_OPTIM, 0);
-        for (size_t i = 0; i < n; i += CHUNK) {
-            size_t c = n - i < CHUNK ? n - i : CHUNK;
-            for (size_t k = 0; k < c; k++) g[k] = clip ? U->grad[i + k] * coef : U->grad[i + k];
-            fc_optim_update(&f->cfg.optim, f->step, U->param + i, g, U->state[0] ? U->state[0] + i : NULL,
-                            U->state[1] ? U->state[1] + i : NULL, c);
+        for (int p = 0; p < U->n_own; p++) {  // the chunk's pieces (no_shard: all of it, one piece)
+            size_t a = U->own[p].chunk_off, b = a + (f->g.sharded ? U->own[p].count : U->numel);
+            for (size_t i = a; i < b; i += CHUNK) {
+                size_t c = b - i < CHUNK ? b - i : CHUNK;
+                for (size_t k = 0; k < c; k++) g[k] = clip ? U->grad[i + k] * coef : U->grad[i + k];
+                fc_optim_update(&f->cfg.optim, f->step, U->param + i, g, U->state[0] ? U->state[0] + i : NULL,
+                                U->state[1] ? U->state[1] + i : NULL, c);
+            }
         }
     }
 }
@@ -433,19 +466,10 @@ int fc_fsdp_step(fc_fsdp *f, fc_step_info *out, fc_error *e) {
 // init is a pure function of (seed, name, index), so each rank makes only its
 // own shard; from a file, the rank reads the whole model and keeps its range.
 static void init_unit(fc_fsdp *f, int u, const float *from_file) {
-    const fc_model *m = &f->m;
     unit_state *U = &f->u[u];
-    size_t lo = f->g.sharded ? U->own_off : 0, hi = lo + (f->g.sharded ? U->own_valid : U->numel);
-    const fc_unit *unit = &m->units[u];
-    for (int k = 0; k < unit->n_params; k++) {
-        const fc_param *p = &m->params[m->unit_params[unit->first_param + k]];
-        size_t a = p->unit_offset, b = p->unit_offset + p->numel;  // p's range in the unit
-        size_t s = a > lo ? a : lo, t = b < hi ? b : hi;
-        if (s >= t) continue;
-        if (from_file)
-            memcpy(U->param + (s - lo), from_file + p->offset + (s - a), (t - s) * sizeof(float));
-        else
-            fc_init_range(p, f->cfg.seed, s - a, t - s, U->param + (s - lo));
+    for (int q = 0; q < U->n_own; q++) {  // each piece: unit elements [lo, hi) at param + chunk_off
+        size_t lo = f->g.sharded ? U->own[q].unit_off : 0, hi = lo + (f->g.sharded ? U->own[q].count : U->numel);
+        fc_init_unit_range(&f->m, u, f->cfg.seed, from_file, lo, hi, U->param + U->own[q].chunk_off);
     }
 }
 
@@ -461,6 +485,7 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_fsdp *f = callocCheck(1, sizeof *f);
     f->cfg = *cfg;
     f->g = fc_groups_of(cfg, W, rank);
+    f->lay = fc_layout_of(fc_layout_kind_of(cfg));
     fc_mpi_layout_comms(comm, f->g.G, &f->world, &f->shard, &f->replica);
     // divide factors over the whole data-parallel world (as FSDP does for HSDP too)
     double pre, post;
@@ -485,13 +510,24 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_mem_loc loc = shard_loc(f);
     for (int u = 0; u < m->n_units; u++) {
         unit_state *U = &f->u[u];
-        fc_unit_layout l = fc_unit_layout_of(m->units[u].numel, &f->g);
+        fc_unit_layout l = fc_unit_layout_in(f->lay, m, u, &f->g);
         U->numel = l.numel;
         U->shard = l.shard;
         U->padded = l.padded;
         U->own_off = l.own_off;
         U->own_valid = l.own_valid;
         U->store = l.store;
+        U->gathered_numel = f->lay->wire_is_natural ? U->padded : U->numel;
+        int mp = fc_layout_max_pieces(m, u);
+        U->pieces = callocCheck((size_t)f->g.G * (size_t)mp, sizeof *U->pieces);
+        U->n_pieces = callocCheck((size_t)f->g.G, sizeof *U->n_pieces);
+        for (int j = 0; j < f->g.G; j++) U->n_pieces[j] = f->lay->pieces(m, u, f->g.G, j, U->pieces + (size_t)j * mp);
+        U->own = U->pieces + (size_t)f->g.idx * mp;
+        U->n_own = U->n_pieces[f->g.idx];
+        // no_shard stores the whole unit: one piece; an empty flat chunk is one
+        // empty piece at its offset, so the seams still see where it is
+        if (!f->g.sharded) U->own[0] = (fc_piece){0, 0, U->numel}, U->n_own = 1;
+        if (!U->n_own && f->lay->wire_is_natural) U->own[0] = (fc_piece){U->own_off, 0, 0}, U->n_own = 1;
         size_t bytes = U->store * sizeof(float);
         U->param = mem_alloc(f, loc, FC_MEM_PARAM_SHARD, bytes, bytes);
         U->grad = mem_alloc(f, loc, FC_MEM_GRAD_SHARD, bytes, bytes);
@@ -533,7 +569,7 @@ int fc_fsdp_export(fc_fsdp *f, fc_export what, float *dst, int root, fc_error *e
         // rank 0 is shard rank 0 of group 0, and replicas hold the same values
         float *full = f->g.shard_rank == 0 ? mallocCheck(U->padded * sizeof(float)) : NULL;
         fc_mpi_gather(src, (int)U->shard, MPI_FLOAT, full, 0, f->shard);
-        if (f->g.rank == 0) memcpy(out, full, U->numel * sizeof(float));
+        if (f->g.rank == 0) fc_layout_to_natural(f->lay, &f->m, u, f->g.G, full, out);
         free(full);
     }
     return 0;
@@ -547,7 +583,9 @@ static void ckpt_view(fc_fsdp *f, fc_ckpt_unit_view *units, fc_ckpt_rank_view *v
     for (int u = 0; u < f->m.n_units; u++) {
         unit_state *U = &f->u[u];
         units[u] = (fc_ckpt_unit_view){U->numel, U->own_off, U->own_valid, U->store, !f->g.sharded,
-                                       U->param, {U->state[0], U->state[1]}};
+                                       U->param, {U->state[0], U->state[1]}, NULL, 0, 0};
+        if (!f->lay->wire_is_natural)  // FSDP2's rows: the chunk is pieces
+            units[u].pieces = U->own, units[u].n_pieces = U->n_own, units[u].max_pieces = fc_layout_max_pieces(&f->m, u);
     }
     // the chunks of replica 0 of every shard group tile each unit once (for
     // no_shard, every rank's W-way chunk of its full copy)
@@ -594,6 +632,8 @@ void fc_fsdp_destroy(fc_fsdp *f) {
             free(U->ag_send);
             if (U->gathered_owned) free(U->gathered);
             free(U->full_grad);
+            free(U->pieces);
+            free(U->n_pieces);
             free(U->param);
             free(U->grad);
             free(U->state[0]);

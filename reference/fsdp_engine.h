@@ -13,13 +13,18 @@
 #include "layout.h"
 
 typedef struct {
-    // the unit's flat layout on this rank (core/layout.h)
+    // the unit's layout on this rank (core/layout.h: FSDP1 flat, FSDP2 per-parameter)
     size_t numel;        // N: real elements
     size_t shard;        // S: elements per rank in the reduction (and shard) layout
     size_t padded;       // P = S * G
-    size_t own_off;      // first element of this rank's chunk, idx * S
+    size_t own_off;      // flat: first element of this rank's chunk, idx * S
     size_t own_valid;    // elements of this rank's chunk that are not padding
     size_t store;        // elements this rank stores: S (sharded) or N (no_shard)
+    fc_piece *pieces;    // [G * max_pieces] where each chunk's real elements sit in the unit
+    int *n_pieces;       // [G] (sharded; an empty flat chunk is one empty piece)
+    fc_piece *own;       // this rank's: pieces + idx * max_pieces
+    int n_own;
+    size_t gathered_numel;  // elements of `gathered`: P (flat: the wire order is the unit's) or N
     float *param;        // [store] fp32 master parameters (shard, or all of them)
     float *grad;         // [store] fp32 reduced gradient, accumulated over micro-batches
     float *state[2];     // [store] optimizer state
@@ -29,7 +34,7 @@ typedef struct {
     int ag_prefetched;   // ... and it was issued ahead of need
     MPI_Request ag_req;
     void *ag_send, *ag_recv;  // packed param_dtype buffers of the all-gather
-    float *full_grad;    // [P] unsharded gradient, alive from first backward stage to reduce
+    float *full_grad;    // [gathered_numel] unsharded gradient, alive from first backward stage to reduce
     int reshard_after_forward;
 } unit_state;
 
@@ -37,6 +42,7 @@ struct fc_fsdp {
     fc_run_config cfg;
     fc_model m;
     fc_groups g;         // W, rank, shard group F, replicas R, ... (core/layout.h)
+    const fc_layout_ops *lay;  // FSDP1's flat chunks or FSDP2's per-parameter rows
     MPI_Comm world;      // duplicate of the caller's communicator
     MPI_Comm shard;      // the G ranks of the reduction layout (the shard group, or all for no_shard)
     MPI_Comm replica;    // the ranks holding the same chunk (hybrid replicas)

@@ -92,7 +92,8 @@ static void ckpt_view(fc_local *L, fc_ckpt_unit_view *units, fc_ckpt_rank_view *
     for (int u = 0; u < m->n_units; u++) {
         size_t off = m->units[u].offset, n = m->units[u].numel;
         units[u] = (fc_ckpt_unit_view){n, 0, n, n, 1, L->params + off,
-                                       {L->state[0] ? L->state[0] + off : NULL, L->state[1] ? L->state[1] + off : NULL}};
+                                       {L->state[0] ? L->state[0] + off : NULL, L->state[1] ? L->state[1] + off : NULL},
+                                       NULL, 0, 0};
     }
     *v = (fc_ckpt_rank_view){MPI_COMM_SELF, &L->cfg, m, FC_STRATEGY_LOCAL, L->step, 1, units};
 }

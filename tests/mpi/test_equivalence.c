@@ -3,6 +3,8 @@
 // (DESIGN §8), every comparison through the one engine (oracle/props.h):
 //   P1  local == no_shard, each divide mode == local     (tolerance)
 //   P2  no_shard == full_shard == shard_grad_op          (bitwise in the reference)
+//       == FSDP2's full_shard and shard_grad_op, and FSDP2's HSDP == FSDP1's
+//       at every F (fsdp_version 2: per-parameter rows; bitwise in the reference)
 //   P3  hybrid_shard(F) == full_shard                    (tolerance; F = W and
 //       zero2 == hybrid bitwise in the reference)
 //   P4  every prefetch setting == no prefetch            (bitwise in the reference)
@@ -37,6 +39,7 @@ static int W, rank;
 // others wait without spinning.
 static fc_run_config local_of(fc_run_config c) {
     c.strategy = FC_STRATEGY_LOCAL;
+    c.fsdp_version = 1;
     c.shard_group = 0;
     c.backward_prefetch = FC_PREFETCH_NONE;
     c.forward_prefetch = c.limit_all_gathers = c.no_sync = c.cpu_offload = 0;
@@ -87,6 +90,49 @@ static void check_strategies(const char *model) {
         snprintf(what, sizeof what, "no_shard (shard_grad_op W=%d, %s)", W, o);
         judge(2, what, &c2, &zero2, &c, &ddp, MT_BITWISE_REF, 1);
         mt_result_free(&local), mt_result_free(&ddp), mt_result_free(&zero3), mt_result_free(&zero2);
+    }
+}
+
+// P2 for FSDP2 (DESIGN §5): fully_shard's per-parameter rows train as FSDP1
+// and DDP do, bit for bit in the reference, under FSDP2's own divide (AVG)
+// and with clipping (the exact norm makes the layouts' different partials
+// agree), in fp32 and in bf16; HSDP against FSDP1's HSDP at each F dividing W.
+static void check_fsdp2(const char *model) {
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        fc_run_config d = mt_config(model, FC_STRATEGY_NO_SHARD, W, 3);
+        d.divide = FC_DIVIDE_AVG;
+        d.clip_grad_norm = 0.05f;  // below the tiny models' norms (about 0.8): every step clips
+        if (bf16) d.param_dtype = d.reduce_dtype = FC_PREC_BF16;
+        const char *pd = fc_prec_name(d.param_dtype);
+        mt_result ddp;
+        run(&d, &ddp);
+        char what[160];
+        const fc_strategy strategies[] = {FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
+        for (int si = 0; si < 2; si++) {
+            fc_run_config c = d;
+            c.strategy = strategies[si];
+            c.fsdp_version = 2;
+            mt_result r;
+            run(&c, &r);
+            snprintf(what, sizeof what, "no_shard (FSDP2 %s W=%d, %s)", fc_strategy_name(c.strategy), W, pd);
+            judge(2, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
+            mt_result_free(&r);
+        }
+        for (int F = 2; F < W; F++) {
+            if (W % F) continue;
+            fc_run_config h1 = d, h2;
+            h1.strategy = FC_STRATEGY_HYBRID_SHARD;
+            h1.shard_group = F;
+            h2 = h1;
+            h2.fsdp_version = 2;
+            mt_result r1, r2;
+            run(&h1, &r1);
+            run(&h2, &r2);
+            snprintf(what, sizeof what, "FSDP1 hybrid_shard (FSDP2 hybrid_shard F=%d W=%d, %s)", F, W, pd);
+            judge(2, what, &h2, &r2, &h1, &r1, MT_BITWISE_REF, 1);
+            mt_result_free(&r1), mt_result_free(&r2);
+        }
+        mt_result_free(&ddp);
     }
 }
 
@@ -410,6 +456,7 @@ int main(int argc, char **argv) {
     const char *models[] = {"mlp-tiny", "gpt2-tiny"};
     for (int i = 0; i < 2; i++) {
         check_strategies(models[i]);
+        check_fsdp2(models[i]);
         check_divide_modes(models[i]);
         check_hybrid(models[i]);
         check_prefetch(models[i]);

@@ -566,6 +566,7 @@ static void expect_run_configs_equal(const fc_run_config *a, const fc_run_config
     cr_expect(memcmp(&a->model, &b->model, sizeof a->model) == 0, "model config differs");
     cr_expect_str_eq(a->impl, b->impl);
     cr_expect_eq(a->strategy, b->strategy);
+    cr_expect_eq(a->fsdp_version, b->fsdp_version);
     cr_expect_eq(a->shard_group, b->shard_group);
     cr_expect_eq(a->backward_prefetch, b->backward_prefetch);
     cr_expect_eq(a->forward_prefetch, b->forward_prefetch);
@@ -713,6 +714,54 @@ Test(run_config, from_json_refusals) {
     cJSON *arr = cJSON_CreateArray();
     cr_expect_eq(fc_run_config_from_json(arr, &b, &e), -1);
     cJSON_Delete(arr);
+}
+
+// FSDP2's run config: fsdp_version travels in trace.json; a config written
+// before it (no key) reads as FSDP1.
+Test(run_config, fsdp2_round_trip) {
+    fc_run_config a;
+    fc_run_config_defaults(&a);
+    load("gpt2-tiny", &a.model);
+    a.strategy = FC_STRATEGY_SHARD_GRAD_OP;
+    a.fsdp_version = 2;
+    a.divide = FC_DIVIDE_AVG;
+    round_trip(&a);
+    cJSON *j = fc_run_config_to_json(&a);
+    cJSON_DeleteItemFromObject(j, "fsdp_version");
+    fc_run_config b;
+    fc_error e;
+    cr_assert_eq(fc_run_config_from_json(j, &b, &e), 0, "%s", e.msg);
+    cr_expect_eq(b.fsdp_version, 1);
+    cJSON_Delete(j);
+}
+
+// fc_run_config_validate refuses a, with frag in its one line.
+static void expect_run_refused(const fc_run_config *a, const char *frag) {
+    fc_error e;
+    cr_expect_eq(fc_run_config_validate(a, &e), -1, "accepted; expected a refusal naming %s", frag);
+    cr_expect(strstr(e.msg, frag) != NULL, "%s", e.msg);
+}
+
+// FSDP2 needs a sharded strategy and refuses FSDP1's prefetch options and
+// (so far) the fault catalogue.
+Test(run_config, fsdp2_refusals) {
+    fc_run_config a, b;
+    fc_error e;
+    fc_run_config_defaults(&a);
+    a.fsdp_version = 2;
+    expect_run_refused(&a, "sharded strategy");  // local
+    a.strategy = FC_STRATEGY_NO_SHARD;
+    expect_run_refused(&a, "FSDP2 has no no_shard");
+    a.strategy = FC_STRATEGY_FULL_SHARD;
+    cr_expect_eq(fc_run_config_validate(&a, &e), 0, "%s", e.msg);
+    b = a, b.backward_prefetch = FC_PREFETCH_POST;
+    expect_run_refused(&b, "--backward-prefetch is an FSDP1 option");
+    b = a, b.forward_prefetch = 1;
+    expect_run_refused(&b, "--forward-prefetch is an FSDP1 option");
+    b = a, b.inject = FC_FAULT_NO_DIVIDE;
+    expect_run_refused(&b, "--inject");
+    b = a, b.fsdp_version = 3;
+    expect_run_refused(&b, "--fsdp-version 3");
 }
 
 Test(run_config, validate_refusals) {

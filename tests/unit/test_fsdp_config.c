@@ -222,7 +222,7 @@ Test(fsdp_config, refuses_what_is_not_json_or_not_an_object) {
 Test(fsdp_config, refuses_unknown_keys_naming_key_value_and_accepted_keys) {
     refused("{\"fsdp_sharding_stratgy\": \"FULL_SHARD\"}", "unknown key \"fsdp_sharding_stratgy\"",
             "(value \"FULL_SHARD\")", "sharding_strategy, backward_prefetch");
-    refused("{\"fsdp_reshard_after_forward\": true}", "\"fsdp_reshard_after_forward\"", "(value true)", "accepted keys");
+    refused("{\"fsdp_reshard_after_fwd\": true}", "\"fsdp_reshard_after_fwd\"", "(value true)", "accepted keys");
     refused("{\"distributed_type\": \"FSDP\"}", "unknown key \"distributed_type\"", NULL, NULL);
     refused("{\"fsdp_config\": {\"fsdp_sharding_strategy\": 1}}", "whole Accelerate config", NULL, NULL);
     refused("{\"bad\\nkey\": 1}", "\"bad\\u000akey\"", NULL, NULL);  // escaped: still one line
@@ -250,7 +250,9 @@ Test(fsdp_config, refuses_unknown_values) {
     refused("{\"fsdp_min_num_params\": -1}", "-1", "non-negative", NULL);
     refused("{\"fsdp_use_orig_params\": \"maybe\"}", "\"maybe\"", "boolean", NULL);
     refused("{\"fsdp_sync_module_states\": 0}", "\"fsdp_sync_module_states\": 0", "boolean", NULL);
-    refused("{\"fsdp_version\": 3}", "\"fsdp_version\": 3", "accepted: 1", NULL);
+    refused("{\"fsdp_version\": 3}", "\"fsdp_version\": 3", "accepted: 1, 2", NULL);
+    refused("{\"fsdp_version\": 2, \"fsdp_reshard_after_forward\": \"no\"}", "\"fsdp_reshard_after_forward\"",
+            "boolean", NULL);
     refused("{\"mixed_precision\": \"int8\"}", "\"mixed_precision\": \"int8\"", "no, fp32, bf16, fp16", NULL);
     refused("{\"mixed_precision_policy\": \"bf16\"}", "param_dtype, reduce_dtype, buffer_dtype", NULL, NULL);
     refused("{\"mixed_precision_policy\": {\"param_dtype\": \"int8\"}}", "\"mixed_precision_policy.param_dtype\": \"int8\"",
@@ -267,13 +269,40 @@ Test(fsdp_config, refuses_values_that_would_change_results_with_a_reason) {
     refused("{\"fsdp_min_num_params\": 100000000}", "100000000", "wraps by size", NULL);
     refused("{\"fsdp_activation_checkpointing\": true}", "\"fsdp_activation_checkpointing\": true", "recomputes",
             "accepted: false");
-    refused("{\"fsdp_version\": 2}", "FSDP2", "accepted: 1", NULL);
+    refused("{\"fsdp_version\": 2, \"fsdp_reshard_after_forward\": 2}", "integer reshard_after_forward",
+            "accepted: true, false", NULL);
     refused("{\"xla\": true}", "XLA", "accepted: false", NULL);
     refused("{\"mixed_precision\": \"fp8\"}", "fp8", "not modelled", NULL);
     refused("{\"fsdp_cpu_ram_efficient_loading\": true, \"fsdp_sync_module_states\": false}",
             "\"fsdp_cpu_ram_efficient_loading\": true needs \"fsdp_sync_module_states\": true", NULL, NULL);
     refused("{\"mixed_precision\": \"bf16\", \"mixed_precision_policy\": {\"param_dtype\": \"float16\"}}", "disagree",
             NULL, NULL);
+}
+
+// Accelerate's FSDP2 config (issue 25's): version 2, reshard_after_forward
+// for the strategy; FSDP1's keys refused with version 2, FSDP2's without it.
+Test(fsdp_config, version_2) {
+    ok("{\"fsdp_version\": 2, \"fsdp_auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\", "
+       "\"fsdp_transformer_layer_cls_to_wrap\": \"GPT2Block\", \"fsdp_reshard_after_forward\": true, "
+       "\"fsdp_state_dict_type\": \"SHARDED_STATE_DICT\"}");
+    fc_run_config c;
+    fc_run_config_defaults(&c);
+    fc_fsdp_config_apply(&F, &c);
+    cr_expect_eq(c.fsdp_version, 2);
+    cr_expect_eq(c.strategy, FC_STRATEGY_FULL_SHARD);
+    ok("{\"version\": \"2\", \"reshard_after_forward\": false, \"cpu_ram_efficient_loading\": true}");
+    fc_fsdp_config_apply(&F, &c);
+    cr_expect_eq(c.strategy, FC_STRATEGY_SHARD_GRAD_OP);
+    const char *fsdp1[] = {"\"fsdp_sharding_strategy\": \"FULL_SHARD\"", "\"fsdp_backward_prefetch\": \"BACKWARD_PRE\"",
+                           "\"fsdp_forward_prefetch\": false", "\"fsdp_limit_all_gathers\": true",
+                           "\"fsdp_use_orig_params\": true", "\"fsdp_sync_module_states\": true"};
+    for (size_t i = 0; i < sizeof fsdp1 / sizeof fsdp1[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json, "{%s, \"fsdp_version\": 2}", fsdp1[i]);
+        refused(json, "is an FSDP1 key", "\"fsdp_version\": 2", NULL);
+    }
+    refused("{\"fsdp_reshard_after_forward\": true}", "is an FSDP2 key", "fsdp_version", NULL);
+    refused("{\"fsdp_version\": 1, \"fsdp_reshard_after_forward\": true}", "is an FSDP2 key", NULL, NULL);
 }
 
 Test(fsdp_config, refuses_the_same_setting_twice) {

@@ -361,7 +361,7 @@ Test(report, markdown_header_and_verdict) {
     cr_assert_not_null(strstr(o.md, "| injected fault | none |"));
     cr_assert_not_null(strstr(o.md, "| seed | 1234 |"));
     cr_assert_not_null(strstr(o.md, "| world size | 4 |"));
-    cr_assert_not_null(strstr(o.md, "| cases | 7 |"));
+    cr_assert_not_null(strstr(o.md, "| cases | 7 (0 FSDP2) |"));
     cr_assert_not_null(strstr(o.md, "| failures | 2 |"));
     cr_assert_not_null(strstr(o.md, "| wall time | 12.5 s |"));
     cr_assert_not_null(strstr(o.md, "**Verdict: FAIL**: 2 of 7 cases failed; the first failure is caught by P2."),
