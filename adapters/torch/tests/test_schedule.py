@@ -192,3 +192,45 @@ def test_fsdp2_recording_is_refused_on_an_older_torch(tmp_path):
 def test_check_schedule_refuses_a_checkpoint_round_trip():
     rc, out = check("--api", "fsdp1", "-n", str(W), *BASE, "--schedule", "--ckpt-at", "1")
     assert rc == 2 and "--schedule with --ckpt-at" in out, out
+
+
+def test_fsdp2_bytes_are_the_reference_fsdp2s(tmp_path):
+    """Issue 25's per-parameter padding, gpt2-tiny at W=3: real FSDP2's recorded
+    all-gather and reduce-scatter bytes, unit by unit, are the reference's under
+    --fsdp-version 2 (8592, 14328, 14328), not FSDP1's flat units (8388, 13128)."""
+    needs_fsdp2("fsdp2-full_shard-clip")
+    flags = ["--model", "gpt2-tiny", "--steps", "1", "--global-batch", "6", "--strategy", "full_shard"]
+    ref, ref_log = tmp_path / "ref", tmp_path / "ref.jsonl"
+    for version, trace, log in (("2", ref, ref_log), ("1", tmp_path / "ref1", tmp_path / "ref1.jsonl")):
+        subprocess.run(
+            ["mpiexec", "-n", "3", fsdpcheck_bin(), "run", *flags, "--fsdp-version", version]
+            + ["--trace", str(trace), "--comm-log", str(log), "--quiet"],
+            check=True,
+            env=env(),
+            stdin=subprocess.DEVNULL,
+        )
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3"]
+        + ["-m", "fsdpcheck_torch", "run", "--api", "fsdp2", "--like", str(ref), "--trace", str(tmp_path / "t")]
+        + ["--strategy", "full_shard", "--comm-log"],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+
+    def unit_bytes(path):
+        out = {}
+        with open(path) as f:
+            for e in map(json.loads, f):
+                if e["op"] in ("all_gather", "reduce_scatter"):
+                    out.setdefault((e["op"], e["unit"]), set()).add(e["bytes"])
+        return out
+
+    torch_bytes, ref_bytes = unit_bytes(tmp_path / "t" / "commlog.jsonl"), unit_bytes(ref_log)
+    assert torch_bytes == ref_bytes, (torch_bytes, ref_bytes)
+    assert torch_bytes[("all_gather", 1)] == {14328}, torch_bytes
+    assert unit_bytes(tmp_path / "ref1.jsonl")[("all_gather", 1)] == {13128}, "FSDP1's flat unit, for contrast"
