@@ -80,9 +80,16 @@ typedef struct {
     double grad_norm;    // clip_grad_norm's total norm of the last step's gradient
 } fc_step_info;
 
+// The FSDP versions a port implements, as bits of fc_impl_ops.fsdp_versions.
+#define FC_IMPL_FSDP(v) (1u << (v))
+
 typedef struct {
     int abi_version;     // FC_IMPL_ABI_VERSION
     const char *name;
+    // FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2): the layouts it implements (config.h's
+    // fsdp_version). The sweep draws only these; create refuses the others.
+    // A table without FSDP1 is refused when it is loaded.
+    unsigned fsdp_versions;
     // Builds the model from cfg on comm (which it may dup/split), initial
     // weights from cfg->seed or cfg->init_path. Returns NULL with e set on bad input.
     fc_impl *(*create)(const fc_run_config *cfg, MPI_Comm comm, fc_error *e);

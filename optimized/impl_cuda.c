@@ -142,6 +142,7 @@ static void cuda_destroy(fc_impl *im) {
 static const fc_impl_ops CUDA_OPS = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "cuda",
+    .fsdp_versions = FC_IMPL_FSDP(1),  // FSDP2's per-parameter layout: not yet (cuda_config.c refuses it)
     .create = cuda_create,
     .step = cuda_step,
     .export_full = cuda_export,

@@ -303,6 +303,12 @@ const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e) {
         dlclose(h);
         return NULL;
     }
+    if (!(ops->fsdp_versions & FC_IMPL_FSDP(1))) {
+        fc_fail(e, "--impl %s: the operations table's fsdp_versions (%#x) lacks FC_IMPL_FSDP(1): every port "
+                   "implements FSDP1", impl, ops->fsdp_versions);
+        dlclose(h);
+        return NULL;
+    }
     const char *null_fn = !ops->create ? "create" : !ops->step ? "step" : !ops->export_full ? "export_full"
                         : !ops->comm_log ? "comm_log" : !ops->memory ? "memory" : !ops->destroy ? "destroy" : NULL;
     if (null_fn) {

@@ -273,7 +273,7 @@ int fc_cmd_sweep(int argc, char **argv) {
         fc_run_config c;
         fc_case_ckpt ck;
         int W;
-        fc_sweep_draw(&s, x.W, &c, &W, &ck);
+        fc_sweep_draw(&s, x.W, x.tested->fsdp_versions, &c, &W, &ck);
         fc_case_result *r = &rep->cases[i];
         r->W = W;
         fc_sweep_case_spec(&c, &ck, r->spec, sizeof r->spec);
@@ -327,9 +327,9 @@ int fc_cmd_sweep(int argc, char **argv) {
     if (x.rank == 0) {
         int fsdp2 = 0;
         for (int i = 0; i < rep->n; i++) fsdp2 += rep->cases[i].cfg.fsdp_version == 2;
-        printf("fsdpcheck sweep: %d cases (%d FSDP2) over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed "
+        printf("fsdpcheck sweep: %d cases (%d FSDP2%s) over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed "
                "(%.1f s, %d threads per rank)\n",
-               rep->n, fsdp2, x.W, (unsigned long long)seed, impl, x.inject ? ", injected " : "",
+               rep->n, fsdp2, x.tested->fsdp_versions & FC_IMPL_FSDP(2) ? "" : ": the implementation has FSDP1 only", x.W, (unsigned long long)seed, impl, x.inject ? ", injected " : "",
                x.inject ? fc_fault_name(x.inject) : "", rep->n - rep->n_failed, rep->n_failed, rep->seconds, threads);
         if (rep->have_shrunk) {
             printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);

@@ -48,7 +48,7 @@ int fc_sweep_draw_starved(char *msg, size_t cap) {
     return 0;
 }
 
-void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckpt *k) {
+void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, fc_run_config *c, int *W, fc_case_ckpt *k) {
     for (;;) {
         memset(k, 0, sizeof *k);
         fc_run_config_defaults(c);
@@ -72,7 +72,8 @@ void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckp
             c->forward_prefetch = pick(s, 3) == 0;
             c->limit_all_gathers = (c->forward_prefetch || c->backward_prefetch) && pick(s, 3) == 0;
         }
-        if (c->strategy != FC_STRATEGY_NO_SHARD && pick(s, 4) == 0) {  // FSDP2: per-parameter rows
+        int fsdp2 = (fsdp_versions & FC_IMPL_FSDP(2)) != 0;
+        if (fsdp2 && c->strategy != FC_STRATEGY_NO_SHARD && pick(s, 4) == 0) {  // FSDP2: per-parameter rows
             c->fsdp_version = 2;
             c->backward_prefetch = FC_PREFETCH_NONE;  // its own: one unit ahead in backward, no limiter
             c->forward_prefetch = c->limit_all_gathers = 0;

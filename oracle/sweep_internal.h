@@ -29,7 +29,9 @@ void fc_sweep_subs_free(fc_sweep_ctx *x);
 double fc_sweep_now(void);
 
 // Cases (sweep_draw.c): a seeded random case at a world size W' <= world.
-void fc_sweep_draw(uint64_t *s, int world, fc_run_config *c, int *W, fc_case_ckpt *k);
+// fsdp_versions: the tested implementation's (core/impl.h); FSDP2 is drawn
+// only when it has it.
+void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, fc_run_config *c, int *W, fc_case_ckpt *k);
 // After the draws: 1, with msg saying which, when a strategy was drawn at least
 // FC_SWEEP_STARVED_DRAWS times and the config validator refused every draw.
 #define FC_SWEEP_STARVED_DRAWS 20

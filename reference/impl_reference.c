@@ -102,6 +102,7 @@ static void ref_destroy(fc_impl *im) {
 static const fc_impl_ops REFERENCE = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "reference",
+    .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),
     .create = ref_create,
     .step = ref_step,
     .export_full = ref_export,

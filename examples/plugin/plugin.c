@@ -115,6 +115,7 @@ __attribute__((visibility("default"))) const fc_impl_ops *fsdpcheck_impl_v1(void
     static const fc_impl_ops ops = {
         .abi_version = FC_IMPL_ABI_VERSION,
         .name = "template-port",
+        .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),  // the reference's, wrapped
         .create = port_create,
         .step = port_step,
         .export_full = port_export_full,

@@ -24,6 +24,7 @@ __attribute__((visibility("default"))) const fc_impl_ops *fsdpcheck_impl_v1(void
     static const fc_impl_ops ops = {
         .abi_version = FC_IMPL_ABI_VERSION,
         .name = "abi-null-function",
+        .fsdp_versions = FC_IMPL_FSDP(1),
         .create = create,
         .step = NULL,  // the missing function
         .export_full = export_full,

@@ -33,7 +33,7 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, &c, &W, &k);
+        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), &c, &W, &k);
         char spec[1024], again[1024];
         fc_sweep_case_spec(&c, &k, spec, sizeof spec);
         fc_run_args ra;
