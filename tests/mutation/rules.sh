@@ -60,7 +60,10 @@ build || { tail -20 "$work/build.log"; echo "rules.sh: the unmutated build faile
 bin=$work/build/oracle/fsdpcheck
 orig=$work/core/layout.c.orig
 cp "$work/core/layout.c" "$orig"
-gate() { mpiexec -n "$W" "$bin" sweep --cases "$CASES" --seed 4242 >"$work/gate.log" 2>&1; }
+# --timeout 60: a case takes well under a second; a mutant that hangs the
+# ranks (no_shard storing a shard overruns its buffers) is caught by the
+# watchdog in a minute, not in its default ten
+gate() { mpiexec -n "$W" "$bin" sweep --cases "$CASES" --seed 4242 --timeout 60 >"$work/gate.log" 2>&1; }
 gate || { tail -20 "$work/gate.log"; echo "rules.sh: the gate fails without a mutant" >&2; exit 2; }
 echo "unmutated: the gate passes ($(grep -o '[0-9]* passed, [0-9]* failed' "$work/gate.log" | tail -1))"
 
