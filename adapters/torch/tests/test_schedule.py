@@ -85,6 +85,21 @@ def schedule(log, api, flags):
     return p.returncode, p.stdout + p.stderr
 
 
+def torchrun_run(nproc, *args):
+    """`torchrun --nproc-per-node NPROC -m fsdpcheck_torch run ARGS`, which must exit 0."""
+    p = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+        + ["-m", "fsdpcheck_torch", "run", *args],
+        capture_output=True,
+        text=True,
+        env=env(),
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory):
     d = tmp_path_factory.mktemp("schedule")
@@ -94,17 +109,7 @@ def logs(tmp_path_factory):
         jobs.append(["--api", api, "--like", ref, "--trace", str(d / name), "--comm-log"])
     jf = d / "jobs.json"
     jf.write_text(json.dumps(jobs))
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={W}"]
-        + ["-m", "fsdpcheck_torch", "run", "--jobs", str(jf)],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    torchrun_run(W, "--jobs", str(jf))
     return d
 
 
@@ -209,18 +214,18 @@ def test_fsdp2_bytes_are_the_reference_fsdp2s(tmp_path):
             env=env(),
             stdin=subprocess.DEVNULL,
         )
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3"]
-        + ["-m", "fsdpcheck_torch", "run", "--api", "fsdp2", "--like", str(ref), "--trace", str(tmp_path / "t")]
-        + ["--strategy", "full_shard", "--comm-log"],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-        check=False,
+    torchrun_run(
+        3,
+        "--api",
+        "fsdp2",
+        "--like",
+        str(ref),
+        "--trace",
+        str(tmp_path / "t"),
+        "--strategy",
+        "full_shard",
+        "--comm-log",
     )
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
 
     def unit_bytes(path):
         out = {}
