@@ -24,12 +24,13 @@ static const char *OPT_NAMES[] = {"adamw", "sgd"};
 static const char *DIVIDE_NAMES[] = {"prepost", "avg", "sum-then-divide"};
 static const char *NORM_NAMES[] = {"1", "2", "inf"};
 static const char *COMM_NAMES[] = {"auto", "nccl", "mpi"};
+static const char *ACT_CKPT_NAMES[] = {"none", "inside", "outside"};
 static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "none", "no_divide", "divide_twice", "shard_offset", "padding_leak", "stale_gather",
     "skip_root_reduce", "hsdp_no_replicate", "no_sync_overwrite", "clip_local_norm",
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
     "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail", "clip_eps_per_rank",
-    "clip_hsdp_shard_norm"};
+    "clip_hsdp_shard_norm", "recompute_dtype"};
 
 // The property of DESIGN §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
@@ -57,6 +58,7 @@ static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
     [FC_FAULT_AVG_TAIL] = 1,
     [FC_FAULT_CLIP_EPS_PER_RANK] = 8,     // only the norm (and the clip coefficient) moves
     [FC_FAULT_CLIP_HSDP_SHARD_NORM] = 8,
+    [FC_FAULT_RECOMPUTE_DTYPE] = 15,      // only the recompute moves: checkpointing against none
 };
 
 int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }
@@ -83,6 +85,7 @@ NAME_FUNCS(divide, fc_divide, DIVIDE_NAMES)
 NAME_FUNCS(comm, fc_comm, COMM_NAMES)
 NAME_FUNCS(norm, fc_norm_type, NORM_NAMES)
 NAME_FUNCS(fault, fc_fault, FAULT_NAMES)
+NAME_FUNCS(act_ckpt, fc_act_ckpt, ACT_CKPT_NAMES)
 
 // ---------------------------------------------------------------------------
 // model presets
@@ -445,6 +448,9 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
             return fc_fail(e, "mixed precision needs a data-parallel strategy (compare FSDP with no_shard, P9)");
         if (c->no_sync) return fc_fail(e, "--no-sync needs a data-parallel strategy");
         if (c->cpu_offload) return fc_fail(e, "--cpu-offload needs a data-parallel strategy");
+        if (c->act_ckpt != FC_ACT_CKPT_NONE)
+            return fc_fail(e, "--activation-checkpointing needs a data-parallel strategy (local is the ground truth "
+                              "it is checked against)");
         if (c->divide != FC_DIVIDE_PREPOST) return fc_fail(e, "--divide needs a data-parallel strategy");
         if (c->inject != FC_FAULT_NONE)
             return fc_fail(e, "--inject needs a data-parallel strategy (local is the ground truth)");
@@ -488,6 +494,7 @@ cJSON *fc_run_config_to_json(const fc_run_config *c) {
     cJSON_AddNumberToObject(j, "clip_grad_norm", c->clip_grad_norm);
     cJSON_AddStringToObject(j, "norm_type", fc_norm_name(c->norm_type));
     cJSON_AddBoolToObject(j, "cpu_offload", c->cpu_offload);
+    cJSON_AddStringToObject(j, "activation_checkpointing", fc_act_ckpt_name(c->act_ckpt));
     cJSON *o = cJSON_AddObjectToObject(j, "optimizer");
     cJSON_AddStringToObject(o, "kind", fc_opt_name(c->optim.kind));
     cJSON_AddNumberToObject(o, "lr", c->optim.lr);
@@ -572,6 +579,10 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
     // "fsdp_version" is optional: configs written before FSDP2 have none (1)
     c->fsdp_version = 1;
     if (cJSON_GetObjectItemCaseSensitive(j, "fsdp_version") && jint(j, "fsdp_version", &c->fsdp_version, e)) return -1;
+    // "activation_checkpointing" is optional: configs written before it have none
+    c->act_ckpt = FC_ACT_CKPT_NONE;
+    if (cJSON_GetObjectItemCaseSensitive(j, "activation_checkpointing"))
+        JENUM(j, act_ckpt, "activation_checkpointing", &c->act_ckpt);
     JENUM(j, prefetch, "backward_prefetch", &c->backward_prefetch);
     JENUM(j, prec, "param_dtype", &c->param_dtype);
     JENUM(j, prec, "reduce_dtype", &c->reduce_dtype);

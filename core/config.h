@@ -61,6 +61,14 @@ typedef enum { FC_OPT_ADAMW, FC_OPT_SGD } fc_opt_kind;
 typedef enum { FC_DIVIDE_PREPOST, FC_DIVIDE_AVG, FC_DIVIDE_SUM_THEN_DIVIDE } fc_divide;
 // Norm type of clip_grad_norm: 1, 2, or infinity.
 typedef enum { FC_NORM_1, FC_NORM_2, FC_NORM_INF } fc_norm_type;
+// Activation checkpointing (DESIGN §5) of every unit but the root: none, or
+// the checkpoint wrapper inside the FSDP unit (FSDP1's
+// apply_activation_checkpointing, Accelerate's fsdp_activation_checkpointing,
+// XLA's xla_fsdp_grad_ckpt) or outside it (checkpoint(FSDP(layer)), Hugging
+// Face's gradient_checkpointing). Outside costs FSDP1 a second all-gather of
+// a unit it freed after forward; FSDP2's pre-forward skips the unshard while
+// its unit is in backward, so there both placements gather once.
+typedef enum { FC_ACT_CKPT_NONE, FC_ACT_CKPT_INSIDE, FC_ACT_CKPT_OUTSIDE } fc_act_ckpt;
 
 // Hyperparameters are doubles, as they are Python floats in torch.optim: the
 // coefficients are computed in double and rounded to fp32 where torch does.
@@ -97,6 +105,7 @@ typedef enum {
     FC_FAULT_AVG_TAIL,             // an average leaves the last elements of a shard unscaled
     FC_FAULT_CLIP_EPS_PER_RANK,    // the norm's eps added once per rank of the norm group (pytorch#149768)
     FC_FAULT_CLIP_HSDP_SHARD_NORM, // hybrid: the norm over the shard group's gradient, before the replicas' all-reduce
+    FC_FAULT_RECOMPUTE_DTYPE,      // activation checkpointing recomputes with fp32 weights under mixed precision
     FC_FAULT_COUNT
 } fc_fault;
 
@@ -121,6 +130,7 @@ typedef struct {
     float clip_grad_norm;      // 0 = off
     fc_norm_type norm_type;
     int cpu_offload;
+    fc_act_ckpt act_ckpt;      // --activation-checkpointing
     fc_optim_config optim;
     int steps;
     int global_batch;          // B: samples per step over all data-parallel ranks
@@ -161,9 +171,11 @@ const char *fc_divide_name(fc_divide d);
 int fc_divide_parse(const char *s, fc_divide *out);
 const char *fc_norm_name(fc_norm_type n);
 int fc_norm_parse(const char *s, fc_norm_type *out);
+const char *fc_act_ckpt_name(fc_act_ckpt a);
+int fc_act_ckpt_parse(const char *s, fc_act_ckpt *out);
 const char *fc_fault_name(fc_fault f);
 int fc_fault_parse(const char *s, fc_fault *out);
-// The property (DESIGN §8, 1..14) expected to catch fault f; 0 for none.
+// The property (DESIGN §8, 1..15) expected to catch fault f; 0 for none.
 int fc_fault_property(fc_fault f);
 
 FC_END_DECLS

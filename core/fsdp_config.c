@@ -263,15 +263,15 @@ static int k_cpu_ram_efficient_loading(parse_state *ps, const char *key, const c
     return bool_key(ps, key, v, NULL, &ps->cpu_ram_efficient_loading, e);
 }
 
+// Accelerate's fsdp_activation_checkpointing runs apply_activation_checkpointing
+// after wrapping, whose check_fn matches the layer inside each FSDP unit, and
+// XLA's xla_fsdp_grad_ckpt wraps FSDP(checkpoint_module(layer)): both put the
+// checkpoint inside the unit. false leaves it off.
 static int k_activation_checkpointing(parse_state *ps, const char *key, const cJSON *v, fc_error *e) {
     int x = 0;
     if (bool_key(ps, key, v, NULL, &x, e)) return -1;
-    if (x)
-        return bad_value(ps, key, v,
-                         "is not supported: activation checkpointing recomputes forward passes in backward, "
-                         "which changes the compute schedule and memory fsdpcheck checks (P10, P11) and is not "
-                         "modelled; accepted: false",
-                         e);
+    ps->out->has_act_ckpt = 1;
+    ps->out->act_ckpt = x ? FC_ACT_CKPT_INSIDE : FC_ACT_CKPT_NONE;
     return 0;
 }
 
@@ -386,6 +386,7 @@ static const key_spec KEYS[] = {
     {"sync_module_states", k_sync_module_states, NULL},
     {"cpu_ram_efficient_loading", k_cpu_ram_efficient_loading, NULL},
     {"activation_checkpointing", k_activation_checkpointing, NULL},
+    {"xla_fsdp_grad_ckpt", k_activation_checkpointing, "activation_checkpointing"},
     {"version", k_version, NULL},
     {"reshard_after_forward", k_reshard_after_forward, NULL},
     {"xla", k_xla, NULL},
@@ -397,7 +398,7 @@ static const key_spec KEYS[] = {
 static const char ACCEPTED_KEYS[] =
     "sharding_strategy, backward_prefetch, forward_prefetch, offload_params, limit_all_gathers, state_dict_type, "
     "auto_wrap_policy, transformer_layer_cls_to_wrap, min_num_params, use_orig_params, sync_module_states, "
-    "cpu_ram_efficient_loading, activation_checkpointing, version, reshard_after_forward, xla, mixed_precision, "
+    "cpu_ram_efficient_loading, activation_checkpointing, xla_fsdp_grad_ckpt, version, reshard_after_forward, xla, mixed_precision, "
     "mixed_precision_policy";
 
 // FSDP1's keys, which a version-2 config may not hold (Accelerate's to-fsdp2
@@ -528,6 +529,7 @@ void fc_fsdp_config_apply(const fc_fsdp_config *f, fc_run_config *c) {
     if (f->has_backward_prefetch) c->backward_prefetch = f->backward_prefetch;
     if (f->has_forward_prefetch) c->forward_prefetch = f->forward_prefetch;
     if (f->has_cpu_offload) c->cpu_offload = f->cpu_offload;
+    if (f->has_act_ckpt) c->act_ckpt = f->act_ckpt;
     if (f->has_limit_all_gathers) c->limit_all_gathers = f->limit_all_gathers;
     if (f->has_param_dtype) c->param_dtype = f->param_dtype;
     if (f->has_reduce_dtype) c->reduce_dtype = f->reduce_dtype;

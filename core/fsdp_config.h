@@ -64,6 +64,8 @@ typedef struct {
     fc_prefetch backward_prefetch;
     int has_forward_prefetch, forward_prefetch;
     int has_cpu_offload, cpu_offload;
+    int has_act_ckpt;            // activation_checkpointing / xla_fsdp_grad_ckpt: true is inside the unit
+    fc_act_ckpt act_ckpt;
     int has_limit_all_gathers, limit_all_gathers;
     int has_param_dtype;
     fc_prec param_dtype;

@@ -61,7 +61,7 @@ FC_BEGIN_DECLS
 // template pins the version it implements (a static assertion in plugin.c and
 // a check of fsdpcheck_IMPL_ABI_VERSION in its CMakeLists.txt), so the build
 // itself says which contract it was written for.
-#define FC_IMPL_ABI_VERSION 2
+#define FC_IMPL_ABI_VERSION 3
 #define FC_IMPL_ENTRY "fsdpcheck_impl_v1"
 
 typedef struct fc_impl fc_impl;  // an implementation's own state, opaque here
@@ -82,6 +82,8 @@ typedef struct {
 
 // The FSDP versions a port implements, as bits of fc_impl_ops.fsdp_versions.
 #define FC_IMPL_FSDP(v) (1u << (v))
+// Optional features a port implements, as bits of fc_impl_ops.features.
+#define FC_IMPL_ACT_CKPT (1u << 0)  // fc_run_config.act_ckpt: activation checkpointing (DESIGN §5)
 
 typedef struct {
     int abi_version;     // FC_IMPL_ABI_VERSION
@@ -90,6 +92,9 @@ typedef struct {
     // fsdp_version). The sweep draws only these; create refuses the others.
     // A table without FSDP1 is refused when it is loaded.
     unsigned fsdp_versions;
+    // FC_IMPL_ACT_CKPT | ...: the optional features it implements. The sweep
+    // draws only these; create refuses a config that asks for another.
+    unsigned features;
     // Builds the model from cfg on comm (which it may dup/split), initial
     // weights from cfg->seed or cfg->init_path. Returns NULL with e set on bad input.
     fc_impl *(*create)(const fc_run_config *cfg, MPI_Comm comm, fc_error *e);

@@ -63,6 +63,15 @@ int fc_reshard_after_forward(fc_strategy s, const fc_model *m, int u) {
     return fc_strategy_reshards(s) && u != m->root_unit;
 }
 
+int fc_unit_checkpointed(const fc_run_config *c, const fc_model *m, int u) {
+    return c->act_ckpt != FC_ACT_CKPT_NONE && u != m->root_unit;
+}
+
+int fc_recompute_gathers(const fc_run_config *c, const fc_model *m, int u) {
+    return fc_unit_checkpointed(c, m, u) && c->act_ckpt == FC_ACT_CKPT_OUTSIDE && c->fsdp_version == 1 &&
+           fc_reshard_after_forward(c->strategy, m, u);
+}
+
 int fc_next_forward_unit(const fc_model *m, const fc_unit_stages *stages, int s) {
     for (int t = s + 1; t < m->n_stages; t++) {
         int v = m->stages[t].unit;

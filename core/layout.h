@@ -130,6 +130,16 @@ fc_unit_stages fc_unit_stages_of(const fc_model *m, int u);
 // keeps the root unsharded between forward and backward).
 int fc_reshard_after_forward(fc_strategy s, const fc_model *m, int u);
 
+// Activation checkpointing (DESIGN §5): whether unit u recomputes its forward
+// in backward (every unit but the root), and whether that recompute gathers
+// the unit itself: FSDP1 with the checkpoint outside the unit
+// (checkpoint(FSDP(layer))) runs the unit's forward, all-gather and reshard
+// included, before its pre-backward gathers it again; inside the unit, or
+// under FSDP2 (whose pre-forward does not unshard a unit in backward), the
+// recompute uses backward's all-gather.
+int fc_unit_checkpointed(const fc_run_config *c, const fc_model *m, int u);
+int fc_recompute_gathers(const fc_run_config *c, const fc_model *m, int u);
+
 // Prefetch order: the next unit whose first use in forward (backward) comes
 // after stage s, or -1. `stages` holds fc_unit_stages_of for every unit.
 int fc_next_forward_unit(const fc_model *m, const fc_unit_stages *stages, int s);

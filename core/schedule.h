@@ -28,7 +28,10 @@ typedef enum {
     FC_OP_COUNT
 } fc_op;
 
-typedef enum { FC_PHASE_FORWARD, FC_PHASE_BACKWARD, FC_PHASE_CLIP, FC_PHASE_OPTIM } fc_phase;
+// RECOMPUTE: activation checkpointing's forward of a unit during backward,
+// with the all-gather and free that recompute itself issues.
+typedef enum { FC_PHASE_FORWARD, FC_PHASE_BACKWARD, FC_PHASE_CLIP, FC_PHASE_OPTIM, FC_PHASE_RECOMPUTE } fc_phase;
+#define FC_PHASE_COUNT 5
 typedef enum { FC_GROUP_NONE, FC_GROUP_WORLD, FC_GROUP_SHARD, FC_GROUP_REPLICATE } fc_group;
 
 typedef struct {

@@ -15,6 +15,9 @@ int fc_cuda_config_check(const fc_run_config *cfg, int W, fc_error *e) {
     if (cfg->fsdp_version == 2)
         return fc_fail(e, "--fsdp-version 2: the CUDA port implements FSDP1's flat layout only so far (FSDP2's "
                           "per-parameter rows are the reference's)");
+    if (cfg->act_ckpt != FC_ACT_CKPT_NONE)
+        return fc_fail(e, "--activation-checkpointing %s: the CUDA port does not recompute activations yet (the "
+                          "reference does)", fc_act_ckpt_name(cfg->act_ckpt));
     if (cfg->inject != FC_FAULT_NONE)
         return fc_fail(e, "--inject %s: the fault catalogue is a build of the reference; the CUDA port has no injected faults",
                        fc_fault_name(cfg->inject));

@@ -143,6 +143,7 @@ static const fc_impl_ops CUDA_OPS = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "cuda",
     .fsdp_versions = FC_IMPL_FSDP(1),  // FSDP2's per-parameter layout: not yet (cuda_config.c refuses it)
+    .features = 0,                     // activation checkpointing: not yet (cuda_config.c refuses it)
     .create = cuda_create,
     .step = cuda_step,
     .export_full = cuda_export,

@@ -50,6 +50,8 @@ static const flag_spec FLAGS[] = {
     {"--divide", ARG_STR, NULL},
     {"--no-sync", ARG_NONE, NULL},
     {"--cpu-offload", ARG_NONE, NULL},
+    {"--activation-checkpointing", ARG_STR, NULL},
+    {"--gradient-checkpointing", ARG_NONE, NULL},
     {"--comm-log", ARG_STR, NULL},
     {"--fsdp-config", ARG_STR, NULL},
     {"--save", ARG_STR, NULL},
@@ -71,6 +73,10 @@ void fc_cli_usage(FILE *f) {
           "  --shard-group F (hybrid)  --backward-prefetch pre|post|none  --forward-prefetch\n"
           "  --limit-all-gathers  --param-dtype fp32|bf16|fp16  --reduce-dtype fp32|bf16|fp16\n"
           "  --divide prepost|avg|sum-then-divide  --no-sync  --cpu-offload  --comm-log FILE\n"
+          "  --activation-checkpointing none|inside|outside\n"
+          "                            recompute every non-root unit's forward in backward, the checkpoint\n"
+          "                            wrapper inside the FSDP unit or outside it (FSDP1: a second all-gather)\n"
+          "  --gradient-checkpointing  Hugging Face's: --activation-checkpointing outside\n"
           "  --impl reference|cuda|PATH.so  the implementation that runs (default reference)\n"
           "  --comm auto|nccl|mpi      a port's collective backend (the CUDA port: NCCL, or host-staged MPI)\n"
           "  --steps N (3)  --seed S (1234)  --global-batch B (8)  --seq-len T (16, gpt2)\n"
@@ -214,6 +220,13 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
         c->no_sync = 1;
     } else if (!strcmp(flag, "--cpu-offload")) {
         c->cpu_offload = 1;
+    } else if (!strcmp(flag, "--activation-checkpointing")) {
+        if (fc_act_ckpt_parse(v, &c->act_ckpt))
+            return fc_fail(e, "--activation-checkpointing: '%s' is not none, inside or outside", v);
+    } else if (!strcmp(flag, "--gradient-checkpointing")) {
+        // transformers' gradient_checkpointing calls checkpoint(layer.__call__):
+        // the wrapper sits outside the FSDP unit
+        c->act_ckpt = FC_ACT_CKPT_OUTSIDE;
     } else if (!strcmp(flag, "--comm-log")) {
         if (snprintf(a->comm_log, sizeof a->comm_log, "%s", v) >= (int)sizeof a->comm_log)
             return fc_fail(e, "--comm-log: path too long");

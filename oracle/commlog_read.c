@@ -50,8 +50,8 @@ static int parse_event(const cJSON *o, int W, int *rank, fc_event *ev, const cha
     if (op == FC_OP_WAIT && (of = get_name(o, "of", op_name, FC_OP_COUNT)) < 0) return *bad = "a wait without a known \"of\"", -1;
     int group = get_name(o, "group", group_name, 4);
     if (group < 0) return *bad = "\"group\" is not one of none, world, shard, replicate", -1;
-    int phase = get_name(o, "phase", phase_name, 4);
-    if (phase < 0) return *bad = "\"phase\" is not one of forward, backward, clip, optim", -1;
+    int phase = get_name(o, "phase", phase_name, FC_PHASE_COUNT);
+    if (phase < 0) return *bad = "\"phase\" is not one of forward, backward, clip, optim, recompute", -1;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dtype"), *p = cJSON_GetObjectItemCaseSensitive(o, "prefetch");
     if (!cJSON_IsString(d) || fc_prec_parse(d->valuestring, &ev->dtype)) return *bad = "\"dtype\" is not fp32, bf16 or fp16", -1;
     if (!cJSON_IsBool(p)) return *bad = "\"prefetch\" is not true or false", -1;

@@ -12,7 +12,8 @@ static const char *NAMES[FC_NPROP] = {
     "", "== local ground truth", "no_shard == full_shard == shard_grad_op", "hybrid == full_shard",
     "prefetch == none", "world-size invariance", "accumulation == joined batch", "checkpoint round trip",
     "clip_grad_norm == local", "mixed precision FSDP == DDP", "comm log == theory", "memory == formula",
-    "determinism", "finite differences", "cpu_offload == none"};
+    "determinism", "finite differences", "cpu_offload == none",
+    "activation checkpointing == none"};
 
 const char *fc_prop_name(int p) { return p > 0 && p < FC_NPROP ? NAMES[p] : "?"; }
 

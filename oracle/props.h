@@ -10,7 +10,7 @@
 #include "compare.h"
 #include "runner.h"
 
-#define FC_NPROP 15  // properties P1..P14 at index 1..14 (index 0 unused)
+#define FC_NPROP 16  // properties P1..P15 at index 1..15 (index 0 unused)
 
 // Short names of the properties, as reports print them ("== local ground truth", ...).
 const char *fc_prop_name(int p);

@@ -129,7 +129,7 @@ static void rp_md_block(rp_buf *b, const char *s, size_t max, const char *lang) 
 // names, properties, numbers
 
 #define RP_NS (FC_STRATEGY_COUNT + 1)  // the strategies, plus "unknown" for a bad value
-#define RP_PMASK ((((unsigned)1 << FC_NPROP) - 1) & ~1u)  // bits 1..14: P1..P14
+#define RP_PMASK ((((unsigned)1 << FC_NPROP) - 1) & ~1u)  // bits 1..15: P1..P15
 
 static int rp_sidx(int s) { return s >= 0 && s < FC_STRATEGY_COUNT ? s : FC_STRATEGY_COUNT; }
 static const char *rp_sname(int s) {
@@ -156,6 +156,7 @@ static const char *const RP_PROP_DESC[FC_NPROP] = {
     "determinism: the same run twice is bitwise identical",
     "analytic gradients ≡ finite differences",
     "`cpu_offload` ≡ no offload",
+    "activation checkpointing ≡ none, bitwise",
 };
 
 static void rp_xml_desc(rp_buf *b, int p) {
@@ -171,7 +172,7 @@ static unsigned rp_checked(const fc_case_result *c) { return (c->v.checked | c->
 static unsigned rp_failed(const fc_case_result *c) { return c->v.failed & RP_PMASK; }
 static int rp_case_failed(const fc_case_result *c) { return c->v.failed != 0; }
 
-// "P2, P5" (or "P?" when only bits outside P1..P14 are set).
+// "P2, P5" (or "P?" when only bits outside P1..P15 are set).
 static void rp_props(rp_buf *b, unsigned mask) {
     int any = 0;
     for (int p = 1; p < FC_NPROP; p++)

@@ -33,6 +33,7 @@ static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *op
     c.no_sync = strategy == FC_STRATEGY_LOCAL ? 0 : c.no_sync;  // one rank: no_sync changes no arithmetic
     c.divide = FC_DIVIDE_PREPOST;        // one rank: every divide mode divides by 1
     c.inject = FC_FAULT_NONE;
+    c.act_ckpt = FC_ACT_CKPT_NONE;       // a recompute changes no bit (P15)
     c.init_path[0] = '\0';               // every step loads its start: the init is never used
     c.steps = 1;
     if (fc_run_config_validate(&c, e) || fc_run_config_validate_world(&c, 1, e)) {

@@ -63,6 +63,18 @@ int fc_rule_frees_after_forward(fc_strategy s, const fc_model *m, int u) {
     return fc_rule_row_of(s)->frees_after_fwd && u != m->root_unit;
 }
 
+int fc_rule_checkpointed(const fc_run_config *cfg, const fc_model *m, int u) {
+    if (cfg->act_ckpt == FC_ACT_CKPT_NONE) return 0;
+    return u != m->root_unit;
+}
+
+int fc_rule_recompute_gathers(const fc_run_config *cfg, const fc_model *m, int u) {
+    static const int OUTSIDE_COSTS_A_GATHER[3] = {[1] = 1, [2] = 0};  // by fsdp_version
+    if (cfg->act_ckpt != FC_ACT_CKPT_OUTSIDE || cfg->fsdp_version < 1 || cfg->fsdp_version > 2) return 0;
+    return OUTSIDE_COSTS_A_GATHER[cfg->fsdp_version] && fc_rule_checkpointed(cfg, m, u) &&
+           fc_rule_frees_after_forward(cfg->strategy, m, u);
+}
+
 int fc_rule_frees_after_forward_as(fc_sched_api api, fc_strategy s, const fc_model *m, int u) {
     if (api == FC_API_TORCH_FSDP2) return fc_rule_row_of(s)->frees_after_fwd;
     return fc_rule_frees_after_forward(s, m, u);
@@ -270,6 +282,11 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
         if (fc_reshard_after_forward(cfg->strategy, &m, u) != fc_rule_frees_after_forward(cfg->strategy, &m, u))
             DIFFER(what, "freed after forward=%d", fc_reshard_after_forward(cfg->strategy, &m, u),
                    fc_rule_frees_after_forward(cfg->strategy, &m, u));
+        if (fc_unit_checkpointed(cfg, &m, u) != fc_rule_checkpointed(cfg, &m, u))
+            DIFFER(what, "checkpointed=%d", fc_unit_checkpointed(cfg, &m, u), fc_rule_checkpointed(cfg, &m, u));
+        if (fc_recompute_gathers(cfg, &m, u) != fc_rule_recompute_gathers(cfg, &m, u))
+            DIFFER(what, "recompute gathers=%d", fc_recompute_gathers(cfg, &m, u),
+                   fc_rule_recompute_gathers(cfg, &m, u));
     }
     // prefetch: the unit each stage's window prefetches, from the opportunities
     for (int s = 0; s < m.n_stages; s++) {

@@ -42,6 +42,14 @@ fc_unit_stages fc_rule_stages(const fc_model *m, int u);
 // Whether unit u is freed after forward (the root never is: backward uses it
 // at once, FSDP1 keeps it unsharded).
 int fc_rule_frees_after_forward(fc_strategy s, const fc_model *m, int u);
+// Activation checkpointing, DESIGN §5: every unit but the root recomputes its
+// forward in backward once per micro-batch.
+int fc_rule_checkpointed(const fc_run_config *cfg, const fc_model *m, int u);
+// The recompute's own all-gather (and free): only FSDP1 with the checkpoint
+// outside the unit, of a unit freed after forward. Inside, and under FSDP2
+// whose pre-forward leaves a unit in backward gathered, the recompute runs on
+// backward's all-gather.
+int fc_rule_recompute_gathers(const fc_run_config *cfg, const fc_model *m, int u);
 // Real FSDP's measured divergences from DESIGN §5 (torch 2.15), each for one
 // API alone (README, "Real FSDP's schedule"); for FC_API_REFERENCE each is the
 // rule above.

@@ -13,6 +13,7 @@
 //   P10 every rank's comm log == theory; P11 every rank's memory == formula
 //   P12 the same case twice: bitwise
 //   P14 cpu_offload == none (same implementation)
+//   P15 activation checkpointing == none (same implementation, bitwise)
 // Comparisons of the reference with itself are bitwise where its canonical
 // reductions make them so (same reduction tree); all others are judged by the
 // default policy of their precision: the reduce_dtype's when both runs share
@@ -81,6 +82,7 @@ static fc_run_config local_of(fc_run_config c) {
     c.forward_prefetch = c.limit_all_gathers = c.no_sync = c.cpu_offload = 0;
     c.divide = FC_DIVIDE_PREPOST;
     c.inject = FC_FAULT_NONE;
+    c.act_ckpt = FC_ACT_CKPT_NONE;
     return c;
 }
 
@@ -309,6 +311,16 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 oc.cpu_offload = 0;
                 run_expected(x->tested, &oc, sub, &t, exact, &e);
                 if (is0) judge(res, 14, cfg, W, &oc, W, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no offload");
+                free_expected(&e);
+            }
+            // P15: the same implementation without activation checkpointing,
+            // bitwise for any implementation: the recompute computes the same
+            // activations from the same parameters and micro-batch (DESIGN §5)
+            if (cfg->act_ckpt != FC_ACT_CKPT_NONE) {
+                fc_run_config ac = tc;
+                ac.act_ckpt = FC_ACT_CKPT_NONE;
+                run_expected(x->tested, &ac, sub, &t, 1, &e);
+                if (is0) judge(res, 15, cfg, W, &ac, W, &t, 0, &e.run, 0, NULL, n, 1, 1, "no checkpointing");
                 free_expected(&e);
             }
             // P10, P11: every rank's own log and memory against the theory

@@ -48,7 +48,8 @@ int fc_sweep_draw_starved(char *msg, size_t cap) {
     return 0;
 }
 
-void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, fc_run_config *c, int *W, fc_case_ckpt *k) {
+void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_run_config *c, int *W,
+                   fc_case_ckpt *k) {
     for (;;) {
         memset(k, 0, sizeof *k);
         fc_run_config_defaults(c);
@@ -111,6 +112,9 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, fc_run_config
             do k->W = 1 + pick(s, world);
             while (c->global_batch % (k->W * c->grad_accum) != 0);
         }
+        // activation checkpointing, inside or outside the unit (P15, and P10's recompute events)
+        if ((features & FC_IMPL_ACT_CKPT) && pick(s, 5) == 0)
+            c->act_ckpt = pick(s, 2) ? FC_ACT_CKPT_INSIDE : FC_ACT_CKPT_OUTSIDE;
         fc_error e;
         if (fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0) {
             g_kept[c->strategy]++;
@@ -134,6 +138,7 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
     if (c->no_sync) ADD(" --no-sync");
     if (c->clip_grad_norm > 0) ADD(" --clip-grad-norm %g --norm-type %s", (double)c->clip_grad_norm, fc_norm_name(c->norm_type));
     if (c->cpu_offload) ADD(" --cpu-offload");
+    if (c->act_ckpt != FC_ACT_CKPT_NONE) ADD(" --activation-checkpointing %s", fc_act_ckpt_name(c->act_ckpt));
     if (c->divide != fc_default_divide(c)) ADD(" --divide %s", fc_divide_name(c->divide));
     ADD(" --optimizer %s --lr %g", fc_opt_name(c->optim.kind), c->optim.lr);
     // always: the CLI's default (0.01) is not the sweep's SGD (0), and a replay must be the case

@@ -29,9 +29,10 @@ void fc_sweep_subs_free(fc_sweep_ctx *x);
 double fc_sweep_now(void);
 
 // Cases (sweep_draw.c): a seeded random case at a world size W' <= world.
-// fsdp_versions: the tested implementation's (core/impl.h); FSDP2 is drawn
-// only when it has it.
-void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, fc_run_config *c, int *W, fc_case_ckpt *k);
+// fsdp_versions, features: the tested implementation's (core/impl.h); FSDP2
+// and activation checkpointing are drawn only when it has them.
+void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_run_config *c, int *W,
+                   fc_case_ckpt *k);
 // After the draws: 1, with msg saying which, when a strategy was drawn at least
 // FC_SWEEP_STARVED_DRAWS times and the config validator refused every draw.
 #define FC_SWEEP_STARVED_DRAWS 20
@@ -52,7 +53,7 @@ void fc_sweep_shrink(const fc_sweep_ctx *x, fc_case_result *worst, int quiet);
 // Simplification k (0 <= k < FC_SWEEP_N_SIMPLIFY) of (c, W, ck) in place: 1
 // if it applies and leaves a valid case. `sweep --replay CASE --candidates`
 // prints them, for a shrinker outside the job (a case that hangs ends its job).
-#define FC_SWEEP_N_SIMPLIFY 18
+#define FC_SWEEP_N_SIMPLIFY 19
 int fc_sweep_simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck);
 
 #endif

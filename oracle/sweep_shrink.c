@@ -1,5 +1,6 @@
 // oracle/sweep_shrink.c — shrinking a failing case: simpler variants (a
-// smaller world, no clipping, no accumulation, no offload, no prefetch, fp32,
+// smaller world, no clipping, no accumulation, no offload, no activation
+// checkpointing, no prefetch, fp32,
 // fewer layers and smaller dims, fewer steps, the default optimizer and divide
 // mode, no checkpoint round trip) are kept while they still fail, so the
 // reproducer a user gets is the smallest this finds.
@@ -90,6 +91,10 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     case 17:
         if (c->divide == FC_DIVIDE_PREPOST) return 0;
         c->divide = FC_DIVIDE_PREPOST;
+        break;
+    case 18:
+        if (c->act_ckpt == FC_ACT_CKPT_NONE) return 0;
+        c->act_ckpt = FC_ACT_CKPT_NONE;
         break;
     case 16:  // the checkpoint round trip, or its other world size
         if (!ck->on) return 0;

@@ -36,6 +36,14 @@
 //    flagged prefetch; otherwise at need, after the stage ended, unflagged.
 //  - the limiter: a prefetch is issued only while fc_rule_prefetch_allowed,
 //    and one is held back (gathered at need, unflagged) only when it does not.
+//  - activation checkpointing (fc_rule_checkpointed): per micro-batch one
+//    recompute (forward compute in phase recompute) per stage of every
+//    checkpointed unit, after the forward pass, in forward order, before the
+//    unit's first backward compute, on a gathered unit. Where the recompute
+//    gathers the unit itself (fc_rule_recompute_gathers: FSDP1, outside), the
+//    unit has two all-gathers in backward: the recompute's, which backward
+//    prefetch may issue, freed in phase recompute after its last recompute,
+//    then backward's own, at need.
 // Where FSDP leaves a choice to the implementation, the theory accepts each
 // choice (e.g. BACKWARD_POST may free the unit before or after prefetching
 // the next, as PyTorch frees first and the reference after).
@@ -84,8 +92,12 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
     t->lay = callocCheck((size_t)t->nu, sizeof *t->lay);
     t->fwd_opp = callocCheck((size_t)t->nu, sizeof *t->fwd_opp);
     t->bwd_opp = callocCheck((size_t)t->nu, sizeof *t->bwd_opp);
+    t->ckpt = callocCheck((size_t)t->nu, sizeof *t->ckpt);
+    t->rec_gathers = callocCheck((size_t)t->nu, sizeof *t->rec_gathers);
     for (int u = 0; u < t->nu; u++) {
         t->st[u] = fc_rule_stages(&t->m, u);
+        t->ckpt[u] = fc_rule_checkpointed(cfg, &t->m, u);
+        t->rec_gathers[u] = t->g.sharded && fc_rule_recompute_gathers(cfg, &t->m, u);
         t->lay[u] = fc_rule_layout(t->m.units[u].numel, &t->g);
         if (t->per_param && t->g.sharded) {
             // per-parameter shards (rules.h): no flat chunk, every rank's shard the same size
@@ -105,6 +117,8 @@ void theory_free(theory *t) {
     free(t->lay);
     free(t->fwd_opp);
     free(t->bwd_opp);
+    free(t->ckpt);
+    free(t->rec_gathers);
     fc_model_free(&t->m);
 }
 
@@ -124,11 +138,13 @@ static void view_init(step_view *x, const theory *t, long step, const fc_event *
     size_t ks = (size_t)t->K * (size_t)t->ns, ku = (size_t)t->K * (size_t)t->nu * N_PER_UNIT;
     x->fwd = mallocCheck(ks * sizeof(slot));
     x->bwd = mallocCheck(ks * sizeof(slot));
+    x->rec = mallocCheck(ks * sizeof(slot));
     x->per_unit = mallocCheck(ku * sizeof(slot));
     x->h2d = mallocCheck((size_t)t->nu * sizeof(slot));
     x->optim = mallocCheck((size_t)t->nu * sizeof(slot));
     clear_slots(x->fwd, ks);
     clear_slots(x->bwd, ks);
+    clear_slots(x->rec, ks);
     clear_slots(x->per_unit, ku);
     clear_slots(x->h2d, (size_t)t->nu);
     clear_slots(x->optim, (size_t)t->nu);
@@ -141,6 +157,7 @@ static void view_init(step_view *x, const theory *t, long step, const fc_event *
 static void view_free(step_view *x) {
     free(x->fwd);
     free(x->bwd);
+    free(x->rec);
     free(x->per_unit);
     free(x->h2d);
     free(x->optim);

@@ -12,7 +12,8 @@
 
 static const char *PER_UNIT_NAME[N_PER_UNIT] = {
     "forward all_gather", "backward all_gather", "forward free",          "backward free",
-    "reduce_scatter",     "all_reduce(world)",   "all_reduce(replicate)", "d2h"};
+    "reduce_scatter",     "all_reduce(world)",   "all_reduce(replicate)", "d2h",
+    "recompute all_gather", "recompute free"};
 
 static void put(slot *s, int i) {
     if (s->n++ == 0) s->at = i;
@@ -72,9 +73,12 @@ static int expect_compute(event_scan *sc, int i, const fc_event *v) {
                         sc->step, i, fc_op_name(v->op), s, u, s, s >= 0 && s < t->ns ? unit_of(t, s) : -1);
         return 1;
     }
-    EXPECT(t, v->phase == (fwd ? FC_PHASE_FORWARD : FC_PHASE_BACKWARD), "step %ld #%d: %s of stage %d in phase %s",
-           sc->step, i, fc_op_name(v->op), s, fc_phase_name(v->phase));
-    put(fwd ? fwd_slot(sc->x, k, s) : bwd_slot(sc->x, k, s), i);
+    int rec = fwd && v->phase == FC_PHASE_RECOMPUTE;  // activation checkpointing's recompute
+    EXPECT(t, rec || v->phase == (fwd ? FC_PHASE_FORWARD : FC_PHASE_BACKWARD),
+           "step %ld #%d: %s of stage %d in phase %s", sc->step, i, fc_op_name(v->op), s, fc_phase_name(v->phase));
+    EXPECT(t, !rec || t->ckpt[u], "step %ld #%d: recompute of stage %d, whose unit %d is not checkpointed (%s)",
+           sc->step, i, s, u, fc_act_ckpt_name(t->cfg->act_ckpt));
+    put(rec ? rec_slot(sc->x, k, s) : fwd ? fwd_slot(sc->x, k, s) : bwd_slot(sc->x, k, s), i);
     if (t->g.sharded)
         EXPECT(t, sc->state[u] == GATHER_WAITED,
                "step %ld micro %d #%d: %s of stage %d runs on unit %d whose all_gather is %s (expected: waited)",
@@ -83,15 +87,26 @@ static int expect_compute(event_scan *sc, int i, const fc_event *v) {
     return 0;
 }
 
-// All-gathers and frees belong to forward or backward: files event i in the
-// slot of its phase. Returns 1 (after a finding) in any other phase.
-static int put_by_phase(event_scan *sc, int i, const fc_event *v, int fwd_kind, int bwd_kind) {
-    if (v->phase != FC_PHASE_FORWARD && v->phase != FC_PHASE_BACKWARD) {
-        fc_findings_add(sc->t->out, "step %ld #%d: %s of unit %d in phase %s", sc->step, i, fc_op_name(v->op), v->unit,
+// All-gathers and frees belong to forward, backward or a recompute: files
+// event i in the slot of its phase. A unit whose recompute gathers it has two
+// all-gathers in backward; the first is the recompute's (in phase recompute,
+// or backward where backward prefetch issued it). Returns 1 (after a finding)
+// in any other phase.
+static int put_by_phase(event_scan *sc, int i, const fc_event *v, int fwd_kind, int bwd_kind, int rec_kind) {
+    int u = v->unit, kind;
+    if (v->phase == FC_PHASE_FORWARD)
+        kind = fwd_kind;
+    else if (v->phase == FC_PHASE_RECOMPUTE)
+        kind = rec_kind;
+    else if (v->phase == FC_PHASE_BACKWARD)
+        kind = rec_kind == AG_REC && sc->t->rec_gathers[u] && !unit_slot(sc->x, v->micro, u, AG_REC)->n ? rec_kind
+                                                                                                          : bwd_kind;
+    else {
+        fc_findings_add(sc->t->out, "step %ld #%d: %s of unit %d in phase %s", sc->step, i, fc_op_name(v->op), u,
                         fc_phase_name(v->phase));
         return 1;
     }
-    put(unit_slot(sc->x, v->micro, v->unit, v->phase == FC_PHASE_FORWARD ? fwd_kind : bwd_kind), i);
+    put(unit_slot(sc->x, v->micro, u, kind), i);
     return 0;
 }
 
@@ -109,7 +124,7 @@ static int expect_all_gather(event_scan *sc, int i, const fc_event *v) {
            fc_group_name(v->group));
     EXPECT(t, sc->state[u] == GATHER_NONE, "step %ld micro %d #%d: all_gather of unit %d while it is already gathered",
            sc->step, k, i, u);
-    int other = put_by_phase(sc, i, v, AG_FWD, AG_BWD);
+    int other = put_by_phase(sc, i, v, AG_FWD, AG_BWD, AG_REC);
     // the limiter's bound: a prefetch only while fewer than two units are alive
     if (v->prefetch && fc_rule_limits_gathered_as(t->api, c))
         EXPECT(t, fc_rule_prefetch_allowed(c, sc->alive),
@@ -134,7 +149,7 @@ static int expect_free(event_scan *sc, int i, const fc_event *v) {
            fc_strategy_name(t->cfg->strategy));
     EXPECT(t, sc->state[u] == GATHER_WAITED, "step %ld micro %d #%d: free of unit %d whose all_gather is %s", sc->step,
            k, i, u, sc->state[u] == GATHER_NONE ? "not issued" : "not waited");
-    int other = put_by_phase(sc, i, v, FREE_FWD, FREE_BWD);
+    int other = put_by_phase(sc, i, v, FREE_FWD, FREE_BWD, FREE_REC);
     if (sc->state[u] != GATHER_NONE) sc->alive--;
     sc->state[u] = GATHER_NONE;
     return other;
@@ -292,7 +307,7 @@ static const expect_fn OP_EXPECTATION[FC_OP_COUNT] = {
 // Every enum of the event within its range.
 static int well_formed(const fc_event *v) {
     return (unsigned)v->op < FC_OP_COUNT && (unsigned)v->of < FC_OP_COUNT && (unsigned)v->group <= FC_GROUP_REPLICATE &&
-           (unsigned)v->phase <= FC_PHASE_OPTIM && (unsigned)v->dtype <= FC_PREC_FP16;
+           (unsigned)v->phase < FC_PHASE_COUNT && (unsigned)v->dtype <= FC_PREC_FP16;
 }
 
 // Compute, gathers, frees and gradient traffic belong to one micro-batch and
@@ -354,13 +369,21 @@ int theory_check_counts(step_view *x) {
     int ok = 1;
     for (int k = 0; k < t->K; k++) {
         int syncs = sync_micro(t, k);  // micro-batch k reduces gradients
-        for (int s = 0; s < t->ns; s++)
+        for (int s = 0; s < t->ns; s++) {
             if (fwd_slot(x, k, s)->n != 1 || bwd_slot(x, k, s)->n != 1) {
                 ok = 0;
                 fc_findings_add(t->out,
                                 "step %ld micro %d stage %d: expected 1 forward and 1 backward compute, got %d and %d",
                                 step, k, s, fwd_slot(x, k, s)->n, bwd_slot(x, k, s)->n);
             }
+            int rec = t->ckpt[unit_of(t, s)];
+            if (rec_slot(x, k, s)->n != rec) {
+                ok = 0;
+                fc_findings_add(t->out, "step %ld micro %d stage %d (unit %d): expected %d recompute%s, got %d", step,
+                                k, s, unit_of(t, s), rec, rec ? " (activation checkpointing)" : "",
+                                rec_slot(x, k, s)->n);
+            }
+        }
         for (int u = 0; u < t->nu; u++) {
             int want[N_PER_UNIT];
             want[AG_FWD] = gathers_in_forward(t, k);
@@ -370,6 +393,7 @@ int theory_check_counts(step_view *x) {
             want[AR_WORLD] = !t->g.sharded && syncs;
             want[AR_REPL] = t->g.hybrid && t->g.R > 1 && syncs;
             want[D2H] = c->cpu_offload && syncs;
+            want[AG_REC] = want[FREE_REC] = t->rec_gathers[u];
             for (int q = 0; q < N_PER_UNIT; q++)
                 if (unit_slot(x, k, u, q)->n != want[q]) {
                     ok = 0;
@@ -381,7 +405,8 @@ int theory_check_counts(step_view *x) {
     }
     for (int u = 0; u < t->nu; u++) {
         int gathers = 0;
-        for (int k = 0; k < t->K; k++) gathers += unit_slot(x, k, u, AG_FWD)->n + unit_slot(x, k, u, AG_BWD)->n;
+        for (int k = 0; k < t->K; k++)
+            gathers += unit_slot(x, k, u, AG_FWD)->n + unit_slot(x, k, u, AG_BWD)->n + unit_slot(x, k, u, AG_REC)->n;
         int want_h2d = c->cpu_offload ? gathers : 0;
         if (x->h2d[u].n != want_h2d) {
             ok = 0;

@@ -33,6 +33,8 @@ typedef struct {
     fc_sched_api api;          // whose schedule: the reference's, or real FSDP1's / FSDP2's (rules.h)
     fc_prefetch bwd_prefetch;  // the backward prefetch the API runs (FSDP2's is always pre)
     int per_param;             // FSDP2's per-parameter rows (the API, or the run's fsdp_version 2)
+    int *ckpt;                 // [nu] activation checkpointing recomputes the unit in backward
+    int *rec_gathers;          // [nu] ... and that recompute all-gathers and frees it itself
     long first_step;           // the log's first step: the process's first iteration
     fc_findings *out;
 } theory;
@@ -83,8 +85,10 @@ typedef struct {
     int at;  // the first one's position in the step, -1 if none
 } slot;
 
-// events per (micro-batch, unit)
-enum { AG_FWD, AG_BWD, FREE_FWD, FREE_BWD, RS, AR_WORLD, AR_REPL, D2H, N_PER_UNIT };
+// events per (micro-batch, unit); AG_REC and FREE_REC: a recompute's own
+// all-gather (the first of a recompute-gathering unit's two in backward, which
+// backward prefetch may issue) and its free (phase recompute)
+enum { AG_FWD, AG_BWD, FREE_FWD, FREE_BWD, RS, AR_WORLD, AR_REPL, D2H, AG_REC, FREE_REC, N_PER_UNIT };
 
 typedef struct {
     const theory *t;
@@ -92,6 +96,7 @@ typedef struct {
     const fc_event *ev;  // the step's events
     int n;
     slot *fwd, *bwd;    // [K * ns] compute per stage
+    slot *rec;          // [K * ns] activation checkpointing's recompute per stage (forward in phase recompute)
     slot *per_unit;     // [K * nu * N_PER_UNIT]
     slot *h2d, *optim;  // [nu] over the whole step
     slot norm;
@@ -106,6 +111,7 @@ static inline int first_iteration(const step_view *x, int k) { return x->step ==
 // per-unit kind (AG_FWD ...) of unit u, in micro-batch k.
 static inline slot *fwd_slot(step_view *x, int k, int s) { return &x->fwd[k * x->t->ns + s]; }
 static inline slot *bwd_slot(step_view *x, int k, int s) { return &x->bwd[k * x->t->ns + s]; }
+static inline slot *rec_slot(step_view *x, int k, int s) { return &x->rec[k * x->t->ns + s]; }
 static inline slot *unit_slot(step_view *x, int k, int u, int kind) {
     return &x->per_unit[((size_t)k * (size_t)x->t->nu + (size_t)u) * N_PER_UNIT + (size_t)kind];
 }

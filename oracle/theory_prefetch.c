@@ -100,6 +100,34 @@ static void check_free_order(step_view *x, int k) {
     }
 }
 
+// Activation checkpointing: a checkpointed unit's recompute runs after the
+// forward pass, stage by stage in forward order, before the unit's first
+// backward compute. A recompute that gathers the unit frees it after its last
+// recompute, before backward gathers it again.
+static void check_recompute_order(step_view *x, int k) {
+    const theory *t = x->t;
+    int fwd_end = fwd_slot(x, k, t->ns - 1)->at;
+    for (int u = 0; u < t->nu; u++) {
+        if (!t->ckpt[u]) continue;
+        int prev = fwd_end, first_bwd = bwd_slot(x, k, t->st[u].first_bwd)->at;
+        for (int s = t->st[u].first_fwd; s <= t->st[u].last_fwd; s++) {
+            if (unit_of(t, s) != u) continue;
+            int r = rec_slot(x, k, s)->at;
+            EXPECT(t, r > prev && r < first_bwd,
+                   "step %ld micro %d: recompute of stage %d (#%d) expected after #%d (the forward pass, the unit's "
+                   "earlier stages) and before unit %d's first backward compute (#%d)",
+                   x->step, k, s, r, prev, u, first_bwd);
+            prev = r;
+        }
+        if (!t->rec_gathers[u]) continue;
+        int fr = unit_slot(x, k, u, FREE_REC)->at, ag = unit_slot(x, k, u, AG_BWD)->at;
+        EXPECT(t, fr > prev && ag > fr && !x->ev[ag].prefetch,
+               "step %ld micro %d: unit %d's recompute (last #%d) gathers it itself: expected its free after it "
+               "(#%d), then backward's all_gather at need, unflagged (#%d, prefetch=%d)",
+               x->step, k, u, prev, fr, ag, x->ev[ag].prefetch);
+    }
+}
+
 // A position in the step for a message: "#12", or "the start" for -1.
 static const char *pos(char buf[24], int i) {
     if (i < 0) return "the start";
@@ -191,7 +219,8 @@ static void check_backward_gathers(step_view *x, int k) {
     int syncs = sync_micro(t, k), fwd_end = end_fwd(x, k, t->ns - 1);
     for (int v = 0; v < t->nu; v++) {
         if (!reshards(t, v)) continue;
-        int ag = unit_slot(x, k, v, AG_BWD)->at, p = t->bwd_opp[v];
+        // a recompute that gathers v gathers it first (its free then makes backward gather v again)
+        int ag = unit_slot(x, k, v, t->rec_gathers[v] ? AG_REC : AG_BWD)->at, p = t->bwd_opp[v];
         if (p < 0) {  // the first unit backward uses
             EXPECT(t, ag > fwd_end && !x->ev[ag].prefetch,
                    "step %ld micro %d: backward all_gather of unit %d (#%d, prefetch=%d), the first backward unit, "
@@ -230,6 +259,7 @@ static void check_backward_gathers(step_view *x, int k) {
 
 void theory_check_order(step_view *x, int k) {
     check_compute_and_reduce_order(x, k);
+    check_recompute_order(x, k);
     if (!x->t->g.sharded) return;
     check_free_order(x, k);
     check_forward_gathers(x, k);

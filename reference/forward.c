@@ -83,11 +83,13 @@ static size_t gpt2_half_numel(const fc_model_config *c, int B, int T) {
 
 static real *mlp_x0(real *half) { return half; }
 
-static real *mlp_h(const fc_model_config *c, int B, real *half, int l) {
+static size_t mlp_h_off(const fc_model_config *c, int B, int l) {
     size_t off = (size_t)B * c->dims[0];
     for (int i = 0; i < l; i++) off += 2 * (size_t)B * c->dims[i + 1];
-    return half + off;
+    return off;
 }
+
+static real *mlp_h(const fc_model_config *c, int B, real *half, int l) { return half + mlp_h_off(c, B, l); }
 
 static real *mlp_y(const fc_model_config *c, int B, real *half, int l) {
     return mlp_h(c, B, half, l) + (size_t)B * c->dims[l + 1];
@@ -104,6 +106,28 @@ static size_t mlp_half_numel(const fc_model_config *c, int B) {
 size_t RN(fc_acts_numel)(const fc_model *m, int B, int T) {
     if (m->cfg.kind == FC_MODEL_MLP) return 2 * mlp_half_numel(&m->cfg, B);
     return 2 * gpt2_half_numel(&m->cfg, B, T);
+}
+
+fc_stage_region RN(fc_stage_acts_region)(const fc_model *m, int s, int B, int T) {
+    const fc_model_config *c = &m->cfg;
+    const fc_stage *st = &m->stages[s];
+    if (st->kind == FC_STAGE_LINEAR) {  // x0 (layer 0, the data's copy), h_l | y_l
+        size_t h = mlp_h_off(c, B, st->layer);
+        size_t out = (size_t)B * c->dims[st->layer + 1];
+        return (fc_stage_region){st->layer == 0 ? 0 : h, h + out, h + 2 * out};
+    }
+    size_t NT = (size_t)B * T, C = (size_t)c->n_embd, blk = gpt2_block_numel(c, B, T);
+    size_t L = (size_t)c->n_layer, end = gpt2_half_numel(c, B, T);
+    switch (st->kind) {
+    case FC_STAGE_EMBED:  // encoded
+        return (fc_stage_region){0, 0, NT * C};
+    case FC_STAGE_BLOCK: {  // block l's activations, res3 last
+        size_t lo = NT * C + (size_t)st->layer * blk;
+        return (fc_stage_region){lo, lo + blk - NT * C, lo + blk};
+    }
+    default:  // the head: lnf .. probs, its output the loss alone
+        return (fc_stage_region){NT * C + L * blk, end, end};
+    }
 }
 
 void RN(fc_acts_init)(RN(fc_acts) *a, const fc_model *m, int B, int T, real *mem) {

@@ -31,6 +31,18 @@ size_t RN(fc_acts_numel)(const fc_model *m, int B, int T);
 // Lays out acts over mem (RN(fc_acts_numel) elements, owned by the caller).
 void RN(fc_acts_init)(RN(fc_acts) *a, const fc_model *m, int B, int T, real *mem);
 
+// The part of the activation half that stage s writes in forward, as element
+// offsets: [lo, hi), its output (the next stage's input) being the tail
+// [out, hi). Activation checkpointing drops [lo, out) of a unit's stages
+// after forward and recomputes it in backward; the gradient half mirrors it.
+#ifndef FC_STAGE_REGION_DEFINED  // (this header is read once per precision)
+#define FC_STAGE_REGION_DEFINED
+typedef struct {
+    size_t lo, out, hi;
+} fc_stage_region;
+#endif
+fc_stage_region RN(fc_stage_acts_region)(const fc_model *m, int s, int B, int T);
+
 // Stage s forward. The last stage also computes a->loss_sum.
 void RN(fc_stage_forward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
                           RN(fc_acts) *a);

@@ -39,6 +39,7 @@
 
 #include "fsdp.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -317,6 +318,54 @@ static void issue_reduce(fc_fsdp *f, int u) {
 }
 
 // ---------------------------------------------------------------------------
+// activations and their checkpointing
+
+// Activation memory: the gradient half is counted for the whole run; of the
+// activation half, each stage's region from `from` to its end, as what a
+// framework holds: all of it from the stage's forward until its backward has
+// run, only the output (the next stage's input) of a checkpointed unit
+// between its forward and its recompute. The block itself stays allocated
+// (the views are fixed offsets), so a dropped region is overwritten with NaN:
+// a backward that ran without its recompute cannot go unnoticed.
+static void acts_hold(fc_fsdp *f, int s, size_t from) {
+    size_t want = f->act_region[s].hi - from, *held = &f->act_held[s];
+    if (want > *held) fc_mem_add(&f->mem, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, (want - *held) * sizeof(float));
+    if (want < *held) fc_mem_sub(&f->mem, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, (*held - want) * sizeof(float));
+    *held = want;
+}
+
+// After a checkpointed unit's forward: it keeps its input (the previous
+// stage's output) and its own output, and drops the rest.
+static void drop_acts(fc_fsdp *f, int u) {
+    for (int t = f->st[u].first_fwd; t <= f->st[u].last_fwd; t++) {
+        if (f->m.stages[t].unit != u) continue;
+        const fc_stage_region *r = &f->act_region[t];
+        for (size_t i = r->lo; i < r->out; i++) f->acts.acts[i] = NAN;
+        acts_hold(f, t, r->out);
+    }
+}
+
+// Unit u's forward again, in backward, with the same micro-batch and the
+// same compute parameters (so its activations are bitwise the forward's).
+// FSDP1 with the checkpoint outside the unit runs the unit's own forward:
+// all-gather, compute, reshard; otherwise it computes on backward's gather.
+static void recompute(fc_fsdp *f, int u, const fc_batch *mb) {
+    int own = fc_recompute_gathers(&f->cfg, &f->m, u);
+    if (own) ensure_gathered(f, u, FC_PHASE_RECOMPUTE);
+    const float *p = seam_recompute_params(f, u);
+    for (int t = f->st[u].first_fwd; t <= f->st[u].last_fwd; t++) {
+        if (f->m.stages[t].unit != u) continue;
+        log_ev(f, FC_OP_FORWARD, FC_OP_FORWARD, u, t, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_RECOMPUTE, 0);
+        f->up[u] = p;
+        fc_stage_forward(&f->m, t, f->up, mb, &f->acts);
+        f->up[u] = NULL;
+        acts_hold(f, t, f->act_region[t].lo);
+    }
+    seam_recompute_done(f, u, p);
+    if (own) free_gathered(f, u, FC_PHASE_RECOMPUTE);
+}
+
+// ---------------------------------------------------------------------------
 // one micro-batch
 
 static void forward(fc_fsdp *f, const fc_batch *mb) {
@@ -331,7 +380,9 @@ static void forward(fc_fsdp *f, const fc_batch *mb) {
         f->up[u] = U->gathered;
         fc_stage_forward(m, s, f->up, mb, &f->acts);
         f->up[u] = NULL;
+        acts_hold(f, s, f->act_region[s].lo);
         if (s == f->st[u].last_fwd && U->reshard_after_forward) free_gathered(f, u, FC_PHASE_FORWARD);
+        if (s == f->st[u].last_fwd && U->ckpt) drop_acts(f, u);
     }
 }
 
@@ -342,7 +393,9 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
     for (int s = m->n_stages - 1; s >= 0; s--) {
         int u = m->stages[s].unit;
         unit_state *U = &f->u[u];
+        int own_recompute = U->ckpt && fc_recompute_gathers(&f->cfg, m, u);
         if (s == f->st[u].first_bwd) {
+            if (own_recompute) recompute(f, u, mb);  // checkpoint(FSDP(unit)): before the unit's pre-backward
             ensure_gathered(f, u, FC_PHASE_BACKWARD);
             seam_backward_begin(f, u);
             if (!U->full_grad)  // survives across micro-batches under no_sync
@@ -351,6 +404,7 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
             // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_PRE)
                 prefetch(f, fc_next_backward_unit(&f->m, f->st, s), FC_PHASE_BACKWARD);
+            if (U->ckpt && !own_recompute) recompute(f, u, mb);  // inside the unit: after its pre-backward
         }
         log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
         f->up[u] = U->gathered;
@@ -358,6 +412,7 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
         seam_stage_backward(f, s, mb, scale);  // fc_stage_backward(m, s, f->up, mb, &f->acts, f->ug, scale)
         f->up[u] = NULL;
         f->ug[u] = NULL;
+        acts_hold(f, s, f->act_region[s].hi);  // backward has used the stage's activations
         if (s == f->st[u].last_bwd) {
             // gradients are produced in param_dtype
             if (f->cfg.param_dtype != FC_PREC_FP32)
@@ -534,6 +589,7 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
         for (int i = 0; i < f->n_state; i++) U->state[i] = mem_alloc(f, loc, FC_MEM_OPTIM_STATE, bytes, bytes);
         f->st[u] = fc_unit_stages_of(m, u);
         U->reshard_after_forward = fc_reshard_after_forward(cfg->strategy, m, u);
+        U->ckpt = fc_unit_checkpointed(cfg, m, u);
         init_unit(f, u, from_file);
     }
     free(from_file);
@@ -543,9 +599,12 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     f->micro = local / cfg->grad_accum;
     int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
     fc_batch_alloc(&f->batch, &cfg->model, local, T);
-    size_t an = fc_acts_numel(m, f->micro, T);
-    f->act_mem = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, an * sizeof(float), an * sizeof(float));
+    size_t an = fc_acts_numel(m, f->micro, T);  // both halves; the activation half is counted stage by stage
+    f->act_mem = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, an * sizeof(float), an / 2 * sizeof(float));
     fc_acts_init(&f->acts, m, f->micro, T, f->act_mem);
+    f->act_region = mallocCheck((size_t)m->n_stages * sizeof *f->act_region);
+    f->act_held = callocCheck((size_t)m->n_stages, sizeof *f->act_held);
+    for (int s = 0; s < m->n_stages; s++) f->act_region[s] = fc_stage_acts_region(m, s, f->micro, T);
     f->up = callocCheck((size_t)m->n_units, sizeof *f->up);
     f->ug = callocCheck((size_t)m->n_units, sizeof *f->ug);
     fc_log_init(&f->log);
@@ -645,6 +704,8 @@ void fc_fsdp_destroy(fc_fsdp *f) {
     free(f->rs_send);
     free(f->rs_recv);
     free(f->act_mem);
+    free(f->act_region);
+    free(f->act_held);
     free(f->up);
     free(f->ug);
     fc_batch_free(&f->batch);

@@ -36,6 +36,7 @@ typedef struct {
     void *ag_send, *ag_recv;  // packed param_dtype buffers of the all-gather
     float *full_grad;    // [gathered_numel] unsharded gradient, alive from first backward stage to reduce
     int reshard_after_forward;
+    int ckpt;            // activation checkpointing recomputes its forward in backward
 } unit_state;
 
 struct fc_fsdp {
@@ -59,6 +60,8 @@ struct fc_fsdp {
     int micro;           // samples per micro-batch
     float *act_mem;
     fc_acts acts;
+    fc_stage_region *act_region;  // [n_stages] what each stage writes of the activation half
+    size_t *act_held;    // [n_stages] elements of it counted as held (from lo, out or hi to hi)
     const float **up;    // [n_units] stage parameter table
     float **ug;          // [n_units] stage gradient table
     int n_state;

@@ -103,6 +103,7 @@ static const fc_impl_ops REFERENCE = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "reference",
     .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),
+    .features = FC_IMPL_ACT_CKPT,
     .create = ref_create,
     .step = ref_step,
     .export_full = ref_export,

@@ -79,6 +79,7 @@ static const fc_impl_ops MAGNITUDE = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "reference-magnitude",
     .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),
+    .features = 0,  // `local` only, which checkpoints nothing
     .create = mag_create,
     .step = mag_step,
     .export_full = mag_export,

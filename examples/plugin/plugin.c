@@ -21,7 +21,7 @@
 // The contract this port implements. A new fsdpcheck with another ABI version
 // stops the build here (and CMakeLists.txt stops the configure): read what
 // changed (core/impl.h lists what bumps it), adapt, then change the number.
-_Static_assert(FC_IMPL_ABI_VERSION == 2, "this port implements fsdpcheck's implementation contract ABI 2");
+_Static_assert(FC_IMPL_ABI_VERSION == 3, "this port implements fsdpcheck's implementation contract ABI 3");
 
 // The port's own state; fsdpcheck only ever holds the pointer.
 struct fc_impl {
@@ -116,6 +116,7 @@ __attribute__((visibility("default"))) const fc_impl_ops *fsdpcheck_impl_v1(void
         .abi_version = FC_IMPL_ABI_VERSION,
         .name = "template-port",
         .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),  // the reference's, wrapped
+        .features = FC_IMPL_ACT_CKPT,
         .create = port_create,
         .step = port_step,
         .export_full = port_export_full,

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "fsdp_engine.h"
+#include "layout.h"
 #include "mpicheck.h"
 
 static int is(const struct fc_fsdp *f, fc_fault k) { return f->cfg.inject == k; }
@@ -253,4 +254,28 @@ long fc_fault_loaded(struct fc_fsdp *f, long step) {
         for (int u = 0; u < f->m.n_units; u++)
             for (int i = 0; i < f->n_state; i++) memset(f->u[u].state[i], 0, f->u[u].store * sizeof(float));
     return is(f, FC_FAULT_ADAM_STEP_RESET) ? 0 : step;
+}
+
+// ---------------------------------------------------------------------------
+// recompute_dtype (P15): activation checkpointing's recompute runs with the
+// fp32 master weights, as when the autocast or parameter cast of the forward
+// is not restored for the recompute (torch.utils.checkpoint must restore the
+// autocast state for the recomputed activations to be the forward's). The
+// forward computed with param_dtype weights, so the recomputed activations,
+// and the gradients built on them, differ from a run without checkpointing.
+
+const float *fc_fault_recompute_params(struct fc_fsdp *f, int u) {
+    unit_state *U = &f->u[u];
+    if (!is(f, FC_FAULT_RECOMPUTE_DTYPE) || f->cfg.param_dtype == FC_PREC_FP32) return U->gathered;
+    if (!f->g.sharded) return U->param;  // no_shard holds all of its fp32 weights
+    float *wire = mallocCheck(U->padded * sizeof(float));  // [P] the fp32 shards, rank-major
+    fc_mpi_allgather(U->param, (int)U->shard, MPI_FLOAT, wire, f->shard);
+    float *full = callocCheck(U->gathered_numel, sizeof(float));  // [N] in the unit's order (flat: [P])
+    fc_layout_to_natural(f->lay, &f->m, u, f->g.G, wire, full);
+    free(wire);
+    return full;
+}
+
+void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p) {
+    if (p != f->u[u].gathered && p != f->u[u].param) free((void *)p);
 }

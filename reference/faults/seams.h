@@ -52,6 +52,8 @@ void fc_fault_norm_total(const struct fc_fsdp *f, double *total, int G);
 void fc_fault_pre_replicate(struct fc_fsdp *f, int u, const float *acc, size_t n);
 fc_ckpt_source_fn fc_fault_ckpt_source(const struct fc_fsdp *f);
 long fc_fault_loaded(struct fc_fsdp *f, long step);
+const float *fc_fault_recompute_params(struct fc_fsdp *f, int u);
+void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 
 #define seam_to_bf16(f, x) fc_fault_to_bf16((f), (x))
 #define seam_divide(f) fc_fault_divide(f)
@@ -74,5 +76,7 @@ long fc_fault_loaded(struct fc_fsdp *f, long step);
 #define seam_pre_replicate(f, u, acc, n) fc_fault_pre_replicate((f), (u), (acc), (n))
 #define seam_ckpt_source(f) fc_fault_ckpt_source(f)
 #define seam_loaded(f, step) fc_fault_loaded((f), (step))
+#define seam_recompute_params(f, u) fc_fault_recompute_params((f), (u))
+#define seam_recompute_done(f, u, p) fc_fault_recompute_done((f), (u), (p))
 
 #endif

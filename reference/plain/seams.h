@@ -26,6 +26,10 @@
 // the backward compute of stage s
 #define seam_stage_backward(f, s, mb, scale) \
     fc_stage_backward(&(f)->m, (s), (f)->up, (mb), &(f)->acts, (f)->ug, (scale))
+// the parameters activation checkpointing recomputes unit u's forward with
+// (its gathered compute parameters), and the end of that recompute
+#define seam_recompute_params(f, u) ((const float *)(f)->u[u].gathered)
+#define seam_recompute_done(f, u, p) ((void)(f), (void)(u), (void)(p))
 // whether unit u's gradient skips its reduction (it never does)
 #define seam_skip_reduce(f, u) ((void)(f), (void)(u), 0)
 // the unsharded gradient's padding [numel, padded) before the reduction (zero)

@@ -261,7 +261,7 @@ def fsdp_cases():
     f("size_based_wrap", "auto_wrap_policy", fsdp_auto_wrap_policy="SIZE_BASED_WRAP", fsdp_min_num_params=1000)
     f("bad_mixed_precision", "mixed_precision", mixed_precision="fp8")
     f("bad_state_dict_type", "state_dict_type", fsdp_state_dict_type="LOCAL_STATE_DICT")
-    f("activation_checkpointing", "activation_checkpointing", fsdp_activation_checkpointing=True)
+    f("activation_checkpointing", "activation_checkpointing", fsdp_activation_checkpointing="inside")
     f("policy_not_object", "mixed_precision_policy", mixed_precision_policy="bf16")
     f("trailing_garbage", "JSON", json.dumps(base) + " }")
     f("duplicate_key", "sharding_strategy", json.dumps(base)[:-1] + ', "fsdp_sharding_strategy": "NO_SHARD"}')

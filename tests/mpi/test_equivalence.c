@@ -14,6 +14,8 @@
 //   P9  mixed precision: FSDP == DDP under the same policy (bitwise in the reference)
 //   P12 the same run twice is bitwise identical (any implementation, as the sweep)
 //   P14 cpu_offload == no offload (bitwise in the reference), memory moved to the host
+//   P15 activation checkpointing, inside or outside the unit == none (bitwise,
+//       any implementation) under FSDP1 and FSDP2, fp32 and bf16, K = 2, clipped
 // and the gradient divide modes (DESIGN §4): the closed forms of
 // fc_divide_factors / fc_predivide_factor at W = 1..8, and each mode (prepost,
 // avg, sum-then-divide) under full_shard and no_shard against the local ground
@@ -324,6 +326,45 @@ static void check_determinism_offload(const char *model) {
     mt_result_free(&a), mt_result_free(&b), mt_result_free(&roff);
 }
 
+// P15: the recompute computes the same activations from the same parameters
+// and micro-batch, so checkpointing changes no bit (DESIGN §5), for any
+// implementation (as the sweep judges it). Ports without it (core/impl.h
+// features) are not asked.
+static void check_act_ckpt(const char *model) {
+    if (!(mt_impl()->features & FC_IMPL_ACT_CKPT)) return;
+    struct {
+        fc_strategy s;
+        int version;
+    } cs[] = {{FC_STRATEGY_FULL_SHARD, 1}, {FC_STRATEGY_SHARD_GRAD_OP, 1}, {FC_STRATEGY_HYBRID_SHARD, 1},
+              {FC_STRATEGY_NO_SHARD, 1},   {FC_STRATEGY_FULL_SHARD, 2}};
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            fc_run_config c = mt_config(model, cs[i].s, W, 2);
+            c.fsdp_version = cs[i].version;
+            c.grad_accum = 2;
+            c.clip_grad_norm = 0.05f;
+            if (cs[i].s == FC_STRATEGY_HYBRID_SHARD) c.shard_group = W % 2 == 0 ? W / 2 : W;
+            if (cs[i].s == FC_STRATEGY_FULL_SHARD && cs[i].version == 1) c.backward_prefetch = FC_PREFETCH_POST;
+            if (bf16) c.param_dtype = c.reduce_dtype = FC_PREC_BF16;
+            c.divide = fc_default_divide(&c);
+            mt_result none;
+            run(&c, &none);
+            for (int a = FC_ACT_CKPT_INSIDE; a <= FC_ACT_CKPT_OUTSIDE; a++) {
+                fc_run_config ca = c;
+                ca.act_ckpt = (fc_act_ckpt)a;
+                mt_result r;
+                run(&ca, &r);
+                char what[160];
+                snprintf(what, sizeof what, "no checkpointing (%s, FSDP%d %s W=%d K=2, %s)",
+                         fc_act_ckpt_name(ca.act_ckpt), c.fsdp_version, fc_strategy_name(c.strategy), W,
+                         fc_prec_name(c.param_dtype));
+                if (rank == 0) mt_judge_all(15, what, &ca, W, &r, &c, &none, MT_BITWISE_ANY, 1);
+                mt_result_free(&r);
+            }
+            mt_result_free(&none);
+        }
+}
+
 // ---------------------------------------------------------------------------
 // divide modes (DESIGN §4)
 
@@ -464,6 +505,7 @@ int main(int argc, char **argv) {
         check_clip(models[i]);
         check_mixed_precision(models[i]);
         check_determinism_offload(models[i]);
+        check_act_ckpt(models[i]);
     }
     // 3 -> 2 -> 2: units of 8 and 6 elements, so from W = 4 some ranks own only padding
     fc_model_config micro = {0};

@@ -234,6 +234,16 @@ Test(cli, misuse_model_invalid_sizes) {
     MISUSE("config.json", "divisible", "run", "--model", p);
 }
 
+Test(cli, misuse_activation_checkpointing_value) {
+    MISUSE("'yes'", "inside", "run", "--strategy", "full_shard", "--activation-checkpointing", "yes");
+}
+Test(cli, misuse_activation_checkpointing_local) {
+    MISUSE("--activation-checkpointing", "data-parallel", "run", "--activation-checkpointing", "inside");
+}
+Test(cli, misuse_gradient_checkpointing_takes_no_value) {
+    MISUSE("--gradient-checkpointing", "value", "run", "--strategy", "full_shard", "--gradient-checkpointing=1");
+}
+
 Test(cli, misuse_init_missing_file) {
     MISUSE("/nonexistent.safetensors", "No such file", "run", "--init", "/nonexistent.safetensors");
 }

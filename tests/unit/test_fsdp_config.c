@@ -167,6 +167,28 @@ Test(fsdp_config, keys_that_leave_results_unchanged) {
     cr_expect_eq(memcmp(&c, &d, sizeof c), 0);
 }
 
+// Accelerate's fsdp_activation_checkpointing and XLA's xla_fsdp_grad_ckpt both
+// wrap the layer inside its FSDP unit (DESIGN §5); one key is an alias of the other.
+Test(fsdp_config, activation_checkpointing) {
+    fc_run_config c;
+    const char *on[] = {"{\"fsdp_activation_checkpointing\": true}", "{\"activation_checkpointing\": \"true\"}",
+                        "{\"xla_fsdp_grad_ckpt\": true}"};
+    for (int i = 0; i < 3; i++) {
+        ok(on[i]);
+        fc_run_config_defaults(&c);
+        fc_fsdp_config_apply(&F, &c);
+        cr_expect_eq(c.act_ckpt, FC_ACT_CKPT_INSIDE, "%s", on[i]);
+    }
+    ok("{\"fsdp_activation_checkpointing\": false}");
+    fc_run_config_defaults(&c);
+    c.act_ckpt = FC_ACT_CKPT_OUTSIDE;  // a flag before the file is overridden by it
+    fc_fsdp_config_apply(&F, &c);
+    cr_expect_eq(c.act_ckpt, FC_ACT_CKPT_NONE);
+    refused("{\"fsdp_activation_checkpointing\": true, \"xla_fsdp_grad_ckpt\": true}", "xla_fsdp_grad_ckpt",
+            "activation_checkpointing", NULL);
+    refused("{\"fsdp_activation_checkpointing\": \"inside\"}", "\"inside\"", NULL, NULL);
+}
+
 Test(fsdp_config, mixed_precision) {
     ok("{\"mixed_precision\": \"bf16\"}");
     cr_expect(F.has_param_dtype);
@@ -267,8 +289,6 @@ Test(fsdp_config, refuses_values_that_would_change_results_with_a_reason) {
     refused("{\"fsdp_auto_wrap_policy\": \"SIZE_BASED_WRAP\"}", "SIZE_BASED_WRAP", "parameter count", "TRANSFORMER_BASED_WRAP");
     refused("{\"fsdp_auto_wrap_policy\": \"NO_WRAP\"}", "NO_WRAP", "one unit", NULL);
     refused("{\"fsdp_min_num_params\": 100000000}", "100000000", "wraps by size", NULL);
-    refused("{\"fsdp_activation_checkpointing\": true}", "\"fsdp_activation_checkpointing\": true", "recomputes",
-            "accepted: false");
     refused("{\"fsdp_version\": 2, \"fsdp_reshard_after_forward\": 2}", "integer reshard_after_forward",
             "accepted: true, false", NULL);
     refused("{\"xla\": true}", "XLA", "accepted: false", NULL);
@@ -436,6 +456,26 @@ Test(fsdp_cli, the_file_reaches_the_run) {
     cr_expect_str_eq(cfg_str(cfg, "backward_prefetch"), "post");
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(cfg, "forward_prefetch")));
     cJSON_Delete(root);
+}
+
+// Accelerate's key puts the checkpoint inside the unit; Hugging Face's
+// --gradient-checkpointing (given after the file) outside it.
+Test(fsdp_cli, activation_checkpointing_reaches_the_run) {
+    const char *f = write_json("fsdp.json", "{\"fsdp_sharding_strategy\": \"FULL_SHARD\", "
+                                            "\"fsdp_activation_checkpointing\": true}");
+    char err[4096], t1[300], t2[300];
+    snprintf(t1, sizeof t1, "%s/inside", g_dir);
+    snprintf(t2, sizeof t2, "%s/outside", g_dir);
+    int rc = run_cli(ARGS("run", "--quiet", "--steps", "1", "--fsdp-config", f, "--trace", t1), err, sizeof err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    rc = run_cli(ARGS("run", "--quiet", "--steps", "1", "--fsdp-config", f, "--gradient-checkpointing", "--trace", t2),
+                 err, sizeof err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cJSON *r1, *r2;
+    cr_expect_str_eq(cfg_str(trace_config(t1, &r1), "activation_checkpointing"), "inside");
+    cr_expect_str_eq(cfg_str(trace_config(t2, &r2), "activation_checkpointing"), "outside");
+    cJSON_Delete(r1);
+    cJSON_Delete(r2);
 }
 
 Test(fsdp_cli, flags_after_the_file_override_it_flags_before_are_overridden) {

@@ -28,12 +28,12 @@ static int parse_spec(const char *spec, fc_run_args *ra, fc_error *e) {
 
 Test(sweep_spec, every_drawn_case_replays_as_itself) {
     uint64_t s = 20261123;
-    int sgd = 0;
+    int sgd = 0, act_ckpt[3] = {0};
     for (int i = 0; i < 5000; i++) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), &c, &W, &k);
+        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), FC_IMPL_ACT_CKPT, &c, &W, &k);
         char spec[1024], again[1024];
         fc_sweep_case_spec(&c, &k, spec, sizeof spec);
         fc_run_args ra;
@@ -54,11 +54,29 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
                       c.cpu_offload == ra.cfg.cpu_offload && c.divide == ra.cfg.divide &&
                       c.backward_prefetch == ra.cfg.backward_prefetch && c.forward_prefetch == ra.cfg.forward_prefetch &&
                       c.limit_all_gathers == ra.cfg.limit_all_gathers && c.clip_grad_norm == ra.cfg.clip_grad_norm &&
-                      c.norm_type == ra.cfg.norm_type &&
+                      c.norm_type == ra.cfg.norm_type && c.act_ckpt == ra.cfg.act_ckpt &&
+                      c.fsdp_version == ra.cfg.fsdp_version &&
                       (c.model.kind != FC_MODEL_GPT2 || c.seq_len == ra.cfg.seq_len) &&  // an MLP has no sequence
                       !strcmp(c.model.name, ra.cfg.model.name),
                   "case %d replays as another: %s", i, spec);
         sgd += c.optim.kind == FC_OPT_SGD;
+        act_ckpt[c.act_ckpt]++;
     }
     cr_assert_gt(sgd, 100, "the draw makes SGD cases (%d)", sgd);
+    cr_assert(act_ckpt[FC_ACT_CKPT_INSIDE] > 100 && act_ckpt[FC_ACT_CKPT_OUTSIDE] > 100,
+              "the draw checkpoints activations inside (%d) and outside (%d) the unit", act_ckpt[1], act_ckpt[2]);
+}
+
+// A port without activation checkpointing (core/impl.h features) is never
+// drawn a case that asks for it.
+Test(sweep_spec, no_checkpointing_case_for_a_port_without_it) {
+    uint64_t s = 7;
+    for (int i = 0; i < 2000; i++) {
+        fc_run_config c;
+        fc_case_ckpt k;
+        int W;
+        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1), 0, &c, &W, &k);
+        cr_assert_eq(c.act_ckpt, FC_ACT_CKPT_NONE, "case %d", i);
+        cr_assert_eq(c.fsdp_version, 1, "case %d", i);
+    }
 }
