@@ -30,7 +30,7 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "skip_root_reduce", "hsdp_no_replicate", "no_sync_overwrite", "clip_local_norm",
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
     "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail", "clip_eps_per_rank",
-    "clip_hsdp_shard_norm", "recompute_dtype"};
+    "clip_hsdp_shard_norm", "recompute_dtype", "fsdp2_avg_twice", "fsdp2_even_rows", "fsdp2_padding_norm"};
 
 // The property of DESIGN §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
@@ -59,9 +59,31 @@ static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
     [FC_FAULT_CLIP_EPS_PER_RANK] = 8,     // only the norm (and the clip coefficient) moves
     [FC_FAULT_CLIP_HSDP_SHARD_NORM] = 8,
     [FC_FAULT_RECOMPUTE_DTYPE] = 15,      // only the recompute moves: checkpointing against none
+    [FC_FAULT_FSDP2_AVG_TWICE] = 1,       // gradients 1/W of the local model's
+    [FC_FAULT_FSDP2_EVEN_ROWS] = 10,      // the same math on another split: only the rows each rank steps show it
+    [FC_FAULT_FSDP2_PADDING_NORM] = 8,    // only the norm (and the clip coefficient) moves
 };
 
 int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }
+
+// Which FSDP versions each fault's seam acts in (reference/faults/faults.c):
+// FSDP1's flat chunks unless listed (their seams read the FlatParameter's
+// padding and offsets), both where the bug is in no layout, FSDP2's own.
+#define V1 (1u << 1)
+#define V2 (1u << 2)
+static const unsigned FAULT_VERSIONS[FC_FAULT_COUNT] = {
+    [FC_FAULT_RECOMPUTE_DTYPE] = V1 | V2,
+    [FC_FAULT_FSDP2_AVG_TWICE] = V2,
+    [FC_FAULT_FSDP2_EVEN_ROWS] = V2,
+    [FC_FAULT_FSDP2_PADDING_NORM] = V2,
+};
+
+unsigned fc_fault_versions(fc_fault f) {
+    if ((unsigned)f >= FC_FAULT_COUNT || f == FC_FAULT_NONE) return 0;
+    return FAULT_VERSIONS[f] ? FAULT_VERSIONS[f] : V1;
+}
+#undef V1
+#undef V2
 
 static int parse_name(const char *s, const char **names, int n) {
     if (!s) return -1;
@@ -437,10 +459,11 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         if (fsdp1_only)
             return fc_fail(e, "%s is an FSDP1 option, refused with --fsdp-version 2 (FSDP2 prefetches the next "
                               "unit in backward by itself and has no all-gather limiter)", fsdp1_only);
-        if (c->inject != FC_FAULT_NONE)
-            return fc_fail(e, "--inject %s: the fault catalogue models FSDP1's layout so far; give --fsdp-version 1",
-                           fc_fault_name(c->inject));
     }
+    if (c->inject != FC_FAULT_NONE && !(fc_fault_versions(c->inject) & (1u << c->fsdp_version)))
+        return fc_fail(e, "--inject %s is a fault of FSDP%d's layout, not of this --fsdp-version %d run%s",
+                       fc_fault_name(c->inject), c->fsdp_version == 1 ? 2 : 1, c->fsdp_version,
+                       c->fsdp_version == 1 ? " (FSDP2 needs a sharded strategy)" : "");
     if (c->shard_group && !hybrid)
         return fc_fail(e, "--shard-group applies to hybrid_shard and hybrid_shard_zero2 only");
     if (c->strategy == FC_STRATEGY_LOCAL) {

@@ -106,6 +106,9 @@ typedef enum {
     FC_FAULT_CLIP_EPS_PER_RANK,    // the norm's eps added once per rank of the norm group (pytorch#149768)
     FC_FAULT_CLIP_HSDP_SHARD_NORM, // hybrid: the norm over the shard group's gradient, before the replicas' all-reduce
     FC_FAULT_RECOMPUTE_DTYPE,      // activation checkpointing recomputes with fp32 weights under mixed precision
+    FC_FAULT_FSDP2_AVG_TWICE,      // FSDP2: ReduceOp.AVG's gradient divided by the world again
+    FC_FAULT_FSDP2_EVEN_ROWS,      // FSDP2: uneven rows split evenly (remainder on the last rank), not by torch.chunk
+    FC_FAULT_FSDP2_PADDING_NORM,   // FSDP2: unzeroed per-parameter padding reduced and counted in the norm
     FC_FAULT_COUNT
 } fc_fault;
 
@@ -177,6 +180,10 @@ const char *fc_fault_name(fc_fault f);
 int fc_fault_parse(const char *s, fc_fault *out);
 // The property (DESIGN §8, 1..15) expected to catch fault f; 0 for none.
 int fc_fault_property(fc_fault f);
+// The FSDP versions fault f applies to, as bits 1 << fsdp_version (the
+// encoding of impl.h's FC_IMPL_FSDP): FSDP1's flat-layout faults, FSDP2's
+// per-parameter ones, or both. --inject refuses a run of another version.
+unsigned fc_fault_versions(fc_fault f);
 
 FC_END_DECLS
 

@@ -273,7 +273,8 @@ int fc_cmd_sweep(int argc, char **argv) {
         fc_run_config c;
         fc_case_ckpt ck;
         int W;
-        fc_sweep_draw(&s, x.W, x.tested->fsdp_versions, x.tested->features, &c, &W, &ck);
+        unsigned versions = x.tested->fsdp_versions & (x.inject ? fc_fault_versions(x.inject) : ~0u);
+        fc_sweep_draw(&s, x.W, versions, x.tested->features, &c, &W, &ck);
         fc_case_result *r = &rep->cases[i];
         r->W = W;
         fc_sweep_case_spec(&c, &ck, r->spec, sizeof r->spec);

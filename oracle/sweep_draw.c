@@ -59,7 +59,9 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
         const fc_strategy strategies[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_FULL_SHARD,
                                           FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_HYBRID_SHARD,
                                           FC_STRATEGY_HYBRID_SHARD_ZERO2};
+        int fsdp1 = (fsdp_versions & FC_IMPL_FSDP(1)) != 0, fsdp2 = (fsdp_versions & FC_IMPL_FSDP(2)) != 0;
         c->strategy = strategies[pick(s, 6)];
+        if (!fsdp1 && c->strategy == FC_STRATEGY_NO_SHARD) c->strategy = FC_STRATEGY_FULL_SHARD;  // FSDP2 has none
         g_drawn[c->strategy]++;
         int hybrid = c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
         if (hybrid) {  // a proper divisor when there is one, so replicas exist
@@ -73,8 +75,8 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
             c->forward_prefetch = pick(s, 3) == 0;
             c->limit_all_gathers = (c->forward_prefetch || c->backward_prefetch) && pick(s, 3) == 0;
         }
-        int fsdp2 = (fsdp_versions & FC_IMPL_FSDP(2)) != 0;
-        if (fsdp2 && c->strategy != FC_STRATEGY_NO_SHARD && pick(s, 4) == 0) {  // FSDP2: per-parameter rows
+        // FSDP2, per-parameter rows: one sharded case in four, or all where only FSDP2 applies (an FSDP2 fault)
+        if (fsdp2 && c->strategy != FC_STRATEGY_NO_SHARD && (!fsdp1 || pick(s, 4) == 0)) {
             c->fsdp_version = 2;
             c->backward_prefetch = FC_PREFETCH_NONE;  // its own: one unit ahead in backward, no limiter
             c->forward_prefetch = c->limit_all_gathers = 0;

@@ -29,8 +29,10 @@ void fc_sweep_subs_free(fc_sweep_ctx *x);
 double fc_sweep_now(void);
 
 // Cases (sweep_draw.c): a seeded random case at a world size W' <= world.
-// fsdp_versions, features: the tested implementation's (core/impl.h); FSDP2
-// and activation checkpointing are drawn only when it has them.
+// fsdp_versions, features: the tested implementation's (core/impl.h), the
+// versions narrowed to an injected fault's (fc_fault_versions); FSDP2 and
+// activation checkpointing are drawn only when it has them, FSDP1 only when
+// it is among the versions.
 void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_run_config *c, int *W,
                    fc_case_ckpt *k);
 // After the draws: 1, with msg saying which, when a strategy was drawn at least

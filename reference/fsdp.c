@@ -298,7 +298,7 @@ static void issue_reduce(fc_fsdp *f, int u) {
         wire = mallocCheck(P * sizeof(float));
         fc_layout_to_wire(f->lay, &f->m, u, f->g.G, U->full_grad, wire);
     }
-    seam_padding(f, wire, U->numel, P);
+    seam_padding(f, u, wire, U->numel, P);
     f->rs_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     f->rs_recv = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     float *scaled = mallocCheck(P * sizeof(float));
@@ -540,7 +540,7 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_fsdp *f = callocCheck(1, sizeof *f);
     f->cfg = *cfg;
     f->g = fc_groups_of(cfg, W, rank);
-    f->lay = fc_layout_of(fc_layout_kind_of(cfg));
+    f->lay = seam_layout(f, fc_layout_of(fc_layout_kind_of(cfg)));
     fc_mpi_layout_comms(comm, f->g.G, &f->world, &f->shard, &f->replica);
     // divide factors over the whole data-parallel world (as FSDP does for HSDP too)
     double pre, post;

@@ -22,6 +22,9 @@ static int is(const struct fc_fsdp *f, fc_fault k) { return f->cfg.inject == k; 
 void fc_fault_divide(struct fc_fsdp *f) {
     if (is(f, FC_FAULT_NO_DIVIDE)) f->pre = f->post = 1.0f;
     if (is(f, FC_FAULT_DIVIDE_TWICE)) f->post *= f->pre;
+    // fsdp2_avg_twice (P1): ReduceOp.AVG already divided by the world, and
+    // the gradient is divided by it again (a divide factor set on top of AVG)
+    if (is(f, FC_FAULT_FSDP2_AVG_TWICE) && f->cfg.divide == FC_DIVIDE_AVG) f->post *= (float)f->g.W;
 }
 
 // ---------------------------------------------------------------------------
@@ -130,13 +133,42 @@ int fc_fault_skip_reduce(struct fc_fsdp *f, int u) {
 }
 
 // ---------------------------------------------------------------------------
+// fsdp2_padding_norm (P8): FSDP2's reduce-scatter input is allocated, not
+// zeroed, so each parameter's padded rows carry what the buffer held; the
+// reduced padding is kept beside the shard and clip_grad_norm counts the
+// whole padded shard. Only the norm, and through it the clip coefficient,
+// moves: the optimizer and the exported gradient take the real rows.
+
+// 1 where chunk j's element i (0 <= i < S) is a real element of unit u
+static unsigned char *real_mask(const struct fc_fsdp *f, int u, int j) {
+    const unit_state *U = &f->u[u];
+    unsigned char *real = callocCheck(U->shard ? U->shard : 1, 1);
+    int mp = fc_layout_max_pieces(&f->m, u);
+    const fc_piece *pc = U->pieces + (size_t)j * (size_t)mp;
+    for (int k = 0; k < U->n_pieces[j]; k++) memset(real + pc[k].chunk_off, 1, pc[k].count);
+    return real;
+}
+
+static void fsdp2_fill_padding(const struct fc_fsdp *f, int u, float *wire, float v) {
+    const unit_state *U = &f->u[u];
+    if (f->lay->wire_is_natural) return;
+    for (int j = 0; j < f->g.G; j++) {
+        unsigned char *real = real_mask(f, u, j);
+        for (size_t i = 0; i < U->shard; i++)
+            if (!real[i]) wire[(size_t)j * U->shard + i] = v;
+        free(real);
+    }
+}
+
+// ---------------------------------------------------------------------------
 // padding_leak (P1): padding elements enter gradients and norms: the padding
 // of the unsharded gradient is not zero, and a reduced chunk's padding is
 // accumulated and normed.
 
-void fc_fault_padding(const struct fc_fsdp *f, float *full_grad, size_t numel, size_t padded) {
+void fc_fault_padding(const struct fc_fsdp *f, int u, float *wire, size_t numel, size_t padded) {
     if (is(f, FC_FAULT_PADDING_LEAK))
-        for (size_t i = numel; i < padded; i++) full_grad[i] = 0.01f;
+        for (size_t i = numel; i < padded; i++) wire[i] = 0.01f;
+    if (is(f, FC_FAULT_FSDP2_PADDING_NORM)) fsdp2_fill_padding(f, u, wire, 0.01f);
 }
 
 size_t fc_fault_valid(const struct fc_fsdp *f, size_t own_valid, size_t S) {
@@ -147,6 +179,13 @@ size_t fc_fault_valid(const struct fc_fsdp *f, size_t own_valid, size_t S) {
 // avg_tail (P1): an average leaves the last elements of a chunk unscaled.
 
 void fc_fault_divided(const struct fc_fsdp *f, float *grad, const float *sum, size_t n, fc_prec rd) {
+    if (is(f, FC_FAULT_FSDP2_PADDING_NORM) && f->g.sharded && !f->lay->wire_is_natural) {
+        int u = f->rs_unit;  // the reduction being completed: sum is its reduced chunk [S]
+        unsigned char *real = real_mask(f, u, f->g.idx);
+        for (size_t i = 0; i < f->u[u].shard; i++)
+            if (!real[i]) grad[i] += fc_round(rd, sum[i] / f->post);
+        free(real);
+    }
     if (!is(f, FC_FAULT_AVG_TAIL)) return;
     for (size_t i = n > 3 ? n - 3 : 0; i < n; i++) grad[i] += sum[i] - fc_round(rd, sum[i] / f->post);
 }
@@ -165,6 +204,10 @@ void fc_fault_norm_piece(const struct fc_fsdp *f, int u, const float **g, size_t
     const unit_state *U = &f->u[u];
     const fault_state *s = f->seam_state;
     if (is(f, FC_FAULT_PADDING_LEAK) && f->g.sharded) *n = U->shard;
+    if (is(f, FC_FAULT_FSDP2_PADDING_NORM) && f->g.sharded) {  // the whole padded shard, once
+        *n = *g == U->grad + U->own[0].chunk_off ? U->shard : 0;
+        *g = U->grad;
+    }
     if (is(f, FC_FAULT_CLIP_DOUBLE_COUNT) && !f->g.sharded) *g = U->grad, *n = U->numel;
     if (is(f, FC_FAULT_CLIP_HSDP_SHARD_NORM) && s->pre[u] && s->pre_step == f->step) *g = s->pre[u];
 }
@@ -278,4 +321,60 @@ const float *fc_fault_recompute_params(struct fc_fsdp *f, int u) {
 
 void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p) {
     if (p != f->u[u].gathered && p != f->u[u].param) free((void *)p);
+}
+
+// ---------------------------------------------------------------------------
+// fsdp2_even_rows (P10): FSDP2's rows split evenly, floor(rows / G) per rank
+// and the remainder on the last, instead of torch.chunk's ceil(rows / G) with
+// short and empty trailing ranks. Every rank agrees on the split, so the
+// training is the same arithmetic on other rows: only what each rank holds
+// and steps (the optimizer's elements in the comm log) shows it, and a
+// checkpoint exchanged with real FSDP2 would land on the wrong rows.
+
+static const fc_param *even_param(const fc_model *m, int u, int k, int G, size_t *rows, size_t *cols, size_t *q,
+                                  size_t *c) {
+    const fc_param *p = &m->params[m->unit_params[m->units[u].first_param + k]];
+    *rows = (size_t)p->shape[0];
+    *cols = p->numel / *rows;
+    *q = *rows / (size_t)G;
+    *c = *rows - (size_t)(G - 1) * *q;  // the last rank's, the most
+    return p;
+}
+
+static size_t even_chunk_size(const fc_model *m, int u, int G) {
+    size_t S = 0, rows, cols, q, c;
+    for (int k = 0; k < m->units[u].n_params; k++) {
+        even_param(m, u, k, G, &rows, &cols, &q, &c);
+        S += c * cols;
+    }
+    return S;
+}
+
+static int even_pieces(const fc_model *m, int u, int G, int j, fc_piece *out) {
+    int n = 0;
+    size_t at = 0, rows, cols, q, c;
+    for (int k = 0; k < m->units[u].n_params; k++) {
+        const fc_param *p = even_param(m, u, k, G, &rows, &cols, &q, &c);
+        size_t r0 = (size_t)j * q, r1 = j == G - 1 ? rows : r0 + q;
+        if (r0 < r1) out[n++] = (fc_piece){p->unit_offset + r0 * cols, at, (r1 - r0) * cols};
+        at += c * cols;
+    }
+    return n;
+}
+
+static int even_owner(const fc_model *m, int u, int G, size_t i) {
+    size_t rows, cols, q, c;
+    for (int k = 0; k < m->units[u].n_params; k++) {
+        const fc_param *p = even_param(m, u, k, G, &rows, &cols, &q, &c);
+        if (i < p->unit_offset || i >= p->unit_offset + p->numel) continue;
+        size_t r = (i - p->unit_offset) / cols;
+        return q == 0 || r / q >= (size_t)G ? G - 1 : (int)(r / q);
+    }
+    return -1;
+}
+
+static const fc_layout_ops EVEN_ROWS = {"per_param_even", 0, even_chunk_size, even_pieces, even_owner};
+
+const fc_layout_ops *fc_fault_layout(const struct fc_fsdp *f, const fc_layout_ops *lay) {
+    return is(f, FC_FAULT_FSDP2_EVEN_ROWS) && !lay->wire_is_natural ? &EVEN_ROWS : lay;
 }

@@ -17,6 +17,7 @@
 #include "clip.h"
 #include "data.h"
 #include "dtype.h"
+#include "layout.h"
 
 #define fc_fsdp_create fc_faulty_fsdp_create
 #define fc_fsdp_step fc_faulty_fsdp_step
@@ -40,7 +41,8 @@ void fc_fault_gathered(struct fc_fsdp *f, int u);
 void fc_fault_backward_begin(struct fc_fsdp *f, int u);
 void fc_fault_stage_backward(struct fc_fsdp *f, int s, const fc_batch *mb, float scale);
 int fc_fault_skip_reduce(struct fc_fsdp *f, int u);
-void fc_fault_padding(const struct fc_fsdp *f, float *full_grad, size_t numel, size_t padded);
+void fc_fault_padding(const struct fc_fsdp *f, int u, float *wire, size_t numel, size_t padded);
+const fc_layout_ops *fc_fault_layout(const struct fc_fsdp *f, const fc_layout_ops *lay);
 fc_prec fc_fault_reduce_dtype(const struct fc_fsdp *f, fc_prec rd);
 int fc_fault_replicate(const struct fc_fsdp *f);
 size_t fc_fault_valid(const struct fc_fsdp *f, size_t own_valid, size_t S);
@@ -64,7 +66,8 @@ void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 #define seam_backward_begin(f, u) fc_fault_backward_begin((f), (u))
 #define seam_stage_backward(f, s, mb, scale) fc_fault_stage_backward((f), (s), (mb), (scale))
 #define seam_skip_reduce(f, u) fc_fault_skip_reduce((f), (u))
-#define seam_padding(f, full_grad, numel, padded) fc_fault_padding((f), (full_grad), (numel), (padded))
+#define seam_padding(f, u, wire, numel, padded) fc_fault_padding((f), (u), (wire), (numel), (padded))
+#define seam_layout(f, lay) fc_fault_layout((f), (lay))
 #define seam_reduce_dtype(f, rd) fc_fault_reduce_dtype((f), (rd))
 #define seam_replicate(f) fc_fault_replicate(f)
 #define seam_valid(f, own_valid, S) fc_fault_valid((f), (own_valid), (S))

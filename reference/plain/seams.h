@@ -32,8 +32,12 @@
 #define seam_recompute_done(f, u, p) ((void)(f), (void)(u), (void)(p))
 // whether unit u's gradient skips its reduction (it never does)
 #define seam_skip_reduce(f, u) ((void)(f), (void)(u), 0)
-// the unsharded gradient's padding [numel, padded) before the reduction (zero)
-#define seam_padding(f, full_grad, numel, padded) ((void)(f), (void)(full_grad), (void)(numel), (void)(padded))
+// unit u's unsharded gradient in wire order before the reduction: its padding
+// (FSDP1: [numel, padded); FSDP2: each parameter's rows' tail in each chunk) is zero
+#define seam_padding(f, u, wire, numel, padded) \
+    ((void)(f), (void)(u), (void)(wire), (void)(numel), (void)(padded))
+// the layout of the run's shards (core/layout.h)
+#define seam_layout(f, lay) ((void)(f), (lay))
 // the precision gradients are reduced in
 #define seam_reduce_dtype(f, rd) ((void)(f), (rd))
 // whether hybrid replicas all-reduce the reduced shard (they do)

@@ -743,7 +743,7 @@ static void expect_run_refused(const fc_run_config *a, const char *frag) {
 }
 
 // FSDP2 needs a sharded strategy and refuses FSDP1's prefetch options and
-// (so far) the fault catalogue.
+// the faults of FSDP1's layout (fc_fault_versions); FSDP1 refuses FSDP2's.
 Test(run_config, fsdp2_refusals) {
     fc_run_config a, b;
     fc_error e;
@@ -758,8 +758,14 @@ Test(run_config, fsdp2_refusals) {
     expect_run_refused(&b, "--backward-prefetch is an FSDP1 option");
     b = a, b.forward_prefetch = 1;
     expect_run_refused(&b, "--forward-prefetch is an FSDP1 option");
-    b = a, b.inject = FC_FAULT_NO_DIVIDE;
-    expect_run_refused(&b, "--inject");
+    b = a, b.inject = FC_FAULT_NO_DIVIDE;  // a fault of FSDP1's flat chunks
+    expect_run_refused(&b, "--inject no_divide is a fault of FSDP1's layout");
+    b = a, b.inject = FC_FAULT_FSDP2_EVEN_ROWS;
+    cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
+    b.inject = FC_FAULT_RECOMPUTE_DTYPE;  // in no layout: both versions
+    cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
+    b = a, b.fsdp_version = 1, b.inject = FC_FAULT_FSDP2_AVG_TWICE;
+    expect_run_refused(&b, "--inject fsdp2_avg_twice is a fault of FSDP2's layout");
     b = a, b.fsdp_version = 3;
     expect_run_refused(&b, "--fsdp-version 3");
 }
