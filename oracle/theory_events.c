@@ -289,10 +289,11 @@ static int expect_optim(event_scan *sc, int i, const fc_event *v) {
            fc_phase_name(v->phase));
     // the optimizer steps this rank's real elements of the unit, fp32: its
     // chunk's (FSDP2: its torch.chunk rows of every parameter), or the whole
-    // unit under no_shard; a torch loop sees no bytes there and logs 0
+    // unit under no_shard. 0 is "not measured": a torch loop's log (one
+    // optimizer.step() for every unit) has no per-unit figure to give.
     const fc_unit_layout *l = &t->lay[u];
     size_t want = fp32_bytes(t->g.sharded ? l->own_valid : l->numel);
-    EXPECT(t, v->bytes == want || (v->bytes == 0 && t->api != FC_API_REFERENCE),
+    EXPECT(t, v->bytes == want || v->bytes == 0,
            "step %ld #%d: optim of unit %d: expected %zu bytes (the fp32 elements this rank owns), got %zu", sc->step,
            i, u, want, v->bytes);
     put(&sc->x->optim[u], i);
