@@ -30,7 +30,8 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "skip_root_reduce", "hsdp_no_replicate", "no_sync_overwrite", "clip_local_norm",
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
     "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail", "clip_eps_per_rank",
-    "clip_hsdp_shard_norm", "recompute_dtype", "fsdp2_avg_twice", "fsdp2_even_rows", "fsdp2_padding_norm"};
+    "clip_hsdp_shard_norm", "recompute_dtype", "fsdp2_avg_twice", "fsdp2_even_rows", "fsdp2_padding_norm",
+    "fsdp2_post_forward_group"};
 
 // The property of DESIGN §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
@@ -62,6 +63,7 @@ static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
     [FC_FAULT_FSDP2_AVG_TWICE] = 1,       // gradients 1/W of the local model's
     [FC_FAULT_FSDP2_EVEN_ROWS] = 10,      // the same math on another split: only the rows each rank steps show it
     [FC_FAULT_FSDP2_PADDING_NORM] = 8,    // only the norm (and the clip coefficient) moves
+    [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = 1,  // backward computes with other rows' parameters
 };
 
 int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }
@@ -76,6 +78,7 @@ static const unsigned FAULT_VERSIONS[FC_FAULT_COUNT] = {
     [FC_FAULT_FSDP2_AVG_TWICE] = V2,
     [FC_FAULT_FSDP2_EVEN_ROWS] = V2,
     [FC_FAULT_FSDP2_PADDING_NORM] = V2,
+    [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = V2,
 };
 
 unsigned fc_fault_versions(fc_fault f) {
@@ -464,6 +467,20 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         return fc_fail(e, "--inject %s is a fault of FSDP%d's layout, not of this --fsdp-version %d run%s",
                        fc_fault_name(c->inject), c->fsdp_version == 1 ? 2 : 1, c->fsdp_version,
                        c->fsdp_version == 1 ? " (FSDP2 needs a sharded strategy)" : "");
+    if (c->reshard_after_forward) {
+        if (c->fsdp_version != 2)
+            return fc_fail(e, "--reshard-after-forward %d is FSDP2's integer reshard_after_forward: give "
+                              "--fsdp-version 2", c->reshard_after_forward);
+        if (!fc_strategy_reshards(c->strategy))
+            return fc_fail(e, "--reshard-after-forward %d needs a strategy that reshards after forward (full_shard, "
+                              "hybrid_shard), not %s", c->reshard_after_forward, sname);
+        if (c->reshard_after_forward < 2)
+            return fc_fail(e, "--reshard-after-forward %d: R must be at least 2 (1 is reshard_after_forward=False: "
+                              "--strategy shard_grad_op)", c->reshard_after_forward);
+        if (c->cpu_offload)
+            return fc_fail(e, "--reshard-after-forward with --cpu-offload is not modelled yet (the post-forward "
+                              "slice stays on the device; give one)");
+    }
     if (c->shard_group && !hybrid)
         return fc_fail(e, "--shard-group applies to hybrid_shard and hybrid_shard_zero2 only");
     if (c->strategy == FC_STRATEGY_LOCAL) {
@@ -487,6 +504,10 @@ int fc_run_config_validate_world(const fc_run_config *c, int world, fc_error *e)
     int F = c->shard_group ? c->shard_group : world;
     if (F > world || world % F != 0)
         return fc_fail(e, "--shard-group %d does not divide the world size %d", F, world);
+    int R = c->reshard_after_forward;
+    if (R && (R >= F || F % R != 0))
+        return fc_fail(e, "--reshard-after-forward %d must divide the shard group's %d ranks and be smaller (%d is "
+                          "reshard_after_forward=True: leave it out)", R, F, F);
     // Every rank is a data-parallel rank: each takes B/W samples, in K micro-batches.
     if (c->global_batch % world != 0)
         return fc_fail(e, "--global-batch %d is not divisible by the data-parallel size %d",
@@ -506,6 +527,7 @@ cJSON *fc_run_config_to_json(const fc_run_config *c) {
     cJSON_AddStringToObject(j, "strategy", fc_strategy_name(c->strategy));
     cJSON_AddNumberToObject(j, "fsdp_version", c->fsdp_version);
     cJSON_AddNumberToObject(j, "shard_group", c->shard_group);
+    if (c->reshard_after_forward) cJSON_AddNumberToObject(j, "reshard_after_forward", c->reshard_after_forward);
     cJSON_AddStringToObject(j, "backward_prefetch", fc_prefetch_name(c->backward_prefetch));
     cJSON_AddBoolToObject(j, "forward_prefetch", c->forward_prefetch);
     cJSON_AddBoolToObject(j, "limit_all_gathers", c->limit_all_gathers);
@@ -606,6 +628,10 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
     c->act_ckpt = FC_ACT_CKPT_NONE;
     if (cJSON_GetObjectItemCaseSensitive(j, "activation_checkpointing"))
         JENUM(j, act_ckpt, "activation_checkpointing", &c->act_ckpt);
+    // "reshard_after_forward" is written only when it is an integer R
+    if (cJSON_GetObjectItemCaseSensitive(j, "reshard_after_forward") &&
+        jint(j, "reshard_after_forward", &c->reshard_after_forward, e))
+        return -1;
     JENUM(j, prefetch, "backward_prefetch", &c->backward_prefetch);
     JENUM(j, prec, "param_dtype", &c->param_dtype);
     JENUM(j, prec, "reduce_dtype", &c->reduce_dtype);

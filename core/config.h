@@ -109,6 +109,7 @@ typedef enum {
     FC_FAULT_FSDP2_AVG_TWICE,      // FSDP2: ReduceOp.AVG's gradient divided by the world again
     FC_FAULT_FSDP2_EVEN_ROWS,      // FSDP2: uneven rows split evenly (remainder on the last rank), not by torch.chunk
     FC_FAULT_FSDP2_PADDING_NORM,   // FSDP2: unzeroed per-parameter padding reduced and counted in the norm
+    FC_FAULT_FSDP2_POST_FORWARD_GROUP,  // FSDP2: an integer reshard_after_forward gathers over strided ranks
     FC_FAULT_COUNT
 } fc_fault;
 
@@ -123,6 +124,10 @@ typedef struct {
     fc_strategy strategy;
     int fsdp_version;          // 1: FSDP1 (FlatParameter), 2: FSDP2 (fully_shard, per-parameter rows)
     int shard_group;           // F; 0 = the whole world
+    // FSDP2's integer reshard_after_forward R (2 <= R < F, R dividing F): after
+    // forward a unit keeps a 1/R slice and backward all-gathers it within
+    // groups of R consecutive ranks. 0: true or false, as the strategy says.
+    int reshard_after_forward;
     fc_prefetch backward_prefetch;
     int forward_prefetch;
     int limit_all_gathers;

@@ -288,11 +288,14 @@ static int k_version(parse_state *ps, const char *key, const cJSON *v, fc_error 
 // parameters after forward (FULL_SHARD), false keeps them (SHARD_GRAD_OP)
 static int k_reshard_after_forward(parse_state *ps, const char *key, const cJSON *v, fc_error *e) {
     long n;
-    if (cJSON_IsNumber(v) && get_int(v, &n) == 0)
-        return bad_value(ps, key, v,
-                         "is not supported yet: an integer reshard_after_forward (a 1/R slice kept after "
-                         "forward) is not modelled; accepted: true, false",
-                         e);
+    if (cJSON_IsNumber(v) && get_int(v, &n) == 0) {  // an integer R: a 1/R slice kept after forward
+        if (n < 2 || n > 1 << 20)
+            return bad_value(ps, key, v, "is not a group size R >= 2 (accepted: true, false, an integer R >= 2)", e);
+        ps->out->has_reshard_after_forward = 1;
+        ps->out->reshard_after_forward = 1;
+        ps->out->reshard_after_forward_r = (int)n;
+        return 0;
+    }
     return bool_key(ps, key, v, &ps->out->has_reshard_after_forward, &ps->out->reshard_after_forward, e);
 }
 
@@ -524,8 +527,10 @@ int fc_fsdp_config_load(const char *path, fc_fsdp_config *out, fc_error *e) {
 void fc_fsdp_config_apply(const fc_fsdp_config *f, fc_run_config *c) {
     if (f->has_version) c->fsdp_version = f->version;
     if (f->has_strategy) c->strategy = f->strategy;
-    if (f->has_reshard_after_forward)
+    if (f->has_reshard_after_forward) {
         c->strategy = f->reshard_after_forward ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_SHARD_GRAD_OP;
+        c->reshard_after_forward = f->reshard_after_forward_r;
+    }
     if (f->has_backward_prefetch) c->backward_prefetch = f->backward_prefetch;
     if (f->has_forward_prefetch) c->forward_prefetch = f->forward_prefetch;
     if (f->has_cpu_offload) c->cpu_offload = f->cpu_offload;

@@ -60,6 +60,7 @@ typedef struct {
     fc_strategy strategy;
     int has_version, version;    // fsdp_version: 1 or 2
     int has_reshard_after_forward, reshard_after_forward;  // version 2: FULL_SHARD or SHARD_GRAD_OP
+    int reshard_after_forward_r;  // version 2: an integer R (FULL_SHARD with a 1/R slice kept), 0 if none
     int has_backward_prefetch;
     fc_prefetch backward_prefetch;
     int has_forward_prefetch, forward_prefetch;

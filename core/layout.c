@@ -26,6 +26,9 @@ fc_groups fc_groups_of(const fc_run_config *cfg, int W, int rank) {
     g.replica = rank / g.F;
     g.G = g.sharded ? g.F : W;
     g.idx = g.sharded ? g.shard_rank : rank;
+    // torch's post-forward mesh, mesh.view(-1, R): rows of R consecutive ranks
+    g.PF = g.sharded && cfg->fsdp_version == 2 ? cfg->reshard_after_forward : 0;
+    g.pf_rank = g.PF ? rank % g.PF : 0;
     return g;
 }
 

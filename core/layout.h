@@ -44,6 +44,8 @@ typedef struct {
     int replica;       // which shard group: rank / F
     int G;             // ranks of the reduction layout: F when sharded, else W
     int idx;           // this rank's chunk in the reduction layout: shard_rank, or rank (no_shard)
+    int PF;            // FSDP2's integer reshard_after_forward: groups of PF consecutive ranks (0: none)
+    int pf_rank;       // position in that group: rank % PF (0 without)
 } fc_groups;
 
 // The groups of cfg's strategy at world size W, seen from `rank`.

@@ -10,7 +10,7 @@
 static const char *OP_NAMES[FC_OP_COUNT] = {"all_gather", "reduce_scatter", "all_reduce", "wait",
                                             "forward", "backward", "free", "h2d", "d2h", "optim"};
 static const char *PHASE_NAMES[FC_PHASE_COUNT] = {"forward", "backward", "clip", "optim", "recompute"};
-static const char *GROUP_NAMES[] = {"none", "world", "shard", "replicate"};
+static const char *GROUP_NAMES[FC_GROUP_COUNT] = {"none", "world", "shard", "replicate", "post_forward"};
 static const char *MEM_NAMES[FC_MEM_COUNT] = {"param_shards", "grad_shards", "optim_state",
                                               "gathered_params", "gathered_grads", "activations",
                                               "comm_buffers"};

@@ -32,7 +32,10 @@ typedef enum {
 // with the all-gather and free that recompute itself issues.
 typedef enum { FC_PHASE_FORWARD, FC_PHASE_BACKWARD, FC_PHASE_CLIP, FC_PHASE_OPTIM, FC_PHASE_RECOMPUTE } fc_phase;
 #define FC_PHASE_COUNT 5
-typedef enum { FC_GROUP_NONE, FC_GROUP_WORLD, FC_GROUP_SHARD, FC_GROUP_REPLICATE } fc_group;
+// POST_FORWARD: FSDP2's integer reshard_after_forward, the groups of R ranks
+// whose backward all-gather rebuilds a unit from the slices kept after forward
+typedef enum { FC_GROUP_NONE, FC_GROUP_WORLD, FC_GROUP_SHARD, FC_GROUP_REPLICATE, FC_GROUP_POST_FORWARD } fc_group;
+#define FC_GROUP_COUNT 5
 
 typedef struct {
     long step;          // 0-based global step

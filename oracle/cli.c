@@ -42,6 +42,7 @@ static const flag_spec FLAGS[] = {
     {"--quiet", ARG_NONE, NULL},
     {"--help", ARG_NONE, NULL},
     {"--shard-group", ARG_INT, NULL},
+    {"--reshard-after-forward", ARG_INT, NULL},
     {"--backward-prefetch", ARG_STR, NULL},
     {"--forward-prefetch", ARG_NONE, NULL},
     {"--limit-all-gathers", ARG_NONE, NULL},
@@ -70,6 +71,8 @@ void fc_cli_usage(FILE *f) {
           "  --strategy local|no_shard|full_shard|shard_grad_op|hybrid_shard|hybrid_shard_zero2\n"
           "  --fsdp-version 1|2        FSDP1 (FlatParameter, default) or FSDP2 (fully_shard: per-parameter\n"
           "                            rows, one unit ahead in backward, no limiter; divide avg unless fp16)\n"
+          "  --reshard-after-forward R FSDP2's integer reshard_after_forward: keep a 1/R slice after forward,\n"
+          "                            all-gather it in backward within groups of R consecutive ranks\n"
           "  --shard-group F (hybrid)  --backward-prefetch pre|post|none  --forward-prefetch\n"
           "  --limit-all-gathers  --param-dtype fp32|bf16|fp16  --reduce-dtype fp32|bf16|fp16\n"
           "  --divide prepost|avg|sum-then-divide  --no-sync  --cpu-offload  --comm-log FILE\n"
@@ -200,6 +203,8 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
             return fc_fail(e, "--inject: unknown fault '%s' (see DESIGN.md section 9)", v);
     } else if (!strcmp(flag, "--fsdp-version")) {
         return parse_int(flag, v, 1, 2, &c->fsdp_version, e);
+    } else if (!strcmp(flag, "--reshard-after-forward")) {
+        return parse_int(flag, v, 1, 1 << 20, &c->reshard_after_forward, e);
     } else if (!strcmp(flag, "--shard-group")) {
         return parse_int(flag, v, 1, 1 << 20, &c->shard_group, e);
     } else if (!strcmp(flag, "--backward-prefetch")) {

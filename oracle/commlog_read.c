@@ -48,8 +48,8 @@ static int parse_event(const cJSON *o, int W, int *rank, fc_event *ev, const cha
     if (op < 0) return *bad = "\"op\" is not one of all_gather, reduce_scatter, all_reduce, wait, forward, backward, free, h2d, d2h, optim", -1;
     int of = 0;
     if (op == FC_OP_WAIT && (of = get_name(o, "of", op_name, FC_OP_COUNT)) < 0) return *bad = "a wait without a known \"of\"", -1;
-    int group = get_name(o, "group", group_name, 4);
-    if (group < 0) return *bad = "\"group\" is not one of none, world, shard, replicate", -1;
+    int group = get_name(o, "group", group_name, FC_GROUP_COUNT);
+    if (group < 0) return *bad = "\"group\" is not one of none, world, shard, replicate, post_forward", -1;
     int phase = get_name(o, "phase", phase_name, FC_PHASE_COUNT);
     if (phase < 0) return *bad = "\"phase\" is not one of forward, backward, clip, optim, recompute", -1;
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dtype"), *p = cJSON_GetObjectItemCaseSensitive(o, "prefetch");

@@ -26,6 +26,7 @@ static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *op
     fc_run_config c = *like;
     c.strategy = strategy;
     c.fsdp_version = 1;  // local and no_shard: one process or DDP, in any FSDP version's run
+    c.reshard_after_forward = 0;
     if (fp32) c.param_dtype = c.reduce_dtype = FC_PREC_FP32;
     c.shard_group = 0;
     c.backward_prefetch = FC_PREFETCH_NONE;

@@ -32,6 +32,11 @@ fc_groups fc_rule_groups(const fc_run_config *cfg, int W, int rank) {
     // the reduction layout: the shard group when sharded, else all W ranks
     g.G = r->gathers ? F : W;
     g.idx = r->gathers ? g.shard_rank : rank;
+    // FSDP2's integer reshard_after_forward R: the post-forward mesh is the
+    // (replicate, shard) mesh flattened into rows of R (torch's
+    // mesh.view(-1, R)); R divides F, so a row lies inside one shard group
+    g.PF = r->gathers && cfg->fsdp_version == 2 && cfg->reshard_after_forward > 0 ? cfg->reshard_after_forward : 0;
+    g.pf_rank = g.PF ? g.shard_rank % g.PF : 0;
     return g;
 }
 
@@ -217,7 +222,7 @@ void fc_rule_samples(const fc_run_config *cfg, int W, int rank, int *first, int 
 static int groups_differ(const fc_groups *a, const fc_groups *b) {
     return a->W != b->W || a->rank != b->rank || a->sharded != b->sharded || a->hybrid != b->hybrid || a->F != b->F ||
            a->R != b->R || a->shard_rank != b->shard_rank || a->replica != b->replica || a->G != b->G ||
-           a->idx != b->idx;
+           a->idx != b->idx || a->PF != b->PF || a->pf_rank != b->pf_rank;
 }
 
 int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *out) {

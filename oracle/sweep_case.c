@@ -77,6 +77,7 @@ static void free_expected(expected_run *x) {
 static fc_run_config local_of(fc_run_config c) {
     c.strategy = FC_STRATEGY_LOCAL;
     c.fsdp_version = 1;
+    c.reshard_after_forward = 0;
     c.shard_group = 0;
     c.backward_prefetch = FC_PREFETCH_NONE;
     c.forward_prefetch = c.limit_all_gathers = c.no_sync = c.cpu_offload = 0;
@@ -175,6 +176,7 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
     } else {
         fc_run_config lc = tc;  // the loading run: another W and strategy
         lc.strategy = k->strategy;
+        lc.reshard_after_forward = 0;  // the loading run's own schedule
         lc.shard_group = 0;
         if (lc.strategy == FC_STRATEGY_NO_SHARD) lc = no_prefetch(lc);
         if (k->W == 1) lc.divide = FC_DIVIDE_PREPOST;
@@ -280,6 +282,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 fc_run_config dc = no_prefetch(*cfg);
                 dc.strategy = FC_STRATEGY_NO_SHARD;
                 dc.fsdp_version = 1;  // DDP: FSDP2 has no no_shard
+                dc.reshard_after_forward = 0;
                 dc.shard_group = 0;
                 // the same reduction tree: a flat strategy, or a hybrid whose shard group is W'
                 int same_tree = !hybrid || (cfg->shard_group && cfg->shard_group == W);

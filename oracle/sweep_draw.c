@@ -80,6 +80,12 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
             c->fsdp_version = 2;
             c->backward_prefetch = FC_PREFETCH_NONE;  // its own: one unit ahead in backward, no limiter
             c->forward_prefetch = c->limit_all_gathers = 0;
+            // an integer reshard_after_forward, where the shard group has a divisor between 1 and F
+            int F = c->shard_group ? c->shard_group : *W, R = 0;
+            for (int d = 2; d < F && !R; d++)
+                if (F % d == 0) R = d;
+            int frees = c->strategy == FC_STRATEGY_FULL_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD;
+            if (R && frees && pick(s, 2)) c->reshard_after_forward = R;
         }
         c->grad_accum = pick(s, 3) == 0 ? 2 : 1;
         c->no_sync = c->grad_accum > 1 && pick(s, 2);
@@ -130,6 +136,7 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
 #define ADD(...) n += (size_t)snprintf(out + n, n < cap ? cap - n : 0, __VA_ARGS__)
     ADD("--model %s --strategy %s", c->model.name, fc_strategy_name(c->strategy));
     if (c->fsdp_version != 1) ADD(" --fsdp-version %d", c->fsdp_version);
+    if (c->reshard_after_forward) ADD(" --reshard-after-forward %d", c->reshard_after_forward);
     if (c->shard_group) ADD(" --shard-group %d", c->shard_group);
     if (c->backward_prefetch != FC_PREFETCH_NONE) ADD(" --backward-prefetch %s", fc_prefetch_name(c->backward_prefetch));
     if (c->forward_prefetch) ADD(" --forward-prefetch");

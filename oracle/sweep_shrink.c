@@ -16,6 +16,7 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     case 0:  // a smaller world, down to 2 (faults that need peers), then 1
         if (*W <= 1) return 0;
         *W = *W > 2 ? *W - 1 : 1;
+        c->reshard_after_forward = 0;  // it divides the old shard group only
         if (c->shard_group && *W % c->shard_group) c->shard_group = 0;
         if (c->shard_group == *W) c->shard_group = 0;
         if (*W == 1) c->divide = FC_DIVIDE_PREPOST;  // one rank divides nothing
@@ -95,6 +96,10 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     case 18:
         if (c->act_ckpt == FC_ACT_CKPT_NONE) return 0;
         c->act_ckpt = FC_ACT_CKPT_NONE;
+        break;
+    case 19:
+        if (!c->reshard_after_forward) return 0;
+        c->reshard_after_forward = 0;
         break;
     case 16:  // the checkpoint round trip, or its other world size
         if (!ck->on) return 0;

@@ -117,11 +117,15 @@ static int expect_all_gather(event_scan *sc, int i, const fc_event *v) {
     size_t want = gathered_bytes(t, u);
     EXPECT(t, t->g.sharded, "step %ld #%d: all_gather of unit %d, but %s gathers nothing", sc->step, i, u,
            fc_strategy_name(c->strategy));
-    EXPECT(t, v->bytes == want && v->dtype == c->param_dtype && shard_group_ok(t, v->group),
-           "step %ld #%d: all_gather of unit %d: expected %zu bytes %s over the shard group; got %zu bytes %s "
-           "over %s",
-           sc->step, i, u, want, fc_prec_name(c->param_dtype), v->bytes, fc_prec_name(v->dtype),
-           fc_group_name(v->group));
+    // FSDP2's integer reshard_after_forward: backward rebuilds a unit freed
+    // after forward from the slices of its group of PF ranks, the same bytes
+    int from_slices = t->g.PF && v->phase == FC_PHASE_BACKWARD && reshards(t, u);
+    EXPECT(t,
+           v->bytes == want && v->dtype == c->param_dtype &&
+               (from_slices ? v->group == FC_GROUP_POST_FORWARD : shard_group_ok(t, v->group)),
+           "step %ld #%d: all_gather of unit %d: expected %zu bytes %s over %s; got %zu bytes %s over %s", sc->step, i,
+           u, want, fc_prec_name(c->param_dtype), from_slices ? "the post-forward group" : "the shard group", v->bytes,
+           fc_prec_name(v->dtype), fc_group_name(v->group));
     EXPECT(t, sc->state[u] == GATHER_NONE, "step %ld micro %d #%d: all_gather of unit %d while it is already gathered",
            sc->step, k, i, u);
     int other = put_by_phase(sc, i, v, AG_FWD, AG_BWD, AG_REC);
@@ -315,7 +319,7 @@ static const expect_fn OP_EXPECTATION[FC_OP_COUNT] = {
 
 // Every enum of the event within its range.
 static int well_formed(const fc_event *v) {
-    return (unsigned)v->op < FC_OP_COUNT && (unsigned)v->of < FC_OP_COUNT && (unsigned)v->group <= FC_GROUP_REPLICATE &&
+    return (unsigned)v->op < FC_OP_COUNT && (unsigned)v->of < FC_OP_COUNT && (unsigned)v->group < FC_GROUP_COUNT &&
            (unsigned)v->phase < FC_PHASE_COUNT && (unsigned)v->dtype <= FC_PREC_FP16;
 }
 

@@ -10,23 +10,39 @@
 #include "optim.h"
 #include "theory_internal.h"
 
+// Bytes of unit u's post-forward slice under FSDP2's integer
+// reshard_after_forward (P_u / PF in param_dtype), 0 where none is kept.
+static size_t slice_bytes(const theory *t, int u) {
+    return t->g.PF && reshards(t, u) ? t->lay[u].padded / (size_t)t->g.PF * t->psz : 0;
+}
+
 // The peak of gathered parameters the comm log shows: a unit's held elements
-// (theory_internal.h) in param_dtype from its all_gather until its free.
+// (theory_internal.h) in param_dtype from its all_gather until its free. A
+// post-forward slice is taken before the forward free and held until the
+// all_gather that rebuilds the unit from it has completed.
 static size_t log_gathered_peak(const theory *t, const fc_comm_log *log) {
+    enum { NONE, FULL, SLICE, FULL_AND_SLICE };
     int *held = callocCheck((size_t)t->nu, sizeof(int));
     size_t cur = 0, peak = 0;
     for (size_t i = 0; i < log->n; i++) {
         const fc_event *e = &log->ev[i];
-        if (!valid_unit(t, e->unit)) continue;
-        size_t bytes = held_elems(t, e->unit) * t->psz;
-        if (e->op == FC_OP_ALL_GATHER && !held[e->unit]) {
-            held[e->unit] = 1;
+        int u = e->unit;
+        if (!valid_unit(t, u)) continue;
+        size_t bytes = held_elems(t, u) * t->psz, slice = slice_bytes(t, u);
+        if (e->op == FC_OP_ALL_GATHER && (held[u] == NONE || held[u] == SLICE)) {
+            held[u] = held[u] == SLICE ? FULL_AND_SLICE : FULL;
             cur += bytes;
+        } else if (e->op == FC_OP_WAIT && e->of == FC_OP_ALL_GATHER && held[u] == FULL_AND_SLICE) {
+            held[u] = FULL;
+            cur -= slice;
+        } else if (e->op == FC_OP_FREE && held[u] == FULL) {
+            int keep = slice && e->phase == FC_PHASE_FORWARD;
+            cur += keep ? slice : 0;
             if (cur > peak) peak = cur;
-        } else if (e->op == FC_OP_FREE && held[e->unit]) {
-            held[e->unit] = 0;
             cur -= bytes;
+            held[u] = keep ? SLICE : NONE;
         }
+        if (cur > peak) peak = cur;
     }
     free(held);
     return peak;
@@ -86,6 +102,8 @@ static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
         prev = u;
     }
     if (pair < max1) pair = max1;
+    size_t slices = 0;  // FSDP2's post-forward slices: all of them may be held at once
+    for (int u = 0; u < t->nu; u++) slices += slice_bytes(t, u);
     const fc_run_config *c = t->cfg;
     if (!fc_rule_row_of(c->strategy)->frees_after_fwd) {
         *lo = *hi = sum * t->psz;
@@ -98,6 +116,7 @@ static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
         *hi = (m->root_unit >= 0 ? root + max1 : pair) * t->psz;
     else
         *hi = (root + pair) * t->psz;
+    *hi += slices;
 }
 
 static int log_has_unit_collective(const fc_comm_log *log) {

@@ -115,26 +115,41 @@ static const fc_piece *unit_pieces(const fc_fsdp *f, int u, int j) {
     return f->u[u].pieces + (size_t)j * (size_t)fc_layout_max_pieces(&f->m, u);
 }
 
+// The group unit u's next all-gather runs over: the shard group, or, for a
+// unit holding its post-forward slice, that slice's group of PF ranks.
+static fc_group gather_group(const unit_state *U) {
+    return U->pf_slice || U->ag_from_slice ? FC_GROUP_POST_FORWARD : FC_GROUP_SHARD;
+}
+
 static void issue_all_gather(fc_fsdp *f, int u, fc_phase ph, int prefetch) {
     unit_state *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
     size_t pb = prec_bytes(pd);
+    fc_group grp = gather_group(U);
     if (f->cfg.cpu_offload)  // the fp32 shard comes to the device first
         log_ev(f, FC_OP_H2D, FC_OP_H2D, u, -1, FC_GROUP_NONE, U->shard * sizeof(float), FC_PREC_FP32, ph, 0);
     size_t gn = U->gathered_numel;
     U->gathered = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, gn * sizeof(float), gn * pb);
     U->gathered_owned = 1;
-    U->ag_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, U->shard * pb);
-    pack(f, pd, U->param, U->ag_send, U->shard);
     // fp32 in the unit's own order gathers straight into the compute buffer;
     // 16-bit or FSDP2's rank-major order into a wire buffer, copied out
     U->ag_recv = pd == FC_PREC_FP32 && f->lay->wire_is_natural ? (void *)U->gathered : mallocCheck(U->padded * pb);
-    mpiCheck(MPI_Iallgather(U->ag_send, (int)U->shard, prec_type(pd), U->ag_recv, (int)U->shard,
-                            prec_type(pd), f->shard, &U->ag_req));
+    if (U->pf_slice) {  // the PF slices kept after forward are the wire order's consecutive blocks
+        U->ag_send = U->pf_slice;
+        U->pf_slice = NULL;
+        U->ag_from_slice = 1;
+        int n = (int)(U->padded / (size_t)f->g.PF);
+        mpiCheck(MPI_Iallgather(U->ag_send, n, prec_type(pd), U->ag_recv, n, prec_type(pd), f->post_fwd, &U->ag_req));
+    } else {
+        U->ag_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, U->shard * pb);
+        pack(f, pd, U->param, U->ag_send, U->shard);
+        mpiCheck(MPI_Iallgather(U->ag_send, (int)U->shard, prec_type(pd), U->ag_recv, (int)U->shard, prec_type(pd),
+                                f->shard, &U->ag_req));
+    }
     U->ag_pending = 1;
     U->ag_prefetched = prefetch;
     f->alive++;
-    log_ev(f, FC_OP_ALL_GATHER, FC_OP_ALL_GATHER, u, -1, FC_GROUP_SHARD, U->padded * pb, pd, ph, prefetch);
+    log_ev(f, FC_OP_ALL_GATHER, FC_OP_ALL_GATHER, u, -1, grp, U->padded * pb, pd, ph, prefetch);
 }
 
 static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
@@ -152,10 +167,15 @@ static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
     }
     U->ag_recv = NULL;
     seam_gathered(f, u);
-    mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * prec_bytes(pd));
+    fc_group grp = gather_group(U);
+    if (U->ag_from_slice)  // the post-forward slice is used up
+        mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->padded / (size_t)f->g.PF * prec_bytes(pd));
+    else
+        mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * prec_bytes(pd));
     U->ag_send = NULL;
+    U->ag_from_slice = 0;
     U->ag_pending = 0;
-    log_ev(f, FC_OP_WAIT, FC_OP_ALL_GATHER, u, -1, FC_GROUP_SHARD, 0, pd, ph, 0);
+    log_ev(f, FC_OP_WAIT, FC_OP_ALL_GATHER, u, -1, grp, 0, pd, ph, 0);
 }
 
 // Makes unit u's compute parameters available, waiting for them if needed.
@@ -178,9 +198,26 @@ static void ensure_gathered(fc_fsdp *f, int u, fc_phase ph) {
     if (U->ag_pending) wait_all_gather(f, u, ph);
 }
 
+// FSDP2's integer reshard_after_forward: before unit u's gathered parameters
+// are freed after forward, this rank keeps block pf_rank of PF of the wire
+// order (torch's to_sharded_post_forward narrows each parameter's all-gather
+// output the same way), in param_dtype, so that backward's all-gather over
+// the PF ranks rebuilds the unit with the same bits.
+static void keep_post_forward_slice(fc_fsdp *f, int u) {
+    unit_state *U = &f->u[u];
+    fc_prec pd = f->cfg.param_dtype;
+    size_t n = U->padded / (size_t)f->g.PF, pb = prec_bytes(pd);
+    float *wire = mallocCheck(U->padded * sizeof(float));  // [P] the unit in wire order, padding zero
+    fc_layout_to_wire(f->lay, &f->m, u, f->g.G, U->gathered, wire);
+    U->pf_slice = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * pb, n * pb);
+    pack(f, pd, wire + (size_t)f->g.pf_rank * n, U->pf_slice, n);
+    free(wire);
+}
+
 static void free_gathered(fc_fsdp *f, int u, fc_phase ph) {
     unit_state *U = &f->u[u];
     if (!U->gathered) return;
+    if (f->g.PF && ph == FC_PHASE_FORWARD) keep_post_forward_slice(f, u);
     if (U->gathered_owned) {
         size_t n = f->g.sharded ? U->gathered_numel : U->numel;
         mem_free(f, U->gathered, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * prec_bytes(f->cfg.param_dtype));
@@ -542,6 +579,8 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     f->g = fc_groups_of(cfg, W, rank);
     f->lay = seam_layout(f, fc_layout_of(fc_layout_kind_of(cfg)));
     fc_mpi_layout_comms(comm, f->g.G, &f->world, &f->shard, &f->replica);
+    f->post_fwd = MPI_COMM_NULL;
+    if (f->g.PF) fc_mpi_comm_split(comm, seam_post_forward_group(f, rank / f->g.PF), rank, &f->post_fwd);
     // divide factors over the whole data-parallel world (as FSDP does for HSDP too)
     double pre, post;
     fc_divide_factors(cfg->divide, W, &pre, &post);
@@ -690,6 +729,7 @@ void fc_fsdp_destroy(fc_fsdp *f) {
             if (U->ag_recv && U->ag_recv != (void *)U->gathered) free(U->ag_recv);
             free(U->ag_send);
             if (U->gathered_owned) free(U->gathered);
+            free(U->pf_slice);
             free(U->full_grad);
             free(U->pieces);
             free(U->n_pieces);
@@ -715,6 +755,7 @@ void fc_fsdp_destroy(fc_fsdp *f) {
         MPI_Comm_free(&f->shard);
         MPI_Comm_free(&f->replica);
         MPI_Comm_free(&f->world);
+        if (f->post_fwd != MPI_COMM_NULL) MPI_Comm_free(&f->post_fwd);
     }
     free(f);
 }

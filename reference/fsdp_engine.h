@@ -32,6 +32,9 @@ typedef struct {
     int gathered_owned;  // gathered is an allocation (not an alias of param)
     int ag_pending;      // an all-gather into gathered is in flight
     int ag_prefetched;   // ... and it was issued ahead of need
+    int ag_from_slice;   // ... and it rebuilds the unit from the post-forward slices (ag_send is one)
+    void *pf_slice;      // [P / PF] param_dtype: FSDP2's integer reshard_after_forward, this rank's
+                         // slice of the wire order kept from forward to backward; NULL when none
     MPI_Request ag_req;
     void *ag_send, *ag_recv;  // packed param_dtype buffers of the all-gather
     float *full_grad;    // [gathered_numel] unsharded gradient, alive from first backward stage to reduce
@@ -47,6 +50,7 @@ struct fc_fsdp {
     MPI_Comm world;      // duplicate of the caller's communicator
     MPI_Comm shard;      // the G ranks of the reduction layout (the shard group, or all for no_shard)
     MPI_Comm replica;    // the ranks holding the same chunk (hybrid replicas)
+    MPI_Comm post_fwd;   // FSDP2's integer reshard_after_forward: the PF ranks sharing slices (else NULL)
     float pre, post;     // gradient divide factors
     unit_state *u;       // [n_units]
     fc_unit_stages *st;  // [n_units] the stages that use each unit

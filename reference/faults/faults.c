@@ -378,3 +378,15 @@ static const fc_layout_ops EVEN_ROWS = {"per_param_even", 0, even_chunk_size, ev
 const fc_layout_ops *fc_fault_layout(const struct fc_fsdp *f, const fc_layout_ops *lay) {
     return is(f, FC_FAULT_FSDP2_EVEN_ROWS) && !lay->wire_is_natural ? &EVEN_ROWS : lay;
 }
+
+// ---------------------------------------------------------------------------
+// fsdp2_post_forward_group (P1): an integer reshard_after_forward R whose
+// backward all-gather runs over strided ranks (rank % (W/R), a column of
+// torch's mesh.view(-1, R)) instead of the row of R consecutive ranks, while
+// each rank keeps its row's slice (rank % R): the gathered unit repeats some
+// slices and misses others, and backward computes with wrong parameters.
+
+int fc_fault_post_forward_group(const struct fc_fsdp *f, int row) {
+    if (!is(f, FC_FAULT_FSDP2_POST_FORWARD_GROUP)) return row;
+    return f->g.rank % (f->g.W / f->g.PF);
+}

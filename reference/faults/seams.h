@@ -43,6 +43,7 @@ void fc_fault_stage_backward(struct fc_fsdp *f, int s, const fc_batch *mb, float
 int fc_fault_skip_reduce(struct fc_fsdp *f, int u);
 void fc_fault_padding(const struct fc_fsdp *f, int u, float *wire, size_t numel, size_t padded);
 const fc_layout_ops *fc_fault_layout(const struct fc_fsdp *f, const fc_layout_ops *lay);
+int fc_fault_post_forward_group(const struct fc_fsdp *f, int row);
 fc_prec fc_fault_reduce_dtype(const struct fc_fsdp *f, fc_prec rd);
 int fc_fault_replicate(const struct fc_fsdp *f);
 size_t fc_fault_valid(const struct fc_fsdp *f, size_t own_valid, size_t S);
@@ -68,6 +69,7 @@ void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 #define seam_skip_reduce(f, u) fc_fault_skip_reduce((f), (u))
 #define seam_padding(f, u, wire, numel, padded) fc_fault_padding((f), (u), (wire), (numel), (padded))
 #define seam_layout(f, lay) fc_fault_layout((f), (lay))
+#define seam_post_forward_group(f, row) fc_fault_post_forward_group((f), (row))
 #define seam_reduce_dtype(f, rd) fc_fault_reduce_dtype((f), (rd))
 #define seam_replicate(f) fc_fault_replicate(f)
 #define seam_valid(f, own_valid, S) fc_fault_valid((f), (own_valid), (S))

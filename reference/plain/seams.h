@@ -36,6 +36,9 @@
 // (FSDP1: [numel, padded); FSDP2: each parameter's rows' tail in each chunk) is zero
 #define seam_padding(f, u, wire, numel, padded) \
     ((void)(f), (void)(u), (void)(wire), (void)(numel), (void)(padded))
+// which post-forward group (FSDP2's integer reshard_after_forward) this rank
+// joins: the row of PF consecutive ranks it is in
+#define seam_post_forward_group(f, row) ((void)(f), (row))
 // the layout of the run's shards (core/layout.h)
 #define seam_layout(f, lay) ((void)(f), (lay))
 // the precision gradients are reduced in

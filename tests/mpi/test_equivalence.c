@@ -95,6 +95,15 @@ static void check_strategies(const char *model) {
     }
 }
 
+// Runs tc and ec and judges tc against ec under property p, bitwise in the reference.
+static void run_and_judge_bitwise(int p, const char *what, const fc_run_config *tc, const fc_run_config *ec) {
+    mt_result t, e;
+    run(tc, &t);
+    run(ec, &e);
+    judge(p, what, tc, &t, ec, &e, MT_BITWISE_REF, 1);
+    mt_result_free(&t), mt_result_free(&e);
+}
+
 // P2 for FSDP2 (DESIGN §5): fully_shard's per-parameter rows train as FSDP1
 // and DDP do, bit for bit in the reference, under FSDP2's own divide (AVG)
 // and with clipping (the exact norm makes the layouts' different partials
@@ -120,6 +129,20 @@ static void check_fsdp2(const char *model) {
             judge(2, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
             mt_result_free(&r);
         }
+        // an integer reshard_after_forward R: backward rebuilds each unit from
+        // the slices kept after forward within groups of R ranks
+        for (int R = 2; R < W; R++) {
+            if (W % R) continue;
+            fc_run_config c = d;
+            c.strategy = FC_STRATEGY_FULL_SHARD;
+            c.fsdp_version = 2;
+            c.reshard_after_forward = R;
+            c.grad_accum = 2;  // each micro-batch's backward from its own forward's slices
+            fc_run_config dk = d;
+            dk.grad_accum = 2;
+            snprintf(what, sizeof what, "no_shard (FSDP2 full_shard reshard_after_forward=%d W=%d K=2, %s)", R, W, pd);
+            run_and_judge_bitwise(2, what, &c, &dk);
+        }
         for (int F = 2; F < W; F++) {
             if (W % F) continue;
             fc_run_config h1 = d, h2;
@@ -127,12 +150,8 @@ static void check_fsdp2(const char *model) {
             h1.shard_group = F;
             h2 = h1;
             h2.fsdp_version = 2;
-            mt_result r1, r2;
-            run(&h1, &r1);
-            run(&h2, &r2);
             snprintf(what, sizeof what, "FSDP1 hybrid_shard (FSDP2 hybrid_shard F=%d W=%d, %s)", F, W, pd);
-            judge(2, what, &h2, &r2, &h1, &r1, MT_BITWISE_REF, 1);
-            mt_result_free(&r1), mt_result_free(&r2);
+            run_and_judge_bitwise(2, what, &h2, &h1);
         }
         mt_result_free(&ddp);
     }

@@ -48,6 +48,7 @@ static void label_of(const fc_run_config *c, char *label, size_t cap) {
     if (c->cpu_offload) ADD(" cpu_offload");
     if (c->act_ckpt != FC_ACT_CKPT_NONE) ADD(" act_ckpt=%s", fc_act_ckpt_name(c->act_ckpt));
     if (c->fsdp_version != 1) ADD(" fsdp%d", c->fsdp_version);
+    if (c->reshard_after_forward) ADD(" reshard_after_forward=%d", c->reshard_after_forward);
     if (c->param_dtype != FC_PREC_FP32 || c->reduce_dtype != FC_PREC_FP32)
         ADD(" param=%s reduce=%s", fc_prec_name(c->param_dtype), fc_prec_name(c->reduce_dtype));
     if (c->optim.kind != FC_OPT_ADAMW) ADD(" %s", fc_opt_name(c->optim.kind));
@@ -406,6 +407,58 @@ int main(int argc, char **argv) {
             for (int a = 0; a < 3; a++) fc_log_free(&logs[a]);
             fc_model_free(&m);
         }
+    }
+    // 10. FSDP2's integer reshard_after_forward R (a divisor of the shard
+    //     group between 1 and F): P10 and P11 per run; the backward all-gathers
+    //     run over the post-forward group with the full unit's bytes; the
+    //     gathered memory holds the slices; a log judged with another R fails.
+    for (int R = 2; R < W; R++) {
+        if (W % R) continue;
+        fc_run_config c = base("gpt2-tiny", FC_STRATEGY_FULL_SHARD), c0;
+        c.fsdp_version = 2;
+        c.param_dtype = FC_PREC_BF16;
+        c.grad_accum = 2;
+        c.divide = fc_default_divide(&c);
+        c0 = c;
+        c.reshard_after_forward = R;
+        run_case(&c, NULL);
+        if (F && F % R == 0 && F > R) {  // hybrid: R inside each shard group
+            fc_run_config h = c;
+            h.strategy = FC_STRATEGY_HYBRID_SHARD;
+            h.shard_group = F;
+            run_case(&h, NULL);
+        }
+        mt_result r, r0;
+        if (mt_run(&c, MPI_COMM_WORLD, &r)) continue;
+        if (mt_run(&c0, MPI_COMM_WORLD, &r0) == 0) {
+            int post = 0, shard = 0;
+            for (size_t i = 0; i < r.log.n; i++)
+                if (r.log.ev[i].op == FC_OP_ALL_GATHER)
+                    post += r.log.ev[i].group == FC_GROUP_POST_FORWARD, shard += r.log.ev[i].group != FC_GROUP_POST_FORWARD;
+            fc_model m;
+            fc_model_build(&m, &c.model);
+            int want = (m.n_units - 1) * c.grad_accum;  // every non-root unit, per micro-batch
+            MT_CHECK(post == want && shard == m.n_units * c.grad_accum,
+                     "reshard_after_forward=%d: %d all_gathers over the post-forward group, %d over the shard group; "
+                     "expected %d and %d",
+                     R, post, shard, want, m.n_units * c.grad_accum);
+            size_t g = r.mem.peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS],
+                   g0 = r0.mem.peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS];
+            MT_CHECK(g > g0, "reshard_after_forward=%d: gathered_params peak %zu, not above reshard_after_forward=True's "
+                             "%zu (the slices kept after forward)",
+                     R, g, g0);
+            if (RANK == 0 && getenv("SCHED_VERBOSE"))
+                printf("  reshard_after_forward=%d W=%d: all_gathers %d post_forward + %d shard, gathered_params peak "
+                       "%zu (True: %zu)\n",
+                       R, W, post, shard, g, g0);
+            fc_findings f = {0}, f0 = {0};
+            fc_theory_check_schedule(&c0, W, RANK, &r.log, &f);   // R's log judged as True
+            fc_theory_check_schedule(&c, W, RANK, &r0.log, &f0);  // True's judged as R
+            MT_CHECK(f.n > 0 && f0.n > 0, "reshard_after_forward=%d and True: a log passes P10 judged as the other", R);
+            fc_model_free(&m);
+            mt_result_free(&r0);
+        }
+        mt_result_free(&r);
     }
     return mt_finalize();
 }

@@ -244,6 +244,19 @@ Test(cli, misuse_gradient_checkpointing_takes_no_value) {
     MISUSE("--gradient-checkpointing", "value", "run", "--strategy", "full_shard", "--gradient-checkpointing=1");
 }
 
+Test(cli, misuse_reshard_after_forward_fsdp1) {
+    MISUSE("--fsdp-version 2", "integer reshard_after_forward", "run", "--strategy", "full_shard",
+           "--reshard-after-forward", "2");
+}
+Test(cli, misuse_reshard_after_forward_zero2) {
+    MISUSE("shard_grad_op", "reshards after forward", "run", "--strategy", "shard_grad_op", "--fsdp-version", "2",
+           "--reshard-after-forward", "2");
+}
+Test(cli, misuse_reshard_after_forward_one) {
+    MISUSE("at least 2", "shard_grad_op", "run", "--strategy", "full_shard", "--fsdp-version", "2",
+           "--reshard-after-forward", "1");
+}
+
 Test(cli, misuse_init_missing_file) {
     MISUSE("/nonexistent.safetensors", "No such file", "run", "--init", "/nonexistent.safetensors");
 }

@@ -289,8 +289,7 @@ Test(fsdp_config, refuses_values_that_would_change_results_with_a_reason) {
     refused("{\"fsdp_auto_wrap_policy\": \"SIZE_BASED_WRAP\"}", "SIZE_BASED_WRAP", "parameter count", "TRANSFORMER_BASED_WRAP");
     refused("{\"fsdp_auto_wrap_policy\": \"NO_WRAP\"}", "NO_WRAP", "one unit", NULL);
     refused("{\"fsdp_min_num_params\": 100000000}", "100000000", "wraps by size", NULL);
-    refused("{\"fsdp_version\": 2, \"fsdp_reshard_after_forward\": 2}", "integer reshard_after_forward",
-            "accepted: true, false", NULL);
+    refused("{\"fsdp_version\": 2, \"fsdp_reshard_after_forward\": 1}", "not a group size", "R >= 2", NULL);
     refused("{\"xla\": true}", "XLA", "accepted: false", NULL);
     refused("{\"mixed_precision\": \"fp8\"}", "fp8", "not modelled", NULL);
     refused("{\"fsdp_cpu_ram_efficient_loading\": true, \"fsdp_sync_module_states\": false}",
@@ -310,9 +309,24 @@ Test(fsdp_config, version_2) {
     fc_fsdp_config_apply(&F, &c);
     cr_expect_eq(c.fsdp_version, 2);
     cr_expect_eq(c.strategy, FC_STRATEGY_FULL_SHARD);
+    cr_expect_eq(c.reshard_after_forward, 0);
     ok("{\"version\": \"2\", \"reshard_after_forward\": false, \"cpu_ram_efficient_loading\": true}");
     fc_fsdp_config_apply(&F, &c);
     cr_expect_eq(c.strategy, FC_STRATEGY_SHARD_GRAD_OP);
+    // an integer R: FULL_SHARD keeping a 1/R slice after forward
+    ok("{\"fsdp_version\": 2, \"fsdp_reshard_after_forward\": 2}");
+    fc_fsdp_config_apply(&F, &c);
+    cr_expect_eq(c.strategy, FC_STRATEGY_FULL_SHARD);
+    cr_expect_eq(c.reshard_after_forward, 2);
+    fc_error e;
+    cr_expect_eq(fc_run_config_validate(&c, &e), 0, "%s", e.msg);
+    cr_expect_eq(fc_run_config_validate_world(&c, 4, &e), 0, "%s", e.msg);
+    cr_expect_eq(fc_run_config_validate_world(&c, 2, &e), -1, "R = F is reshard_after_forward=True");
+    cr_expect(strstr(e.msg, "must divide the shard group") != NULL, "%s", e.msg);
+    c.global_batch = 12;
+    cr_expect_eq(fc_run_config_validate_world(&c, 6, &e), 0, "%s", e.msg);
+    c.reshard_after_forward = 4;
+    cr_expect_eq(fc_run_config_validate_world(&c, 6, &e), -1, "4 does not divide 6");
     const char *fsdp1[] = {"\"fsdp_sharding_strategy\": \"FULL_SHARD\"", "\"fsdp_backward_prefetch\": \"BACKWARD_PRE\"",
                            "\"fsdp_forward_prefetch\": false", "\"fsdp_limit_all_gathers\": true",
                            "\"fsdp_use_orig_params\": true", "\"fsdp_sync_module_states\": true"};

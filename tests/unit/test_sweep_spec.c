@@ -28,7 +28,7 @@ static int parse_spec(const char *spec, fc_run_args *ra, fc_error *e) {
 
 Test(sweep_spec, every_drawn_case_replays_as_itself) {
     uint64_t s = 20261123;
-    int sgd = 0, act_ckpt[3] = {0};
+    int sgd = 0, act_ckpt[3] = {0}, rf = 0;
     for (int i = 0; i < 5000; i++) {
         fc_run_config c;
         fc_case_ckpt k;
@@ -55,14 +55,16 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
                       c.backward_prefetch == ra.cfg.backward_prefetch && c.forward_prefetch == ra.cfg.forward_prefetch &&
                       c.limit_all_gathers == ra.cfg.limit_all_gathers && c.clip_grad_norm == ra.cfg.clip_grad_norm &&
                       c.norm_type == ra.cfg.norm_type && c.act_ckpt == ra.cfg.act_ckpt &&
-                      c.fsdp_version == ra.cfg.fsdp_version &&
+                      c.fsdp_version == ra.cfg.fsdp_version && c.reshard_after_forward == ra.cfg.reshard_after_forward &&
                       (c.model.kind != FC_MODEL_GPT2 || c.seq_len == ra.cfg.seq_len) &&  // an MLP has no sequence
                       !strcmp(c.model.name, ra.cfg.model.name),
                   "case %d replays as another: %s", i, spec);
         sgd += c.optim.kind == FC_OPT_SGD;
         act_ckpt[c.act_ckpt]++;
+        rf += c.reshard_after_forward != 0;
     }
     cr_assert_gt(sgd, 100, "the draw makes SGD cases (%d)", sgd);
+    cr_assert_gt(rf, 20, "the draw makes integer reshard_after_forward cases (%d)", rf);
     cr_assert(act_ckpt[FC_ACT_CKPT_INSIDE] > 100 && act_ckpt[FC_ACT_CKPT_OUTSIDE] > 100,
               "the draw checkpoints activations inside (%d) and outside (%d) the unit", act_ckpt[1], act_ckpt[2]);
 }
