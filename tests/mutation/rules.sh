@@ -44,6 +44,8 @@ MUTANTS=(
   'divide avg: post-divides@@*pre = W, *post = 1.0;@@*pre = 1.0, *post = W;'
   'divide sum-then-divide: pre-divides@@*pre = 1.0, *post = W;\n        return;@@*pre = W, *post = 1.0;\n        return;'
   'rank samples: reversed@@*first = rank * *count;@@*first = (W - 1 - rank) * *count;'
+  'checkpointing: the root recomputes too@@return c->act_ckpt != FC_ACT_CKPT_NONE && u != m->root_unit;@@return c->act_ckpt != FC_ACT_CKPT_NONE && u != m->n_units;'
+  'recompute: outside never gathers@@c->act_ckpt == FC_ACT_CKPT_OUTSIDE && c->fsdp_version == 1 &&@@c->act_ckpt == FC_ACT_CKPT_OUTSIDE && c->fsdp_version == 0 &&'
 )
 
 echo "== rules mutation: copying the tree, building fsdpcheck (Release, no CUDA)"
