@@ -86,8 +86,10 @@ class CommLog:
     reference's: the root first, then the blocks); stages: (module, unit) in
     stage order."""
 
-    def __init__(self, rank, world, shard, units, stages):
+    def __init__(self, rank, world, shard, units, stages, post_forward=0):
         self.rank, self.W, self.F = rank, world, shard
+        self.PF = post_forward  # FSDP2's integer reshard_after_forward R, 0 if none
+        self.ag_group = {}  # unit -> the group of its all-gather in flight
         self.unit_of = {id(m): u for u, m in enumerate(units)}
         self.stages = stages
         self.first_bwd_stage = {}  # unit -> the stage its backward starts with
@@ -134,8 +136,10 @@ class CommLog:
             self.event("optim", unit=u)
 
     def group_name(self, group):
-        """world, shard or replicate, from the group's ranks (a shard group is
-        F consecutive ranks, a replica group the ranks F apart, DESIGN §2)."""
+        """world, shard, replicate or post_forward, from the group's ranks (a
+        shard group is F consecutive ranks, a replica group the ranks F apart,
+        DESIGN §2; a post-forward group R consecutive ranks, torch's
+        mesh.view(-1, R))."""
         if isinstance(group, tuple):  # the functional collectives' (mesh, dim)
             mesh, d = group
             group = mesh.get_group(d)
@@ -147,6 +151,9 @@ class CommLog:
             return "shard"
         if ranks == list(range(self.rank % self.F, self.W, self.F)):
             return "replicate"
+        pf = self.rank // self.PF * self.PF if self.PF else 0
+        if self.PF and ranks == list(range(pf, pf + self.PF)):
+            return "post_forward"
         return f"ranks {ranks}"  # the reader refuses it: a group FSDP should not use
 
     def collective(self, op, tensor, nbytes, group, sync):
@@ -161,6 +168,7 @@ class CommLog:
         )
         if op == "all_gather":
             self.gathered.add(unit)
+            self.ag_group[unit] = self.group_name(group)
             if not sync:
                 self.unwaited_ag.add(unit)
                 return
@@ -170,7 +178,8 @@ class CommLog:
     def waited_all_gather(self, unit):
         if unit in self.unwaited_ag:
             self.unwaited_ag.discard(unit)
-            self.event("wait", unit=unit, group="shard" if self.F < self.W else "world", of="all_gather")
+            default = "shard" if self.F < self.W else "world"
+            self.event("wait", unit=unit, group=self.ag_group.get(unit, default), of="all_gather")
 
     def freed(self, unit):
         if unit in self.gathered:
@@ -324,7 +333,8 @@ class CommLog:
             self.waited_all_gather(unit_of(group))
 
         def resharded(group, *a, **kw):
-            if group.is_sharded:
+            # freed to its shard, or (an integer reshard_after_forward) to its post-forward slice
+            if group.is_sharded or getattr(group, "is_sharded_post_forward", False):
                 self.freed(unit_of(group))
 
         def pre_backward(state, *a, **kw):

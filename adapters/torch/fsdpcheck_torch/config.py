@@ -70,6 +70,10 @@ def _choice(flag, v, choices):
 RUN_FLAGS = {
     "--strategy": (True, lambda c, v: c.__setitem__("strategy", _choice("--strategy", v, STRATEGIES))),
     "--shard-group": (True, lambda c, v: c.__setitem__("shard_group", _int("--shard-group", v))),
+    "--reshard-after-forward": (
+        True,
+        lambda c, v: c.__setitem__("reshard_after_forward", _int("--reshard-after-forward", v, lo=2)),
+    ),
     "--backward-prefetch": (
         True,
         lambda c, v: c.__setitem__("backward_prefetch", _choice("--backward-prefetch", v, PREFETCH)),
@@ -181,6 +185,11 @@ def validate(cfg, world):
     F = cfg["shard_group"] or world
     if F > world or world % F:
         raise UsageError(f"--shard-group {F} does not divide the world size {world}")
+    R = cfg.get("reshard_after_forward", 0)
+    if R and s not in ("full_shard", "hybrid_shard"):
+        raise UsageError(f"--reshard-after-forward {R} needs a strategy that reshards after forward, not {s}")
+    if R and (R >= F or F % R):
+        raise UsageError(f"--reshard-after-forward {R} must divide the shard group's {F} ranks and be smaller")
     B = cfg["global_batch"]
     if B % world:
         raise UsageError(f"--global-batch {B} is not divisible by the data-parallel size {world}")
@@ -242,6 +251,9 @@ def _finite(v):
 # (core/config.c fc_run_config_from_json and its validate): key -> (valid?, what).
 _RUN_CONFIG = {
     "shard_group": (lambda v: type(v) is int and v >= 0, "an integer >= 0"),
+    # written by the reference only when it is an integer R (absent: 0)
+    "reshard_after_forward": (lambda v: type(v) is int and v >= 0, "an integer >= 0", 0),
+    "activation_checkpointing": (lambda v: v in ("none", "inside", "outside"), "none, inside or outside", "none"),
     "clip_grad_norm": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
     **{
         k: (lambda v: isinstance(v, bool), "true or false")
@@ -269,7 +281,9 @@ def _check_run_config(path, c):
     fields = [(f"config.{k}", c, k, rule) for k, rule in _RUN_CONFIG.items()]
     if isinstance(o, dict):  # not an object: tracefile says so
         fields += [(f"config.optimizer.{k}", o, k, rule) for k, rule in _OPTIMIZER.items()]
-    for name, obj, k, (ok, what) in fields:
+    for name, obj, k, (ok, what, *default) in fields:
+        if k not in obj and default:  # an optional key: traces written before it have none
+            continue
         if k not in obj or not ok(obj[k]):
             raise UsageError(f'{path}: "{name}" is missing or not {what}')
 
@@ -303,6 +317,13 @@ def unsupported(api, cfg, device):
     """The first setting `api` cannot express, as a sentence, or None."""
     if cfg["strategy"] == "local":  # a --like trace of fsdpcheck run's default
         return "--strategy local (the reference's single-process run) is no FSDP strategy: give --strategy"
+    if cfg.get("activation_checkpointing", "none") != "none":
+        return (
+            f"activation checkpointing ({cfg['activation_checkpointing']} the unit): the adapter does not run "
+            "PyTorch's checkpointing yet (the reference does)"
+        )
+    if api != "fsdp2" and cfg.get("reshard_after_forward"):
+        return f"an integer reshard_after_forward ({cfg['reshard_after_forward']}) is FSDP2's (--api fsdp2)"
     if api == "fsdp2":
         if cfg["backward_prefetch"] == "post":
             return (

@@ -118,7 +118,7 @@ class Run:
         if record:
             from .commlog import CommLog
 
-            self.commlog = CommLog(self.rank, self.W, self.F, units, stages)
+            self.commlog = CommLog(self.rank, self.W, self.F, units, stages, self.cfg.get("reshard_after_forward", 0))
             self.commlog.install(self.api)
         return model
 
@@ -169,7 +169,8 @@ class Run:
 
         c = self.cfg
         mesh = self.mesh()
-        raf = c["strategy"] in ("full_shard", "hybrid_shard")
+        # True, False, or FSDP2's integer R: a 1/R slice kept after forward
+        raf = c.get("reshard_after_forward") or c["strategy"] in ("full_shard", "hybrid_shard")
         mp = MixedPrecisionPolicy(
             param_dtype=DT[c["param_dtype"]] if c["param_dtype"] != "fp32" else None,
             reduce_dtype=DT[c["reduce_dtype"]] if c["reduce_dtype"] != "fp32" else None,

@@ -13,6 +13,7 @@ import pytest
 from conftest import reference_trace
 
 from fsdpcheck_torch.cli import USAGE, main
+from fsdpcheck_torch.config import default_config, unsupported
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +62,29 @@ def test_run_refuses_a_setting_its_api_lacks(good, tmp_path, capsys):
     out = tmp_path / "out"
     argv = ["run", "--api", "fsdp2", "--like", good, "--trace", str(out), "--backward-prefetch", "post"]
     refused(argv, capsys, "fsdp2: FSDP2 has no BACKWARD_POST prefetch")
+    assert not out.exists()
+
+
+def test_run_refuses_an_integer_reshard_after_forward_outside_fsdp2(good, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = ["run", "--api", "fsdp1", "--like", good, "--trace", str(out), "--reshard-after-forward", "2"]
+    refused(argv, capsys, "--reshard-after-forward 2 must divide the shard group's 1 ranks")  # one process here
+    assert not out.exists()
+    cfg = default_config()
+    cfg["reshard_after_forward"] = 2
+    assert "an integer reshard_after_forward (2) is FSDP2's" in unsupported("fsdp1", cfg, "cpu")
+    assert unsupported("fsdp2", cfg, "cpu") is None
+
+
+def test_run_refuses_a_checkpointed_reference_trace(tmp_path, capsys):
+    """The adapter does not run PyTorch's activation checkpointing yet: a
+    reference trace that did is refused, never run without it under its name."""
+    t = reference_trace(
+        tmp_path / "ckpt", "--model", "mlp-micro", "--strategy", "full_shard", "--steps", "1",
+        "--activation-checkpointing", "inside",
+    )  # fmt: skip
+    out = tmp_path / "out"
+    refused(["run", "--api", "fsdp2", "--like", t, "--trace", str(out)], capsys, "activation checkpointing (inside")
     assert not out.exists()
 
 

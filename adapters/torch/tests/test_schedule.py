@@ -239,3 +239,49 @@ def test_fsdp2_bytes_are_the_reference_fsdp2s(tmp_path):
     assert torch_bytes == ref_bytes, (torch_bytes, ref_bytes)
     assert torch_bytes[("all_gather", 1)] == {14328}, torch_bytes
     assert unit_bytes(tmp_path / "ref1.jsonl")[("all_gather", 1)] == {13128}, "FSDP1's flat unit, for contrast"
+
+
+def test_fsdp2_integer_reshard_after_forward_is_the_references(tmp_path):
+    """Issue 25's integer reshard_after_forward, gpt2-tiny at W=4, R=2: real
+    FSDP2's backward all-gathers run over the post-forward group (torch's
+    mesh.view(-1, 2): ranks {0, 1} and {2, 3}) with the whole unit's bytes, as
+    the reference's do, unit by unit; and the log passes the theory as torch
+    runs it. The root differs as with True (README, "Real FSDP's schedule"):
+    torch reshards the root given an explicit reshard_after_forward, so its
+    backward gathers it from slices too, where the reference keeps it."""
+    needs_fsdp2("fsdp2-full_shard-clip")
+    flags = ["--model", "gpt2-tiny", "--steps", "1", "--global-batch", "4", "--strategy", "full_shard"]
+    flags += ["--fsdp-version", "2", "--reshard-after-forward", "2"]
+    ref, ref_log = tmp_path / "ref", tmp_path / "ref.jsonl"
+    subprocess.run(
+        ["mpiexec", "-n", "4", fsdpcheck_bin(), "run", *flags]
+        + ["--trace", str(ref), "--comm-log", str(ref_log), "--quiet"],
+        check=True,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+    )
+    torchrun_run(4, "--api", "fsdp2", "--like", str(ref), "--trace", str(tmp_path / "t"), "--comm-log")
+    torch_log = tmp_path / "t" / "commlog.jsonl"
+
+    def unit_groups(path, skip_root):
+        out = {}
+        with open(path) as f:
+            for e in map(json.loads, f):
+                if e["op"] in ("all_gather", "reduce_scatter") and not (skip_root and e["unit"] == 0):
+                    group = "shard" if e["group"] == "world" else e["group"]  # F = W: torch names it world
+                    out.setdefault((e["op"], e["unit"], group), set()).add(e["bytes"])
+        return out
+
+    torch_groups, ref_groups = unit_groups(torch_log, True), unit_groups(ref_log, True)
+    assert torch_groups == ref_groups, (torch_groups, ref_groups)
+    assert ref_groups[("all_gather", 1, "post_forward")] == {13120}, ref_groups
+    assert ("all_gather", 0, "post_forward") in unit_groups(torch_log, False), "torch reshards the root to R too"
+    p = subprocess.run(
+        [fsdpcheck_bin(), "schedule", str(torch_log), "--world", "4", "--api", "torch-fsdp2", *flags],
+        capture_output=True,
+        text=True,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert p.returncode == 0 and "PASS" in p.stdout, p.stdout + p.stderr
