@@ -233,11 +233,19 @@ int fc_cmd_run(int argc, char **argv) {
         if (!agree(ok)) fail_all(rank, "--trace: ", &e);
         if (rank == 0) fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);
     }
-    if (!a.quiet && rank == 0)
-        printf("fsdpcheck run: model %s (%zu parameters, %d units), impl %s, strategy %s (FSDP%d), W=%d, "
+    if (!a.quiet && rank == 0) {
+        char extra[96] = "";  // what the strategy's name does not say
+        int n = 0;
+        if (a.cfg.reshard_after_forward)
+            n += snprintf(extra + n, sizeof extra - (size_t)n, ", reshard_after_forward %d", a.cfg.reshard_after_forward);
+        if (a.cfg.act_ckpt != FC_ACT_CKPT_NONE)
+            snprintf(extra + n, sizeof extra - (size_t)n, ", activation checkpointing %s the unit",
+                     fc_act_ckpt_name(a.cfg.act_ckpt));
+        printf("fsdpcheck run: model %s (%zu parameters, %d units), impl %s, strategy %s (FSDP%d%s), W=%d, "
                "B=%d, K=%d, steps %d, %s, threads %d per rank\n",
-               m.cfg.name, m.numel, m.n_units, ops->name, fc_strategy_name(a.cfg.strategy), a.cfg.fsdp_version, W,
-               a.cfg.global_batch, a.cfg.grad_accum, a.cfg.steps, fc_opt_name(a.cfg.optim.kind), threads);
+               m.cfg.name, m.numel, m.n_units, ops->name, fc_strategy_name(a.cfg.strategy), a.cfg.fsdp_version, extra,
+               W, a.cfg.global_batch, a.cfg.grad_accum, a.cfg.steps, fc_opt_name(a.cfg.optim.kind), threads);
+    }
     for (int t = 0; t < a.cfg.steps; t++) {
         double t0 = now_ms();
         fc_step_info info;
