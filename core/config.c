@@ -450,13 +450,14 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         return fc_fail(e, "--fsdp-version %d is not 1 (FSDP1) or 2 (FSDP2, fully_shard)", c->fsdp_version);
     if (c->fsdp_version == 2) {
         // FSDP2 has no NO_SHARD (DDP is the replicated baseline) and none of
-        // FSDP1's prefetch options: it prefetches one unit ahead in backward
-        // by itself, only explicit lists in forward, and has no rate limiter
+        // FSDP1's backward prefetch options or limiter: it prefetches one unit
+        // ahead in backward by itself and has no rate limiter. In forward it
+        // prefetches only by explicit lists: --forward-prefetch is each unit's
+        // set_modules_to_forward_prefetch([the next unit])
         if (!sharded)
             return fc_fail(e, "--fsdp-version 2 needs a sharded strategy (FSDP2 has no %s; compare it with "
                               "--fsdp-version 1 --strategy no_shard, DDP)", sname);
         const char *fsdp1_only = c->backward_prefetch != FC_PREFETCH_NONE ? "--backward-prefetch"
-                               : c->forward_prefetch                   ? "--forward-prefetch"
                                : c->limit_all_gathers                  ? "--limit-all-gathers"
                                                                        : NULL;
         if (fsdp1_only)

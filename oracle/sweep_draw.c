@@ -79,7 +79,7 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
         if (fsdp2 && c->strategy != FC_STRATEGY_NO_SHARD && (!fsdp1 || pick(s, 4) == 0)) {
             c->fsdp_version = 2;
             c->backward_prefetch = FC_PREFETCH_NONE;  // its own: one unit ahead in backward, no limiter
-            c->forward_prefetch = c->limit_all_gathers = 0;
+            c->limit_all_gathers = 0;                 // forward_prefetch stays: an explicit forward list
             // an integer reshard_after_forward, where the shard group has a divisor between 1 and F
             int F = c->shard_group ? c->shard_group : *W, R = 0;
             for (int d = 2; d < F && !R; d++)

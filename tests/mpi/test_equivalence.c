@@ -118,14 +118,17 @@ static void check_fsdp2(const char *model) {
         mt_result ddp;
         run(&d, &ddp);
         char what[160];
-        const fc_strategy strategies[] = {FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
-        for (int si = 0; si < 2; si++) {
+        // the third: full_shard with explicit forward prefetch lists (each unit the next)
+        const fc_strategy strategies[] = {FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_FULL_SHARD};
+        for (int si = 0; si < 3; si++) {
             fc_run_config c = d;
             c.strategy = strategies[si];
             c.fsdp_version = 2;
+            c.forward_prefetch = si == 2;
             mt_result r;
             run(&c, &r);
-            snprintf(what, sizeof what, "no_shard (FSDP2 %s W=%d, %s)", fc_strategy_name(c.strategy), W, pd);
+            snprintf(what, sizeof what, "no_shard (FSDP2 %s%s W=%d, %s)", fc_strategy_name(c.strategy),
+                     c.forward_prefetch ? " forward prefetch list" : "", W, pd);
             judge(2, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
             mt_result_free(&r);
         }

@@ -233,8 +233,16 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++)
         for (int f = 0; f < 2; f++) free(pf[i][f].st.seq);
 
-    // 4. mlp prefetch without a root; shard_grad_op with prefetch flags
+    // 4. mlp prefetch without a root; shard_grad_op with prefetch flags; FSDP2's
+    //    explicit forward prefetch lists beside its implicit backward prefetch
     {
+        for (int mi = 0; mi < 2; mi++) {
+            fc_run_config c2 = base(models[mi], FC_STRATEGY_FULL_SHARD);
+            c2.fsdp_version = 2;
+            c2.forward_prefetch = 1;
+            c2.divide = fc_default_divide(&c2);
+            run_case(&c2, NULL);
+        }
         fc_run_config c = base("mlp-tiny", FC_STRATEGY_FULL_SHARD);
         c.backward_prefetch = FC_PREFETCH_POST;
         c.forward_prefetch = 1;
@@ -422,6 +430,9 @@ int main(int argc, char **argv) {
         c0 = c;
         c.reshard_after_forward = R;
         run_case(&c, NULL);
+        fc_run_config fp = c;  // with explicit forward prefetch lists too
+        fp.forward_prefetch = 1;
+        run_case(&fp, NULL);
         if (F && F % R == 0 && F > R) {  // hybrid: R inside each shard group
             fc_run_config h = c;
             h.strategy = FC_STRATEGY_HYBRID_SHARD;

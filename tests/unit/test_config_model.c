@@ -756,8 +756,10 @@ Test(run_config, fsdp2_refusals) {
     cr_expect_eq(fc_run_config_validate(&a, &e), 0, "%s", e.msg);
     b = a, b.backward_prefetch = FC_PREFETCH_POST;
     expect_run_refused(&b, "--backward-prefetch is an FSDP1 option");
-    b = a, b.forward_prefetch = 1;
-    expect_run_refused(&b, "--forward-prefetch is an FSDP1 option");
+    b = a, b.forward_prefetch = 1;  // FSDP2's explicit forward prefetch list (the next unit)
+    cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
+    b.limit_all_gathers = 1;
+    expect_run_refused(&b, "--limit-all-gathers is an FSDP1 option");
     b = a, b.inject = FC_FAULT_NO_DIVIDE;  // a fault of FSDP1's flat chunks
     expect_run_refused(&b, "--inject no_divide is a fault of FSDP1's layout");
     b = a, b.inject = FC_FAULT_FSDP2_EVEN_ROWS;
