@@ -111,8 +111,10 @@ static int proper_divisor(void) {  // largest divisor of W other than W, 0 if no
 }
 
 // Runs cfg, checks this rank's comm log (P10) and memory (P11) against the
-// theory; keeps the run's statistics in *out when asked.
-static void run_case(const fc_run_config *cfg, case_result *out) {
+// theory; keeps the run's statistics in *out, and the run itself in *keep
+// (the caller frees it; keep->ok is 0 when it did not run), when asked.
+static void run_case_keep(const fc_run_config *cfg, case_result *out, mt_result *keep) {
+    if (keep) memset(keep, 0, sizeof *keep);
     fc_error e;
     if (fc_run_config_validate(cfg, &e) || fc_run_config_validate_world(cfg, W, &e)) {
         MT_CHECK(0, "test config invalid: %s", e.msg);
@@ -135,7 +137,10 @@ static void run_case(const fc_run_config *cfg, case_result *out) {
         if ((getenv("SCHED_DUMP") && mt_errs > errs0) || (getenv("SCHED_DUMP_ALL") && RANK == 0))
             dump_log(label, &r.log);
         stats_of(&r.log, &st);
-        mt_result_free(&r);
+        if (keep)
+            *keep = r;
+        else
+            mt_result_free(&r);
     }
     if (getenv("SCHED_VERBOSE") && RANK == 0)
         printf("  %-80s %.2fs errs %d\n", label, MPI_Wtime() - t0, mt_errs);
@@ -147,6 +152,8 @@ static void run_case(const fc_run_config *cfg, case_result *out) {
         free(st.seq);
     }
 }
+
+static void run_case(const fc_run_config *cfg, case_result *out) { run_case_keep(cfg, out, NULL); }
 
 int main(int argc, char **argv) {
     mt_init(&argc, &argv);
@@ -364,9 +371,9 @@ int main(int argc, char **argv) {
             for (int a = 0; a < 3; a++) {
                 fc_run_config ca = c;
                 ca.act_ckpt = acs[a];
-                run_case(&ca, NULL);  // P10, P11 against the theory
                 mt_result r;
-                if (mt_run(&ca, MPI_COMM_WORLD, &r)) continue;
+                run_case_keep(&ca, NULL, &r);  // P10, P11 against the theory
+                if (!r.ok) continue;
                 rec_ok[a] = 1;
                 for (size_t i = 0; i < r.log.n; i++) {
                     ag[a] += r.log.ev[i].op == FC_OP_ALL_GATHER;
@@ -429,7 +436,8 @@ int main(int argc, char **argv) {
         c.divide = fc_default_divide(&c);
         c0 = c;
         c.reshard_after_forward = R;
-        run_case(&c, NULL);
+        mt_result r, r0;
+        run_case_keep(&c, NULL, &r);
         fc_run_config fp = c;  // with explicit forward prefetch lists too
         fp.forward_prefetch = 1;
         run_case(&fp, NULL);
@@ -439,8 +447,7 @@ int main(int argc, char **argv) {
             h.shard_group = F;
             run_case(&h, NULL);
         }
-        mt_result r, r0;
-        if (mt_run(&c, MPI_COMM_WORLD, &r)) continue;
+        if (!r.ok) continue;
         if (mt_run(&c0, MPI_COMM_WORLD, &r0) == 0) {
             int post = 0, shard = 0;
             for (size_t i = 0; i < r.log.n; i++)
