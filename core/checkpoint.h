@@ -1,11 +1,11 @@
 // core/checkpoint.h — checkpoints (DESIGN §6), below every implementation.
 //
-// A checkpoint is a directory. Two layouts, one manifest:
+// A checkpoint is a directory. Three layouts, one manifest:
 //
-//   FULL_STATE_DICT                      SHARDED_STATE_DICT
-//   config.json                          config.json
-//   model.safetensors                    shard-RRRRR.safetensors (one per writing rank)
-//   optimizer.safetensors                fsdpcheck.json
+//   FULL_STATE_DICT          SHARDED_STATE_DICT (FSDP1)   FSDP2 SHARDED (DCP)
+//   config.json              config.json                  config.json
+//   model.safetensors        shard-RRRRR.safetensors      shard-SSSSS-model-00001-of-00001.safetensors
+//   optimizer.safetensors    fsdpcheck.json               fsdpcheck.json
 //   fsdpcheck.json
 //
 //  - model.safetensors: every parameter under its model name, F32, the tied
@@ -21,6 +21,21 @@
 //    {"unit": U, "unit_name": "...", "tensor": T, "first": F, "count": N,
 //    "unit_numel": M}. The chunks of all files tile every unit exactly, so the
 //    checkpoint loads at any world size and strategy.
+//  - shard-SSSSS-model-00001-of-00001.safetensors: what torch.distributed.
+//    checkpoint writes with HuggingFaceStorageWriter(save_distributed=True)
+//    for writing rank S-1 (torch's shard index counts from 1): every tensor
+//    a dim-0 block of rows [r0, r0 + rows) of a full tensor, under the full
+//    tensor's name: the parameter's model name, "state.<name>.<state>" for
+//    an optimizer state (get_optimizer_state_dict's flattened names) and
+//    "state.<name>.step" (F32 scalar, AdamW only, each once in all files).
+//    __metadata__: {"format": "pt", "DCP_VERSION": "1.0",
+//    "DCP_SHARDING_INFO": JSON {name: {"saved_offsets": [r0, 0...]}}}, so
+//    torch's HuggingFaceStorageReader loads it at any W. The optimizer's
+//    param_groups (lr, betas: not tensors) are not stored: DCP's Hugging
+//    Face storage writes a non-tensor as raw bytes in front of the
+//    safetensors header, which no reader can then open; the manifest's
+//    config holds them. Blocks of rows of any W tile every tensor, so the
+//    checkpoint loads at any world size, strategy and FSDP version.
 //  - fsdpcheck.json, the manifest, written last: format, version, state dict,
 //    step (= the data position: data is a pure function of (seed, step,
 //    sample)), the full run config, the world size and strategy it was saved
@@ -60,10 +75,11 @@ FC_BEGIN_DECLS
 // Checkpoint formats (DESIGN §6).
 typedef enum {
     FC_STATE_DICT_FULL,     // FULL_STATE_DICT: rank 0 writes HF-loadable model + optimizer files
-    FC_STATE_DICT_SHARDED   // SHARDED_STATE_DICT: one file per rank with its flat shards and layout
+    FC_STATE_DICT_SHARDED,  // SHARDED_STATE_DICT: one file per rank with its flat shards and layout
+    FC_STATE_DICT_DCP       // FSDP2's SHARDED_STATE_DICT: DCP's Hugging Face safetensors, one file per rank
 } fc_state_dict;
 
-const char *fc_state_dict_name(fc_state_dict k);   // "full", "sharded"
+const char *fc_state_dict_name(fc_state_dict k);   // "full", "sharded", "dcp"
 int fc_state_dict_parse(const char *s, fc_state_dict *out);
 
 // SHA-256 (fc_sha256_mem, fc_sha256_file): sha256.h, included above.
@@ -177,6 +193,27 @@ typedef struct {
 // shard-<index>.safetensors with these chunks (count 0 chunks are skipped).
 int fc_ckpt_write_shard(const char *dir, int index, const fc_ckpt_info *info,
                         const fc_ckpt_chunk_data *chunks, int n, fc_ckpt_file *out, fc_error *e);
+// One block of a DCP file: rows [row0, row0 + rows) of parameter `param`
+// (1-D parameters: elements), with the optimizer's states of those rows.
+typedef struct {
+    int param;
+    size_t row0, rows;
+    const float *data;        // [rows * cols]
+    const float *state[2];    // [rows * cols] each, the optimizer's states in order
+} fc_ckpt_rows;
+
+// The block of unit u's elements [unit_off, unit_off + count): rows of one
+// parameter (an FSDP2 piece, core/layout.h), data and states unset. Anything
+// else is an internal error.
+fc_ckpt_rows fc_ckpt_rows_of_piece(const fc_model *m, int u, size_t unit_off, size_t count);
+// The DCP file name of writing rank `rank` (torch's shard index rank + 1).
+void fc_ckpt_dcp_name(int rank, char *out, size_t cap);
+// That file with these blocks (0-row blocks are skipped); with_steps adds
+// every parameter's "state.<name>.step" (AdamW: one file of a checkpoint
+// holds them). skew_offsets > 0 records every block that does not start at
+// row 0 that many rows early: the fault catalogue's dcp_saved_offsets.
+int fc_ckpt_write_dcp(const char *dir, int rank, const fc_ckpt_info *info, const fc_ckpt_rows *blocks, int n,
+                      int with_steps, int skew_offsets, fc_ckpt_file *out, fc_error *e);
 // The manifest, last.
 int fc_ckpt_write_manifest(const char *dir, const fc_ckpt_info *info, fc_state_dict kind,
                            const fc_ckpt_file *files, int n, fc_error *e);

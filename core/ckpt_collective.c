@@ -91,7 +91,35 @@ typedef struct {
     char msg[sizeof(((fc_error *)0)->msg)];
 } shard_report;
 
-static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e) {
+fc_state_dict fc_ckpt_sharded_kind(const fc_run_config *cfg) {
+    return fc_layout_kind_of(cfg) == FC_LAYOUT_PER_PARAM ? FC_STATE_DICT_DCP : FC_STATE_DICT_SHARDED;
+}
+
+// This rank's DCP file: each piece of its chunks is rows of one parameter
+// (FSDP2's layout, core/layout_per_param.c), written as that block.
+static int write_dcp(const fc_ckpt_rank_view *v, const char *dir, int rank, const fc_ckpt_info *info,
+                     fc_ckpt_file *out, fc_error *e) {
+    const fc_model *m = v->m;
+    int cap = 0;
+    for (int u = 0; u < m->n_units; u++) cap += v->units[u].n_pieces;
+    fc_ckpt_rows *blocks = callocCheck((size_t)(cap ? cap : 1), sizeof *blocks);
+    int n = 0;
+    for (int u = 0; u < m->n_units; u++) {
+        const fc_ckpt_unit_view *U = &v->units[u];
+        for (int k = 0; k < U->n_pieces; k++) {
+            const fc_piece *pc = &U->pieces[k];
+            fc_ckpt_rows b = fc_ckpt_rows_of_piece(m, u, pc->unit_off, pc->count);
+            b.data = U->param + pc->chunk_off;
+            for (int s = 0; s < 2; s++) b.state[s] = U->state[s] ? U->state[s] + pc->chunk_off : NULL;
+            blocks[n++] = b;
+        }
+    }
+    int rc = fc_ckpt_write_dcp(dir, rank, info, blocks, n, rank == 0, v->skew_offsets, out, e);
+    free(blocks);
+    return rc;
+}
+
+static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_state_dict kind, fc_error *e) {
     int rank, W;
     mpiCheck(MPI_Comm_rank(v->comm, &rank));
     mpiCheck(MPI_Comm_size(v->comm, &W));
@@ -106,14 +134,18 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e
     memset(&mine, 0, sizeof mine);
     mine.writer = v->writer;
     mine.ok = 1;
-    for (int u = 0; u < m->n_units; u++)
-        if (v->units[u].pieces) {  // the flat-chunk shard files hold one range per unit
-            mine.ok = 0;
-            snprintf(mine.msg, sizeof mine.msg, "a sharded checkpoint of FSDP2's per-parameter shards is DCP's "
-                                                "(not implemented yet); save a full one");
-            break;
-        }
-    if (v->writer && mine.ok) {
+    // a layout's own format: flat chunks split rows, FSDP2's rows are not one range
+    fc_state_dict own = v->units[0].pieces ? FC_STATE_DICT_DCP : FC_STATE_DICT_SHARDED;
+    if (kind != own) {
+        mine.ok = 0;
+        snprintf(mine.msg, sizeof mine.msg, "a %s checkpoint of %s shards: this layout saves %s ones", fc_state_dict_name(kind),
+                 own == FC_STATE_DICT_DCP ? "FSDP2's per-parameter" : "FSDP1's flat", fc_state_dict_name(own));
+    }
+    if (v->writer && mine.ok && kind == FC_STATE_DICT_DCP) {
+        fc_error we;
+        mine.ok = write_dcp(v, dir, rank, &info, &mine.file, &we) == 0;
+        if (!mine.ok) memcpy(mine.msg, we.msg, sizeof mine.msg);
+    } else if (v->writer && mine.ok) {
         fc_ckpt_chunk_data *chunks = callocCheck((size_t)m->n_units, sizeof *chunks);
         for (int u = 0; u < m->n_units; u++) {
             const fc_ckpt_unit_view *U = &v->units[u];
@@ -143,7 +175,7 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e
             }
         }
         // the manifest last: only now is this a checkpoint
-        if (ok) ok = fc_ckpt_write_manifest(dir, &info, FC_STATE_DICT_SHARDED, files, n, e) == 0;
+        if (ok) ok = fc_ckpt_write_manifest(dir, &info, kind, files, n, e) == 0;
         free(files);
     }
     free(all);
@@ -151,7 +183,7 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_error *e
 }
 
 int fc_ckpt_save_collective(const fc_ckpt_rank_view *v, const char *dir, fc_state_dict kind, fc_error *e) {
-    return kind == FC_STATE_DICT_FULL ? save_full(v, dir, e) : save_sharded(v, dir, e);
+    return kind == FC_STATE_DICT_FULL ? save_full(v, dir, e) : save_sharded(v, dir, kind, e);
 }
 
 // Reads elements [first, first+n) of unit u's tensor t into dst, parameter by

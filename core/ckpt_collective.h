@@ -12,8 +12,10 @@
 //                  then the manifest.
 //                  (A chunk of pieces sends one gather per piece slot.)
 //   SHARDED save   rank 0 removes the old manifest and writes config.json;
-//                  then every writer writes its own chunks; sizes and hashes
-//                  go to rank 0, which writes the manifest last.
+//                  then every writer writes its own chunks (FSDP1's flat
+//                  layout: shard-RRRRR.safetensors; FSDP2's rows: DCP's
+//                  files, rank 0's with AdamW's steps); sizes and hashes go
+//                  to rank 0, which writes the manifest last.
 //   load           rank 0 verifies everything (SHA-256 included) and tells
 //                  the others; every rank then opens the checkpoint itself
 //                  (headers only), makes sure it is the same one, and reads
@@ -60,13 +62,20 @@ typedef struct {
                                      // gathered by a FULL one: the writers' chunks tile
                                      // every unit once (replica 0 of each shard group)
     const fc_ckpt_unit_view *units;  // [m->n_units]
+    int skew_offsets;                // DCP: saved_offsets recorded this many rows early (the
+                                     // fault catalogue's dcp_saved_offsets; 0 otherwise)
 } fc_ckpt_rank_view;
+
+// The SHARDED_STATE_DICT format of a run's layout: FSDP1's flat shard files,
+// or DCP's for FSDP2's per-parameter rows (DESIGN §6).
+fc_state_dict fc_ckpt_sharded_kind(const fc_run_config *cfg);
 
 // The checkpoint tensor that fills parameter p's tensor t (0 = param, 1.. =
 // the states) on load; NULL means itself. A renaming load, and the fault
 // catalogue's ckpt_swap, use it.
 typedef void (*fc_ckpt_source_fn)(void *ctx, int p, int t, int *src_p, int *src_t);
 
+// kind SHARDED or DCP must be the view's layout's (fc_ckpt_sharded_kind).
 int fc_ckpt_save_collective(const fc_ckpt_rank_view *v, const char *dir, fc_state_dict kind, fc_error *e);
 // Fills every view's param and states (padding beyond own_valid is zeroed)
 // and returns the checkpoint's step in *step. A refused checkpoint changes

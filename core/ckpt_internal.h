@@ -19,6 +19,10 @@
 // "shard-RRRRR.safetensors" -> R (five or more digits), -1 otherwise.
 long fc_ckpt_shard_index(const char *s);
 
+// "shard-SSSSS-model-IIIII-of-NNNNN.safetensors" (torch's
+// HuggingFaceStorageWriter, save_distributed) -> S (>= 1), -1 otherwise.
+long fc_ckpt_dcp_index(const char *s);
+
 // obj[key] as a non-negative integer no larger than max: 0, or -1 if it is not one.
 int fc_ckpt_json_uint(const cJSON *obj, const char *key, double max, uint64_t *out);
 // obj[key] if it is a string, else NULL.

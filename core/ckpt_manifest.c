@@ -19,12 +19,13 @@
 // ---------------------------------------------------------------------------
 // names
 
-static const char *STATE_DICT_NAMES[] = {"full", "sharded"};
+static const char *STATE_DICT_NAMES[] = {"full", "sharded", "dcp"};
+#define N_STATE_DICTS ((int)(sizeof STATE_DICT_NAMES / sizeof STATE_DICT_NAMES[0]))
 
 const char *fc_state_dict_name(fc_state_dict k) { return STATE_DICT_NAMES[k]; }
 
 int fc_state_dict_parse(const char *s, fc_state_dict *out) {
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < N_STATE_DICTS; i++)
         if (s && strcmp(s, STATE_DICT_NAMES[i]) == 0) {
             *out = (fc_state_dict)i;
             return 0;
@@ -57,6 +58,32 @@ long fc_ckpt_shard_index(const char *s) {
         r = r * 10 + (s[i] - '0');
     }
     return r;
+}
+
+// Digits at *p (at most 9), advancing p; -1 if none.
+static long digits(const char **p) {
+    long r = 0;
+    int n = 0;
+    for (; **p >= '0' && **p <= '9'; (*p)++, n++) {
+        if (n == 9) return -1;
+        r = r * 10 + (**p - '0');
+    }
+    return n ? r : -1;
+}
+
+long fc_ckpt_dcp_index(const char *s) {
+    const char *p = s;
+    if (strncmp(p, "shard-", 6) != 0) return -1;
+    p += 6;
+    long shard = digits(&p);
+    if (shard < 1 || strncmp(p, "-model-", 7) != 0) return -1;
+    p += 7;
+    long idx = digits(&p);
+    if (idx < 1 || strncmp(p, "-of-", 4) != 0) return -1;
+    p += 4;
+    long of = digits(&p);
+    if (of < idx || strcmp(p, ".safetensors") != 0) return -1;
+    return shard;
 }
 
 // ---------------------------------------------------------------------------
@@ -151,13 +178,17 @@ static int parse_files(const char *src, const cJSON *arr, fc_ckpt_manifest *m, f
     int has_config = 0, has_model = 0, has_optim = 0, shards = 0;
     for (int k = 0; k < n; k++) {
         const char *nm = m->files[k].name;
-        long r = fc_ckpt_shard_index(nm);
+        long r = fc_ckpt_shard_index(nm), d = fc_ckpt_dcp_index(nm);
         if (!strcmp(nm, FC_CKPT_CONFIG)) has_config = 1;
         else if (m->kind == FC_STATE_DICT_FULL && !strcmp(nm, FC_CKPT_MODEL)) has_model = 1;
         else if (m->kind == FC_STATE_DICT_FULL && !strcmp(nm, FC_CKPT_OPTIM)) has_optim = 1;
         else if (m->kind == FC_STATE_DICT_SHARDED && r >= 0) {
             if (r >= m->world_size)
                 return fc_fail(e, "%s: %s: rank %ld is outside the world of %d ranks", src, nm, r, m->world_size);
+            shards++;
+        } else if (m->kind == FC_STATE_DICT_DCP && d >= 0) {
+            if (d > m->world_size)
+                return fc_fail(e, "%s: %s: shard %ld is outside the world of %d ranks", src, nm, d, m->world_size);
             shards++;
         } else {
             return fc_fail(e, "%s: file %s does not belong in a %s checkpoint", src, nm,
@@ -169,6 +200,8 @@ static int parse_files(const char *src, const cJSON *arr, fc_ckpt_manifest *m, f
         return fc_fail(e, "%s: \"files\" does not list %s", src, has_model ? FC_CKPT_OPTIM : FC_CKPT_MODEL);
     if (m->kind == FC_STATE_DICT_SHARDED && shards == 0)
         return fc_fail(e, "%s: \"files\" lists no shard-RRRRR.safetensors", src);
+    if (m->kind == FC_STATE_DICT_DCP && shards == 0)
+        return fc_fail(e, "%s: \"files\" lists no shard-SSSSS-model-IIIII-of-NNNNN.safetensors", src);
     return 0;
 }
 
@@ -186,7 +219,7 @@ static int parse_manifest(const char *src, const cJSON *j, fc_ckpt_manifest *m, 
     m->version = (int)u;
     const char *sd = fc_ckpt_json_str(j, "state_dict");
     if (!sd || fc_state_dict_parse(sd, &m->kind))
-        return fc_fail(e, "%s: \"state_dict\" must be \"full\" or \"sharded\"", src);
+        return fc_fail(e, "%s: \"state_dict\" must be \"full\", \"sharded\" or \"dcp\"", src);
     if (fc_ckpt_json_uint(j, "step", MAX_STEP, &u))
         return fc_fail(e, "%s: \"step\" missing or not a non-negative integer", src);
     m->step = (long)u;

@@ -16,10 +16,11 @@
 
 #define MAX_CONFIG (1u << 20)
 
-// One flat chunk of a sharded checkpoint: elements [first, first+count) of
-// unit `unit`'s tensor t, stored in file `file` as tensor st.
+// One chunk of a sharded checkpoint: elements [first, first+count) of
+// tensor t of `key` (SHARDED: a unit's FlatParameter; DCP: a parameter, a
+// block of its rows), stored in file `file` as tensor st.
 typedef struct {
-    int unit, t, file;
+    int key, t, file;
     const fc_st_tensor *st;
     uint64_t first, count;
 } piece;
@@ -37,9 +38,9 @@ struct fc_ckpt {
     fc_st_file *st;                 // [n_files], aligned with man.files; open for .safetensors
     int model_file, optim_file;     // FULL: indices into st
     const fc_st_tensor **full;      // FULL: [n_tensors * n_params]
-    piece *pieces;                  // SHARDED: sorted by (unit, t, first)
+    piece *pieces;                  // SHARDED, DCP: sorted by (key, t, first)
     int n_pieces;
-    int *piece_at;                  // [n_units * n_tensors + 1]: pieces of (u, t) start here
+    int *piece_at;                  // [n_keys * n_tensors + 1]: pieces of (key, t) start here
     uint64_t bytes_read;
 };
 
@@ -274,7 +275,7 @@ static int check_full(fc_ckpt *c, fc_error *e) {
 
 static int cmp_piece(const void *a, const void *b) {
     const piece *x = a, *y = b;
-    if (x->unit != y->unit) return x->unit < y->unit ? -1 : 1;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
     if (x->t != y->t) return x->t < y->t ? -1 : 1;
     if (x->first != y->first) return x->first < y->first ? -1 : 1;
     return 0;
@@ -287,7 +288,7 @@ static int parse_piece(fc_ckpt *c, int file, const fc_st_tensor *t, const char *
     const char *layout = fc_st_meta(s, t->name);
     if (!layout)
         return fc_fail(e, "%s: tensor '%s' has no layout entry in __metadata__", path, fc_ckpt_show(t->name).s);
-    cJSON *j = cJSON_Parse(layout);
+    cJSON *j = cJSON_ParseWithOpts(layout, NULL, 1);  // nothing after the JSON
     int rc = -1;
     uint64_t unit, first, count, numel;
     const char *uname = j ? fc_ckpt_json_str(j, "unit_name") : NULL, *tname = j ? fc_ckpt_json_str(j, "tensor") : NULL;
@@ -324,6 +325,52 @@ done:
     return rc;
 }
 
+// Key k of a sharded checkpoint's pieces in messages, and its elements.
+static const char *key_text(const fc_ckpt *c, int k, char *buf, size_t cap) {
+    const fc_model *m = &c->model;
+    if (c->man.kind == FC_STATE_DICT_DCP) {
+        snprintf(buf, cap, "%s", m->params[k].name);
+    } else {
+        snprintf(buf, cap, "unit %d (%s)", k, m->units[k].name[0] ? m->units[k].name : "(root)");
+    }
+    return buf;
+}
+
+static uint64_t key_numel(const fc_ckpt *c, int k) {
+    return c->man.kind == FC_STATE_DICT_DCP ? c->model.params[k].numel : c->model.units[k].numel;
+}
+
+// The pieces of all files tile every key's every tensor exactly once.
+static int tile(fc_ckpt *c, int n_keys, fc_error *e) {
+    qsort(c->pieces, (size_t)c->n_pieces, sizeof *c->pieces, cmp_piece);
+    int groups = n_keys * c->n_tensors;
+    c->piece_at = callocCheck((size_t)groups + 1, sizeof *c->piece_at);
+    const char *src = c->src[0] ? c->src : "checkpoint";
+    char kt[200];
+    int k = 0;
+    for (int g = 0; g < groups; g++) {
+        int key = g / c->n_tensors, t = g % c->n_tensors;
+        c->piece_at[g] = k;
+        uint64_t next = 0, numel = key_numel(c, key);
+        for (; k < c->n_pieces && c->pieces[k].key == key && c->pieces[k].t == t; k++) {
+            const piece *p = &c->pieces[k];
+            if (p->first > next)
+                return fc_fail(e, "%s: elements [%" PRIu64 ", %" PRIu64 ") of %s %s are in no shard file", src, next,
+                               p->first, key_text(c, key, kt, sizeof kt), c->tensor_names[t]);
+            if (p->first < next)
+                return fc_fail(e, "%s: elements from %" PRIu64 " of %s %s are in two shard files (%s, %s)", src,
+                               p->first, key_text(c, key, kt, sizeof kt), c->tensor_names[t],
+                               c->man.files[c->pieces[k - 1].file].name, c->man.files[p->file].name);
+            next = p->first + p->count;
+        }
+        if (next != numel)
+            return fc_fail(e, "%s: elements [%" PRIu64 ", %" PRIu64 ") of %s %s are in no shard file", src, next, numel,
+                           key_text(c, key, kt, sizeof kt), c->tensor_names[t]);
+    }
+    c->piece_at[groups] = k;
+    return 0;
+}
+
 // SHARDED: every shard file's tensors have a layout, and the chunks of all
 // files tile every unit's every tensor exactly once.
 static int check_sharded(fc_ckpt *c, fc_error *e) {
@@ -353,32 +400,125 @@ static int check_sharded(fc_ckpt *c, fc_error *e) {
         for (int k = 0; k < s->n_tensors; k++)
             if (parse_piece(c, i, &s->tensors[k], path, &c->pieces[c->n_pieces++], e)) return -1;
     }
-    qsort(c->pieces, (size_t)c->n_pieces, sizeof *c->pieces, cmp_piece);
-    int groups = m->n_units * c->n_tensors;
-    c->piece_at = callocCheck((size_t)groups + 1, sizeof *c->piece_at);
-    int k = 0;
-    for (int g = 0; g < groups; g++) {
-        int u = g / c->n_tensors, t = g % c->n_tensors;
-        c->piece_at[g] = k;
-        uint64_t next = 0, numel = m->units[u].numel;
-        const char *uname = m->units[u].name[0] ? m->units[u].name : "(root)";
-        for (; k < c->n_pieces && c->pieces[k].unit == u && c->pieces[k].t == t; k++) {
-            const piece *p = &c->pieces[k];
-            if (p->first > next)
-                return fc_fail(e, "%s: elements [%" PRIu64 ", %" PRIu64 ") of unit %d (%s) %s are in no shard file",
-                               c->src[0] ? c->src : "checkpoint", next, p->first, u, uname, c->tensor_names[t]);
-            if (p->first < next)
-                return fc_fail(e, "%s: elements from %" PRIu64 " of unit %d (%s) %s are in two shard files (%s, %s)",
-                               c->src[0] ? c->src : "checkpoint", p->first, u, uname, c->tensor_names[t],
-                               c->man.files[c->pieces[k - 1].file].name, c->man.files[p->file].name);
-            next = p->first + p->count;
+    return tile(c, m->n_units, e);
+}
+
+// DCP: one tensor of a file. A model name is a parameter block; a
+// "state.<name>.<state>" an optimizer state block; "state.<name>.step"
+// AdamW's step. Its DCP_SHARDING_INFO entry places a block in the full tensor.
+static int parse_dcp_tensor(fc_ckpt *c, int file, const fc_st_tensor *t, const cJSON *sharding, const char *path,
+                            int *step_seen, fc_error *e) {
+    const fc_model *m = &c->model;
+    const char *name = t->name;
+    fc_ckpt_shown shown = fc_ckpt_show(name);
+    int p = fc_model_find(m, name), ti = 0, is_step = 0;
+    if (p < 0 && strncmp(name, "state.", 6) == 0) {
+        const char *dot = strrchr(name, '.');
+        char pname[160];
+        size_t len = (size_t)(dot - (name + 6));
+        if (dot > name + 6 && len < sizeof pname) {
+            memcpy(pname, name + 6, len);
+            pname[len] = '\0';
+            p = fc_model_find(m, pname);
+            is_step = strcmp(dot + 1, "step") == 0;
+            ti = is_step ? 0 : fc_ckpt_tensor_index(c, dot + 1);
+            if (ti == 0 && !is_step) ti = -1;  // "param" is no state name
         }
-        if (next != numel)
-            return fc_fail(e, "%s: elements [%" PRIu64 ", %" PRIu64 ") of unit %d (%s) %s are in no shard file",
-                           c->src[0] ? c->src : "checkpoint", next, numel, u, uname, c->tensor_names[t]);
+        if (p >= 0 && (ti < 0 || (is_step && c->man.cfg.optim.kind != FC_OPT_ADAMW)))
+            return fc_fail(e, "%s: tensor '%s' is not a state the %s optimizer keeps", path, shown.s,
+                           fc_opt_name(c->man.cfg.optim.kind));
     }
-    c->piece_at[groups] = k;
+    if (p < 0)
+        return fc_fail(e, "%s: tensor '%s' is neither a parameter of model %s nor an optimizer state of one", path,
+                       shown.s, m->cfg.name);
+    const cJSON *ent = cJSON_GetObjectItemCaseSensitive(sharding, name);
+    const cJSON *off = cJSON_IsObject(ent) ? cJSON_GetObjectItemCaseSensitive(ent, "saved_offsets") : NULL;
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(ent) != 1)
+        return fc_fail(e, "%s: tensor '%s' has no {\"saved_offsets\": [...]} in DCP_SHARDING_INFO", path, shown.s);
+    if (t->dtype != FC_DT_F32)
+        return fc_fail(e, "%s: tensor '%s' is %s, not F32", path, shown.s, fc_dtype_name(t->dtype));
+    const fc_param *P = &m->params[p];
+    if (is_step) {
+        float v = 0;
+        if (t->ndim != 0 || cJSON_GetArraySize(off) != 0)
+            return fc_fail(e, "%s: tensor '%s' must be a scalar with saved_offsets []", path, shown.s);
+        if (step_seen[p]++)
+            return fc_fail(e, "%s: tensor '%s' is in two shard files", c->src[0] ? c->src : "checkpoint", shown.s);
+        if (fc_st_read(&c->st[file], t, 0, 1, &v, e)) return -1;
+        if (v != (float)c->man.step)
+            return fc_fail(e, "%s: tensor '%s' is %g, the manifest's step is %ld", path, shown.s, (double)v,
+                           c->man.step);
+        return 0;
+    }
+    int nd = cJSON_GetArraySize(off);
+    uint64_t o[2] = {0, 0};
+    for (int d = 0; d < nd && d < 2; d++) {
+        const cJSON *x = cJSON_GetArrayItem(off, d);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0) || x->valuedouble > FC_CKPT_JSON_MAX_INT ||
+            x->valuedouble != (double)(uint64_t)x->valuedouble)
+            return fc_fail(e, "%s: tensor '%s': saved_offsets[%d] is not a non-negative integer", path, shown.s, d);
+        o[d] = (uint64_t)x->valuedouble;
+    }
+    uint64_t rows = (uint64_t)P->shape[0], cols = P->numel / rows;
+    if (t->ndim != P->ndim || nd != P->ndim || (P->ndim == 2 && t->shape[1] != cols))
+        return fc_fail(e, "%s: tensor '%s' (%d-D, %d saved offsets) is not a block of rows of %s's shape", path,
+                       shown.s, t->ndim, nd, P->name);
+    if (o[1] != 0)
+        return fc_fail(e, "%s: tensor '%s' starts at column %" PRIu64 ": only dim-0 blocks (FSDP2's shards) are read",
+                       path, shown.s, o[1]);
+    if (o[0] > rows || t->shape[0] > rows - o[0])
+        return fc_fail(e, "%s: tensor '%s': rows [%" PRIu64 ", %" PRIu64 ") are outside %s's %" PRIu64, path, shown.s,
+                       o[0], o[0] + t->shape[0], P->name, rows);
+    if (t->shape[0] == 0) return 0;  // torch writes the empty shards of trailing ranks; they hold nothing
+    c->pieces[c->n_pieces++] = (piece){p, ti, file, t, o[0] * cols, t->shape[0] * cols};
     return 0;
+}
+
+// DCP: every file is torch's (format, DCP_VERSION, a DCP_SHARDING_INFO entry
+// for each tensor and none for another), and the blocks of all files tile
+// every parameter's every tensor exactly once; AdamW's step is in one file.
+static int check_dcp(fc_ckpt *c, fc_error *e) {
+    const fc_model *m = &c->model;
+    int total = 0;
+    for (int i = 0; i < c->man.n_files; i++) total += c->st[i].n_tensors;
+    c->pieces = callocCheck((size_t)(total ? total : 1), sizeof *c->pieces);
+    int *step_seen = callocCheck((size_t)m->n_params, sizeof *step_seen);
+    char path[1200];
+    int rc = 0;
+    for (int i = 0; !rc && i < c->man.n_files; i++) {
+        if (fc_ckpt_dcp_index(c->man.files[i].name) < 0) continue;
+        const fc_st_file *s = &c->st[i];
+        where(c, c->man.files[i].name, path, sizeof path);
+        const char *fmt = fc_st_meta(s, "format"), *ver = fc_st_meta(s, "DCP_VERSION"),
+                   *info = fc_st_meta(s, "DCP_SHARDING_INFO");
+        if (!fmt || strcmp(fmt, "pt") != 0) {
+            rc = fc_fail(e, "%s: __metadata__ has no \"format\": \"pt\"", path);
+            break;
+        }
+        if (!ver || strcmp(ver, "1.0") != 0) {
+            rc = fc_fail(e, "%s: __metadata__ \"DCP_VERSION\" is %s, not \"1.0\"", path, ver ? fc_ckpt_show(ver).s : "absent");
+            break;
+        }
+        cJSON *j = info ? cJSON_ParseWithOpts(info, NULL, 1) : NULL;  // nothing after the JSON
+        if (!cJSON_IsObject(j) || fc_json_duplicate_key(j)) {
+            rc = fc_fail(e, "%s: __metadata__ \"DCP_SHARDING_INFO\" is %s", path,
+                         info ? "not a JSON object of tensor names" : "absent");
+        } else {
+            for (const cJSON *k = j->child; k && !rc; k = k->next)
+                if (!fc_st_find(s, k->string))
+                    rc = fc_fail(e, "%s: DCP_SHARDING_INFO places '%s', which the file does not hold", path,
+                                 fc_ckpt_show(k->string).s);
+            for (int k = 0; k < s->n_tensors && !rc; k++)
+                rc = parse_dcp_tensor(c, i, &s->tensors[k], j, path, step_seen, e);
+        }
+        cJSON_Delete(j);
+    }
+    for (int p = 0; !rc && p < m->n_params; p++)
+        if (c->man.cfg.optim.kind == FC_OPT_ADAMW && !step_seen[p])
+            rc = fc_fail(e, "%s: no shard file holds state.%s.step", c->src[0] ? c->src : "checkpoint",
+                         m->params[p].name);
+    free(step_seen);
+    return rc ? -1 : tile(c, m->n_params, e);
 }
 
 static int open_common(fc_ckpt *c, int check_hashes, fc_error *e) {
@@ -410,7 +550,8 @@ static int open_common(fc_ckpt *c, int check_hashes, fc_error *e) {
     c->st = callocCheck((size_t)c->man.n_files, sizeof *c->st);
     for (int i = 0; i < c->man.n_files; i++)
         if (verify_file(c, i, check_hashes, e)) return -1;
-    return c->man.kind == FC_STATE_DICT_FULL ? check_full(c, e) : check_sharded(c, e);
+    if (c->man.kind == FC_STATE_DICT_FULL) return check_full(c, e);
+    return c->man.kind == FC_STATE_DICT_SHARDED ? check_sharded(c, e) : check_dcp(c, e);
 }
 
 static int finish_open(fc_ckpt *c, int rc, fc_ckpt **out, fc_error *e) {
@@ -488,8 +629,9 @@ static int st_read(fc_ckpt *c, int file, const fc_st_tensor *t, uint64_t first, 
     return 0;
 }
 
-static int read_unit_sharded(fc_ckpt *c, int u, int t, uint64_t first, uint64_t n, float *dst, fc_error *e) {
-    int g = u * c->n_tensors + t;
+// Elements [first, first+n) of key's tensor t from its pieces.
+static int read_pieces(fc_ckpt *c, int key, int t, uint64_t first, uint64_t n, float *dst, fc_error *e) {
+    int g = key * c->n_tensors + t;
     uint64_t end = first + n;
     for (int k = c->piece_at[g]; k < c->piece_at[g + 1]; k++) {
         const piece *p = &c->pieces[k];
@@ -510,7 +652,8 @@ int fc_ckpt_read(fc_ckpt *c, int p, int t, uint64_t first, uint64_t n, float *ds
     if (n == 0) return 0;
     if (c->man.kind == FC_STATE_DICT_FULL)
         return st_read(c, t == 0 ? c->model_file : c->optim_file, c->full[t * c->model.n_params + p], first, n, dst, e);
-    return read_unit_sharded(c, P->unit, t, P->unit_offset + first, n, dst, e);
+    if (c->man.kind == FC_STATE_DICT_DCP) return read_pieces(c, p, t, first, n, dst, e);
+    return read_pieces(c, P->unit, t, P->unit_offset + first, n, dst, e);
 }
 
 int fc_ckpt_read_unit(fc_ckpt *c, int u, int t, uint64_t first, uint64_t n, float *dst, fc_error *e) {
@@ -520,7 +663,7 @@ int fc_ckpt_read_unit(fc_ckpt *c, int u, int t, uint64_t first, uint64_t n, floa
     if (first > U->numel || n > U->numel - first)
         return fc_fail(e, "checkpoint read: unit %d elements [%" PRIu64 ", +%" PRIu64 ") out of range", u, first, n);
     if (n == 0) return 0;
-    if (c->man.kind == FC_STATE_DICT_SHARDED) return read_unit_sharded(c, u, t, first, n, dst, e);
+    if (c->man.kind == FC_STATE_DICT_SHARDED) return read_pieces(c, u, t, first, n, dst, e);
     uint64_t end = first + n;
     for (int k = 0; k < U->n_params; k++) {
         int pi = c->model.unit_params[U->first_param + k];

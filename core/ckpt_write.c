@@ -29,7 +29,7 @@ static int is_ckpt_file(const char *name) {
     if (tmp) *tmp = '\0';
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(base, known[i])) return 1;
-    return fc_ckpt_shard_index(base) >= 0;
+    return fc_ckpt_shard_index(base) >= 0 || fc_ckpt_dcp_index(base) >= 0;
 }
 
 int fc_ckpt_prepare_dir(const char *dir, fc_error *e) {
@@ -197,6 +197,90 @@ static cJSON *raw_uint(uint64_t v) {
     jsonCheck(r);
     return r;
 }
+
+fc_ckpt_rows fc_ckpt_rows_of_piece(const fc_model *m, int u, size_t unit_off, size_t count) {
+    const fc_unit *U = &m->units[u];
+    for (int q = 0; q < U->n_params; q++) {
+        int p = m->unit_params[U->first_param + q];
+        const fc_param *P = &m->params[p];
+        if (unit_off < P->unit_offset || unit_off >= P->unit_offset + P->numel) continue;
+        size_t cols = P->numel / (size_t)P->shape[0], at = unit_off - P->unit_offset;
+        if (at % cols || count % cols || at + count > P->numel) break;
+        return (fc_ckpt_rows){p, at / cols, count / cols, NULL, {NULL, NULL}};
+    }
+    fc_die(FC_EXIT_INTERNAL, "%s:%d: unit %d elements [%zu, +%zu) are not rows of one parameter", __FILE__, __LINE__,
+           u, unit_off, count);
+}
+
+void fc_ckpt_dcp_name(int rank, char *out, size_t cap) {
+    snprintf(out, cap, "shard-%05d-model-00001-of-00001.safetensors", rank + 1);
+}
+
+// DCP's flattened optimizer state name of parameter p's state s.
+static char *state_name(const fc_param *p, const char *s) {
+    char name[192];
+    snprintf(name, sizeof name, "state.%s.%s", p->name, s);
+    return strdupCheck(name);
+}
+
+int fc_ckpt_write_dcp(const char *dir, int rank, const fc_ckpt_info *info, const fc_ckpt_rows *blocks, int n,
+                      int with_steps, int skew_offsets, fc_ckpt_file *out, fc_error *e) {
+    const fc_model *m = info->m;
+    const char *names[2];
+    int n_state = fc_optim_state_names(&info->cfg->optim, names);
+    int adam = info->cfg->optim.kind == FC_OPT_ADAMW;
+    int cap = n * (1 + n_state) + (with_steps && adam ? m->n_params : 0);
+    fc_st_entry *ent = callocCheck((size_t)(cap ? cap : 1), sizeof *ent);
+    char **owned = callocCheck((size_t)(cap ? cap : 1), sizeof *owned);
+    float step = (float)info->step;  // torch keeps AdamW's step as an F32 scalar per parameter
+    cJSON *info_j = cJSON_CreateObject();  // DCP_SHARDING_INFO
+    jsonCheck(info_j);
+    int ne = 0;
+    for (int b = 0; b < n; b++) {
+        const fc_ckpt_rows *B = &blocks[b];
+        if (B->rows == 0) continue;
+        const fc_param *p = &m->params[B->param];
+        uint64_t cols = p->numel / (uint64_t)p->shape[0];
+        size_t r0 = B->row0 && skew_offsets ? B->row0 - (size_t)skew_offsets : B->row0;
+        for (int t = 0; t <= n_state; t++) {
+            char *name = t == 0 ? strdupCheck(p->name) : state_name(p, names[t - 1]);
+            owned[ne] = name;
+            ent[ne] = (fc_st_entry){name, FC_DT_F32, p->ndim, {B->rows, cols}, t == 0 ? B->data : B->state[t - 1]};
+            ne++;
+            cJSON *off = cJSON_CreateObject(), *arr = cJSON_CreateArray();
+            jsonCheck(off);
+            jsonCheck(arr);
+            cJSON_AddItemToArray(arr, raw_uint(r0));
+            if (p->ndim == 2) cJSON_AddItemToArray(arr, raw_uint(0));
+            cJSON_AddItemToObject(off, "saved_offsets", arr);
+            cJSON_AddItemToObject(info_j, name, off);
+        }
+    }
+    for (int i = 0; with_steps && adam && i < m->n_params; i++) {
+        char *name = state_name(&m->params[i], "step");
+        owned[ne] = name;
+        ent[ne++] = (fc_st_entry){name, FC_DT_F32, 0, {0}, &step};
+        cJSON *off = cJSON_CreateObject();
+        jsonCheck(off);
+        cJSON_AddItemToObject(off, "saved_offsets", cJSON_CreateArray());
+        cJSON_AddItemToObject(info_j, name, off);
+    }
+    char *sharding = cJSON_PrintUnformatted(info_j);
+    jsonCheck(sharding);
+    cJSON_Delete(info_j);
+    fc_st_meta_kv meta[] = {{"format", "pt"}, {"DCP_VERSION", "1.0"}, {"DCP_SHARDING_INFO", sharding}};
+    char file[64], path[1200];
+    fc_ckpt_dcp_name(rank, file, sizeof file);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int rc = fc_st_write(path, ent, ne, meta, 3, e);
+    if (!rc) rc = describe_file(dir, file, out, e);
+    cJSON_free(sharding);
+    for (int i = 0; i < ne; i++) free(owned[i]);
+    free(owned);
+    free(ent);
+    return rc;
+}
+
 
 int fc_ckpt_write_manifest(const char *dir, const fc_ckpt_info *info, fc_state_dict kind,
                            const fc_ckpt_file *files, int n, fc_error *e) {

@@ -31,7 +31,7 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
     "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail", "clip_eps_per_rank",
     "clip_hsdp_shard_norm", "recompute_dtype", "fsdp2_avg_twice", "fsdp2_even_rows", "fsdp2_padding_norm",
-    "fsdp2_post_forward_group"};
+    "fsdp2_post_forward_group", "dcp_saved_offsets"};
 
 // The property of DESIGN §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
@@ -64,6 +64,7 @@ static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
     [FC_FAULT_FSDP2_EVEN_ROWS] = 10,      // the same math on another split: only the rows each rank steps show it
     [FC_FAULT_FSDP2_PADDING_NORM] = 8,    // only the norm (and the clip coefficient) moves
     [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = 1,  // backward computes with other rows' parameters
+    [FC_FAULT_DCP_SAVED_OFFSETS] = 7,     // only a DCP checkpoint's round trip reads the offsets
 };
 
 int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }
@@ -74,11 +75,19 @@ int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_
 #define V1 (1u << 1)
 #define V2 (1u << 2)
 static const unsigned FAULT_VERSIONS[FC_FAULT_COUNT] = {
+    // bugs of the divide, the data and the checkpoint loader: no layout in them
+    [FC_FAULT_NO_DIVIDE] = V1 | V2,
+    [FC_FAULT_DIVIDE_TWICE] = V1 | V2,
+    [FC_FAULT_DATA_OVERLAP] = V1 | V2,
+    [FC_FAULT_CKPT_DROP_OPTIM] = V1 | V2,
+    [FC_FAULT_CKPT_SWAP] = V1 | V2,
+    [FC_FAULT_ADAM_STEP_RESET] = V1 | V2,
     [FC_FAULT_RECOMPUTE_DTYPE] = V1 | V2,
     [FC_FAULT_FSDP2_AVG_TWICE] = V2,
     [FC_FAULT_FSDP2_EVEN_ROWS] = V2,
     [FC_FAULT_FSDP2_PADDING_NORM] = V2,
     [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = V2,
+    [FC_FAULT_DCP_SAVED_OFFSETS] = V2,
 };
 
 unsigned fc_fault_versions(fc_fault f) {

@@ -64,8 +64,8 @@ typedef enum { FC_NORM_1, FC_NORM_2, FC_NORM_INF } fc_norm_type;
 // Activation checkpointing (DESIGN §5) of every unit but the root: none, or
 // the checkpoint wrapper inside the FSDP unit (FSDP1's
 // apply_activation_checkpointing, Accelerate's fsdp_activation_checkpointing,
-// XLA's xla_fsdp_grad_ckpt) or outside it (checkpoint(FSDP(layer)), Hugging
-// Face's gradient_checkpointing). Outside costs FSDP1 a second all-gather of
+// XLA's xla_fsdp_grad_ckpt, Hugging Face's gradient_checkpointing, which
+// checkpoints the block's forward) or outside it (checkpoint(FSDP(layer))). Outside costs FSDP1 a second all-gather of
 // a unit it freed after forward; FSDP2's pre-forward skips the unshard while
 // its unit is in backward, so there both placements gather once.
 typedef enum { FC_ACT_CKPT_NONE, FC_ACT_CKPT_INSIDE, FC_ACT_CKPT_OUTSIDE } fc_act_ckpt;
@@ -110,6 +110,7 @@ typedef enum {
     FC_FAULT_FSDP2_EVEN_ROWS,      // FSDP2: uneven rows split evenly (remainder on the last rank), not by torch.chunk
     FC_FAULT_FSDP2_PADDING_NORM,   // FSDP2: unzeroed per-parameter padding reduced and counted in the norm
     FC_FAULT_FSDP2_POST_FORWARD_GROUP,  // FSDP2: an integer reshard_after_forward gathers over strided ranks
+    FC_FAULT_DCP_SAVED_OFFSETS,    // FSDP2: a DCP checkpoint's saved_offsets one row early
     FC_FAULT_COUNT
 } fc_fault;
 

@@ -525,7 +525,7 @@ static void ckpt_view(fce *f, ckpt_views *cv, fc_ckpt_rank_view *v, int download
     // the chunks of replica 0 of every shard group tile each unit once (for
     // no_shard, every rank's W-way chunk of its full copy)
     *v = (fc_ckpt_rank_view){f->c.world, &f->cfg, &f->m, f->cfg.strategy, f->step,
-                             f->g.sharded ? f->g.replica == 0 : 1, cv->units};
+                             f->g.sharded ? f->g.replica == 0 : 1, cv->units, 0};
 }
 
 static void ckpt_views_free(fce *f, ckpt_views *cv) {

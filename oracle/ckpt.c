@@ -5,11 +5,12 @@
 //   inspect DIR    the manifest and every file's tensors (structure checked,
 //                  checksums not: that is what verify is for)
 //   verify DIR     everything, SHA-256 included: exit 0 valid, 2 refused
-//   convert SRC DST --to full|sharded [--world-size W]
-//                  full -> sharded writes the W-way flat layout (one file
-//                  per rank, W = the source's world size by default) reading
-//                  one chunk at a time; sharded -> full assembles the model
-//                  (and the optimizer state) in memory and writes it.
+//   convert SRC DST --to full|sharded|dcp [--world-size W]
+//                  sharded writes the W-way flat layout, dcp FSDP2's W-way
+//                  rows as DCP's files (one file per rank, W = the source's
+//                  world size by default), reading one chunk at a time; full
+//                  assembles the model (and the optimizer state) in memory
+//                  and writes it. Any of the three converts to any other.
 #include <cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -24,13 +25,14 @@
 static void usage(FILE *f) {
     fputs("usage: fsdpcheck ckpt inspect DIR\n"
           "       fsdpcheck ckpt verify DIR\n"
-          "       fsdpcheck ckpt convert SRC DST --to full|sharded [--world-size W]\n"
+          "       fsdpcheck ckpt convert SRC DST --to full|sharded|dcp [--world-size W]\n"
           "  inspect   print the manifest (format, step, state dict, where it was saved from, model,\n"
           "            optimizer), every file with its size and SHA-256, and every tensor\n"
           "  verify    check the manifest, every file's size and SHA-256, every header, and every\n"
           "            parameter and optimizer state with its shape: exit 0 valid, 2 refused\n"
-          "  convert   rewrite a checkpoint as a FULL_STATE_DICT or as a SHARDED_STATE_DICT in the\n"
-          "            W-way flat layout (W defaults to the source's world size)\n",
+          "  convert   rewrite a checkpoint as a FULL_STATE_DICT, a SHARDED_STATE_DICT in FSDP1's W-way\n"
+          "            flat layout, or FSDP2's in DCP's Hugging Face safetensors with W-way rows\n"
+          "            (torch's HuggingFaceStorageReader loads it; W defaults to the source's world size)\n",
           f);
 }
 
@@ -84,8 +86,11 @@ static int cmd_inspect(const char *dir) {
     printf("  run         seed %llu, global batch %d, seq len %d, grad accum %d\n", (unsigned long long)cfg->seed,
            cfg->global_batch, cfg->seq_len, cfg->grad_accum);
     printf("  files       %d, %" PRIu64 " bytes\n", m->n_files, total_bytes(m));
+    int w = 26;
     for (int i = 0; i < m->n_files; i++)
-        printf("    %-26s %14" PRIu64 " bytes  sha256 %s\n", m->files[i].name, m->files[i].bytes, m->files[i].sha256);
+        if ((int)strlen(m->files[i].name) > w) w = (int)strlen(m->files[i].name);
+    for (int i = 0; i < m->n_files; i++)
+        printf("    %-*s %14" PRIu64 " bytes  sha256 %s\n", w, m->files[i].name, m->files[i].bytes, m->files[i].sha256);
     for (int i = 0; i < m->n_files; i++) {
         const fc_st_file *st = fc_ckpt_st(c, m->files[i].name);
         if (!st) continue;
@@ -98,6 +103,14 @@ static int cmd_inspect(const char *dir) {
             // a shard tensor's layout: which elements of which unit it holds
             const char *layout = m->kind == FC_STATE_DICT_SHARDED ? fc_st_meta(st, t->name) : NULL;
             cJSON *j = layout ? cJSON_Parse(layout) : NULL;
+            // a DCP block: which rows of the full tensor it holds
+            const char *sharding = m->kind == FC_STATE_DICT_DCP ? fc_st_meta(st, "DCP_SHARDING_INFO") : NULL;
+            cJSON *d = sharding ? cJSON_Parse(sharding) : NULL;
+            const cJSON *off = d ? cJSON_GetObjectItem(cJSON_GetObjectItem(d, t->name), "saved_offsets") : NULL;
+            if (cJSON_GetArraySize(off) > 0 && t->ndim > 0)
+                printf(" rows [%.0f, %.0f)", cJSON_GetArrayItem(off, 0)->valuedouble,
+                       cJSON_GetArrayItem(off, 0)->valuedouble + (double)t->shape[0]);
+            cJSON_Delete(d);
             if (j) {
                 const cJSON *u = cJSON_GetObjectItem(j, "unit"), *un = cJSON_GetObjectItem(j, "unit_name"),
                             *f = cJSON_GetObjectItem(j, "first"), *n = cJSON_GetObjectItem(j, "count"),
@@ -190,6 +203,43 @@ static int to_sharded(fc_ckpt *c, const char *dst, int W, fc_error *e) {
     return rc;
 }
 
+// FSDP2's W-way rows as DCP's files, one rank's file at a time.
+static int to_dcp(fc_ckpt *c, const char *dst, int W, fc_error *e) {
+    const fc_ckpt_manifest *man = fc_ckpt_manifest_of(c);
+    const fc_model *m = fc_ckpt_model(c);
+    const fc_layout_ops *lay = fc_layout_of(FC_LAYOUT_PER_PARAM);
+    int nt = 1 + man->n_state;
+    fc_ckpt_info info = {&man->cfg, m, man->step, W, FC_STRATEGY_FULL_SHARD};
+    fc_ckpt_file *files = mallocCheck(((size_t)W + 1) * sizeof *files);
+    fc_ckpt_rows *blocks = callocCheck((size_t)m->n_params, sizeof *blocks);
+    fc_piece *pc = callocCheck((size_t)m->n_params + 1, sizeof *pc);
+    float **bufs = callocCheck((size_t)(m->n_params * nt), sizeof *bufs);
+    int rc = fc_ckpt_prepare_dir(dst, e) || fc_ckpt_write_config(dst, &info, &files[0], e) ? -1 : 0;
+    for (int r = 0; !rc && r < W; r++) {
+        int n = 0;
+        for (int u = 0; u < m->n_units && !rc; u++) {
+            int np = lay->pieces(m, u, W, r, pc);
+            for (int k = 0; k < np && !rc; k++, n++) {
+                blocks[n] = fc_ckpt_rows_of_piece(m, u, pc[k].unit_off, pc[k].count);
+                for (int t = 0; t < nt; t++) {
+                    float *b = bufs[n * nt + t] = mallocCheck(pc[k].count * sizeof(float));
+                    if (!rc) rc = fc_ckpt_read_unit(c, u, t, pc[k].unit_off, pc[k].count, b, e);
+                    if (t == 0) blocks[n].data = b;
+                    else blocks[n].state[t - 1] = b;
+                }
+            }
+        }
+        if (!rc) rc = fc_ckpt_write_dcp(dst, r, &info, blocks, n, r == 0, 0, &files[1 + r], e);
+        for (int k = 0; k < m->n_params * nt; k++) free(bufs[k]), bufs[k] = NULL;
+    }
+    if (!rc) rc = fc_ckpt_write_manifest(dst, &info, FC_STATE_DICT_DCP, files, W + 1, e);
+    free(bufs);
+    free(pc);
+    free(blocks);
+    free(files);
+    return rc;
+}
+
 static int cmd_convert(int argc, char **argv) {
     const char *pos[2] = {NULL, NULL}, *to = NULL;
     int npos = 0, W = 0;
@@ -213,14 +263,15 @@ static int cmd_convert(int argc, char **argv) {
         } else if (npos < 2) {
             pos[npos++] = a;
         } else {
-            fc_die(FC_EXIT_USAGE, "ckpt convert: unexpected argument '%s' (SRC DST --to full|sharded)", a);
+            fc_die(FC_EXIT_USAGE, "ckpt convert: unexpected argument '%s' (SRC DST --to full|sharded|dcp)", a);
         }
     }
     fc_state_dict kind;
     if (npos != 2) fc_die(FC_EXIT_USAGE, "ckpt convert: needs SRC and DST directories");
     if (!to || fc_state_dict_parse(to, &kind))
-        fc_die(FC_EXIT_USAGE, "ckpt convert: --to must be full or sharded");
-    if (W && kind != FC_STATE_DICT_SHARDED) fc_die(FC_EXIT_USAGE, "ckpt convert: --world-size applies to --to sharded");
+        fc_die(FC_EXIT_USAGE, "ckpt convert: --to must be full, sharded or dcp");
+    if (W && kind == FC_STATE_DICT_FULL)
+        fc_die(FC_EXIT_USAGE, "ckpt convert: --world-size applies to --to sharded and --to dcp");
     // writing DST removes its old checkpoint first: DST must not be SRC
     struct stat ss, sd;
     if (stat(pos[0], &ss) == 0 && stat(pos[1], &sd) == 0 && ss.st_dev == sd.st_dev && ss.st_ino == sd.st_ino)
@@ -229,7 +280,9 @@ static int cmd_convert(int argc, char **argv) {
     const fc_ckpt_manifest *man = fc_ckpt_manifest_of(c);
     if (!W) W = man->world_size;
     fc_error e;
-    int rc = kind == FC_STATE_DICT_FULL ? to_full(c, pos[1], &e) : to_sharded(c, pos[1], W, &e);
+    int rc = kind == FC_STATE_DICT_FULL      ? to_full(c, pos[1], &e)
+             : kind == FC_STATE_DICT_SHARDED ? to_sharded(c, pos[1], W, &e)
+                                             : to_dcp(c, pos[1], W, &e);
     if (rc) {
         fc_error ignore;
         (void)fc_ckpt_prepare_dir(pos[1], &ignore);  // leave no partial checkpoint behind
@@ -239,8 +292,8 @@ static int cmd_convert(int argc, char **argv) {
     if (kind == FC_STATE_DICT_FULL)
         printf("converted %s (%s, step %ld) to %s (full)\n", pos[0], fc_state_dict_name(man->kind), man->step, pos[1]);
     else
-        printf("converted %s (%s, step %ld) to %s (sharded, %d-way layout)\n", pos[0], fc_state_dict_name(man->kind),
-               man->step, pos[1], W);
+        printf("converted %s (%s, step %ld) to %s (%s, %d-way %s)\n", pos[0], fc_state_dict_name(man->kind),
+               man->step, pos[1], fc_state_dict_name(kind), W, kind == FC_STATE_DICT_DCP ? "rows" : "flat layout");
     fc_ckpt_close(c);
     return FC_EXIT_PASS;
 }

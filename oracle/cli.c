@@ -4,6 +4,7 @@
 // this build is listed with the reason and refused with exit 2: a flag that is
 // accepted always changes what runs.
 #include "cli.h"
+#include "ckpt_collective.h"
 
 #include <errno.h>
 #include <math.h>
@@ -80,7 +81,7 @@ void fc_cli_usage(FILE *f) {
           "  --activation-checkpointing none|inside|outside\n"
           "                            recompute every non-root unit's forward in backward, the checkpoint\n"
           "                            wrapper inside the FSDP unit or outside it (FSDP1: a second all-gather)\n"
-          "  --gradient-checkpointing  Hugging Face's: --activation-checkpointing outside\n"
+          "  --gradient-checkpointing  Hugging Face's: --activation-checkpointing inside\n"
           "  --impl reference|cuda|PATH.so  the implementation that runs (default reference)\n"
           "  --comm auto|nccl|mpi      a port's collective backend (the CUDA port: NCCL, or host-staged MPI)\n"
           "  --steps N (3)  --seed S (1234)  --global-batch B (8)  --seq-len T (16, gpt2)\n"
@@ -230,9 +231,11 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
         if (fc_act_ckpt_parse(v, &c->act_ckpt))
             return fc_fail(e, "--activation-checkpointing: '%s' is not none, inside or outside", v);
     } else if (!strcmp(flag, "--gradient-checkpointing")) {
-        // transformers' gradient_checkpointing calls checkpoint(layer.__call__):
-        // the wrapper sits outside the FSDP unit
-        c->act_ckpt = FC_ACT_CKPT_OUTSIDE;
+        // transformers' gradient_checkpointing checkpoints each block's forward
+        // (GradientCheckpointingLayer, modeling_layers.py in 5.23: "module hooks
+        // (e.g. FSDP2's) stay outside the checkpoint"), and FSDP1's unit wraps
+        // the block: the checkpoint sits inside the FSDP unit
+        c->act_ckpt = FC_ACT_CKPT_INSIDE;
     } else if (!strcmp(flag, "--comm-log")) {
         if (snprintf(a->comm_log, sizeof a->comm_log, "%s", v) >= (int)sizeof a->comm_log)
             return fc_fail(e, "--comm-log: path too long");
@@ -243,7 +246,8 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
     } else if (!strcmp(flag, "--save-at")) {
         return parse_int(flag, v, 1, 1000000, &a->save_at, e);
     } else if (!strcmp(flag, "--state-dict")) {
-        if (fc_state_dict_parse(v, &a->state_dict))
+        // FSDP2's sharded format (DCP's) follows from --fsdp-version: below
+        if (fc_state_dict_parse(v, &a->state_dict) || a->state_dict == FC_STATE_DICT_DCP)
             return fc_fail(e, "--state-dict: '%s' is not full or sharded", v);
         a->state_dict_set = 1;
     } else if (!strcmp(flag, "--fsdp-config")) {
@@ -322,9 +326,9 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     if (out->save_dir[0] && !out->save_at) out->save_at = c->steps;
     if (out->save_at > c->steps)
         return fc_fail(e, "--save-at %d is after the last step of this run (--steps %d)", out->save_at, c->steps);
-    if (c->fsdp_version == 2 && out->save_dir[0] && out->state_dict == FC_STATE_DICT_SHARDED)
-        return fc_fail(e, "--state-dict sharded with --fsdp-version 2: FSDP2's sharded checkpoints (DCP's Hugging "
-                          "Face safetensors) are not implemented yet; save --state-dict full");
+    // FSDP2's SHARDED_STATE_DICT is DCP's (torch.distributed.checkpoint with
+    // its Hugging Face storage), FSDP1's the flat shards (DESIGN §6)
+    if (out->state_dict == FC_STATE_DICT_SHARDED) out->state_dict = fc_ckpt_sharded_kind(c);
     if (out->load_dir[0] && c->init_path[0])
         return fc_fail(e, "--init and --load both set the starting weights: give one");
     return fc_run_config_validate(c, e);

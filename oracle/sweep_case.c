@@ -27,6 +27,7 @@
 #include "layout.h"
 #include "mpicheck.h"
 #include "runner.h"
+#include "ckpt_collective.h"
 #include "sweep_internal.h"
 #include "theory.h"
 
@@ -162,7 +163,7 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
     }
     fc_run_config tc = *cfg;
     tc.inject = x->inject;
-    fc_state_dict kind = k->sharded ? FC_STATE_DICT_SHARDED : FC_STATE_DICT_FULL;
+    fc_state_dict kind = k->sharded ? fc_ckpt_sharded_kind(cfg) : FC_STATE_DICT_FULL;  // FSDP2's is DCP's
     int saved = 1;
     fc_error e = {{0}};
     MPI_Comm sub = x->sub[W];
@@ -178,7 +179,10 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
         lc.strategy = k->strategy;
         lc.reshard_after_forward = 0;  // the loading run's own schedule
         lc.shard_group = 0;
-        if (lc.strategy == FC_STRATEGY_NO_SHARD) lc = no_prefetch(lc);
+        // FSDP2 has no no_shard: its checkpoint then loads into FSDP1's (DDP)
+        if (lc.strategy == FC_STRATEGY_NO_SHARD) lc.fsdp_version = 1, lc = no_prefetch(lc);
+        // a fault of the saver's layout (dcp_saved_offsets) is in the files, not in an FSDP1 loader
+        if (!(fc_fault_versions(lc.inject) & (1u << lc.fsdp_version))) lc.inject = FC_FAULT_NONE;
         if (k->W == 1) lc.divide = FC_DIVIDE_PREPOST;
         lc.steps = cfg->steps - k->at;
         fc_run_result r;
@@ -208,8 +212,8 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
         }
         if (x->rank == 0) {
             char against[128];
-            snprintf(against, sizeof against, "uninterrupted (%s checkpoint at step %d, loaded at W=%d %s)",
-                     k->sharded ? "sharded" : "full", k->at, k->W, fc_strategy_name(k->strategy));
+            snprintf(against, sizeof against, "uninterrupted (%s checkpoint at step %d, loaded at W=%d %s FSDP%d)",
+                     fc_state_dict_name(kind), k->at, k->W, fc_strategy_name(k->strategy), lc.fsdp_version);
             // the resumed run's steps 0.. are the uninterrupted run's steps at..
             judge(res, 7, &lc, k->W, cfg, W, &r, 0, t, k->at, bitwise || lc.steps < 2 ? NULL : &lock, lc.steps, bitwise, 0,
                   against);

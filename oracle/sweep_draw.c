@@ -109,8 +109,9 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
         c->seq_len = 8;
         c->seed = rng_next(s) % 1000000;
         fc_sweep_set_batch(c, *W, 1 + pick(s, 2));
-        // a checkpoint round trip, loaded at another W and strategy (FSDP2's DCP checkpoints: not yet)
-        if (c->fsdp_version == 1 && pick(s, 5) == 0) {
+        // a checkpoint round trip, loaded at another W and strategy (FSDP2's
+        // sharded one is DCP's, and loads into FSDP1 where no_shard is drawn)
+        if (pick(s, 5) == 0) {
             const fc_strategy load[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
             c->steps = 3;
             k->on = 1;

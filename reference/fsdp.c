@@ -688,7 +688,7 @@ static void ckpt_view(fc_fsdp *f, fc_ckpt_unit_view *units, fc_ckpt_rank_view *v
     // the chunks of replica 0 of every shard group tile each unit once (for
     // no_shard, every rank's W-way chunk of its full copy)
     *v = (fc_ckpt_rank_view){f->world, &f->cfg, &f->m, f->cfg.strategy, f->step,
-                             f->g.sharded ? f->g.replica == 0 : 1, units};
+                             f->g.sharded ? f->g.replica == 0 : 1, units, seam_saved_offsets(f)};
 }
 
 int fc_fsdp_save(fc_fsdp *f, const char *dir, fc_state_dict kind, fc_error *e) {

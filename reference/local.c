@@ -95,7 +95,7 @@ static void ckpt_view(fc_local *L, fc_ckpt_unit_view *units, fc_ckpt_rank_view *
                                        {L->state[0] ? L->state[0] + off : NULL, L->state[1] ? L->state[1] + off : NULL},
                                        NULL, 0, 0};
     }
-    *v = (fc_ckpt_rank_view){MPI_COMM_SELF, &L->cfg, m, FC_STRATEGY_LOCAL, L->step, 1, units};
+    *v = (fc_ckpt_rank_view){MPI_COMM_SELF, &L->cfg, m, FC_STRATEGY_LOCAL, L->step, 1, units, 0};
 }
 
 int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e) {

@@ -299,6 +299,13 @@ long fc_fault_loaded(struct fc_fsdp *f, long step) {
     return is(f, FC_FAULT_ADAM_STEP_RESET) ? 0 : step;
 }
 
+// dcp_saved_offsets (P7): a DCP checkpoint records every block that does not
+// start at row 0 one row early in its saved_offsets (an off-by-one in the
+// offset of a rank's rows). torch's reader trusts the offsets and loads the
+// rows shifted; ours refuses the overlap, so the round trip fails.
+
+int fc_fault_saved_offsets(const struct fc_fsdp *f) { return is(f, FC_FAULT_DCP_SAVED_OFFSETS) ? 1 : 0; }
+
 // ---------------------------------------------------------------------------
 // recompute_dtype (P15): activation checkpointing's recompute runs with the
 // fp32 master weights, as when the autocast or parameter cast of the forward

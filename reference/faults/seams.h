@@ -55,6 +55,7 @@ void fc_fault_norm_total(const struct fc_fsdp *f, double *total, int G);
 void fc_fault_pre_replicate(struct fc_fsdp *f, int u, const float *acc, size_t n);
 fc_ckpt_source_fn fc_fault_ckpt_source(const struct fc_fsdp *f);
 long fc_fault_loaded(struct fc_fsdp *f, long step);
+int fc_fault_saved_offsets(const struct fc_fsdp *f);
 const float *fc_fault_recompute_params(struct fc_fsdp *f, int u);
 void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 
@@ -81,6 +82,7 @@ void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 #define seam_pre_replicate(f, u, acc, n) fc_fault_pre_replicate((f), (u), (acc), (n))
 #define seam_ckpt_source(f) fc_fault_ckpt_source(f)
 #define seam_loaded(f, step) fc_fault_loaded((f), (step))
+#define seam_saved_offsets(f) fc_fault_saved_offsets(f)
 #define seam_recompute_params(f, u) fc_fault_recompute_params((f), (u))
 #define seam_recompute_done(f, u, p) fc_fault_recompute_done((f), (u), (p))
 

@@ -63,5 +63,6 @@
 #define seam_ckpt_source(f) ((void)(f), (fc_ckpt_source_fn)0)
 // the step count a load continues from
 #define seam_loaded(f, step) ((void)(f), (step))
+#define seam_saved_offsets(f) ((void)(f), 0)
 
 #endif

@@ -15,6 +15,13 @@ directory the same way (run is deterministic) and lays the case over it:
     ckpt_w2     mpiexec -n 2 fsdpcheck run --model mlp-micro --strategy full_shard --steps 2
                     --save C --state-dict sharded                            (two shard files)
 
+The dcp_* cases of both ckpt kinds are FSDP2's DCP checkpoints: the files of
+`fsdpcheck ckpt convert C D --to dcp --world-size 2` (a manifest and two
+shard-SSSSS-model-00001-of-00001.safetensors, each one row of every
+parameter and state, AdamW's steps in the first), one thing broken in each,
+laid over C (or C2) like any case: the DCP manifest lists its own files, and
+config.json is the same as C's.
+
 (mlp-micro, 3-2-2: the smallest model, so the corpus stays small; --init's
 cases are variants of T/init.safetensors, and run.sh reads them with
 --model mlp-micro.) JSON files are written compactly, on one line.
@@ -465,6 +472,140 @@ def ckpt_cases(cdir, kind, where, data_file):
     write(f"{where}/config_other_model/fsdpcheck.json", manifest_with(man, {"config.json": bad_cfg}))
 
 
+F1 = "shard-00001-model-00001-of-00001.safetensors"
+F2 = "shard-00002-model-00001-of-00001.safetensors"
+W2_DCP_CASES = (
+    "dcp_bit_flip",
+    "dcp_overlap_rows",
+    "dcp_rows_gap",
+    "dcp_version",
+    "dcp_step_wrong",
+    "dcp_shard_beyond_world",
+)
+
+
+def dcp_file(blob, drop=(), add=(), retype=None, offsets=None, info=None, meta=None):
+    """A DCP file (torch's Hugging Face safetensors: each tensor a block of
+    rows placed by its DCP_SHARDING_INFO entry) with tensors dropped (their
+    entries too), added ((name, dtype, shape, raw bytes, saved_offsets or None
+    for no entry)), one retyped ((name, dtype): the same shape, its bytes cut
+    to the new size), one entry's saved_offsets replaced ((name, offsets)),
+    DCP_SHARDING_INFO edited by info(dict) and __metadata__ by meta(dict)."""
+    hdr, data = st_parse(blob)
+    md = dict(hdr["__metadata__"])
+    sharding = json.loads(md["DCP_SHARDING_INFO"])
+    out, body = {}, b""
+    for k in hdr:
+        if k == "__metadata__" or k in drop:
+            continue
+        v = dict(hdr[k])
+        chunk = data[v["data_offsets"][0] : v["data_offsets"][1]]
+        if retype and k == retype[0]:
+            v["dtype"] = retype[1]
+            chunk = chunk[: len(chunk) // 2]  # F32 -> a 16-bit type
+        v["data_offsets"] = [len(body), len(body) + len(chunk)]
+        body += chunk
+        out[k] = v
+    for k in drop:
+        sharding.pop(k, None)
+    for name, dtype, shape, raw, offs in add:
+        out[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(body), len(body) + len(raw)]}
+        body += raw
+        if offs is not None:
+            sharding[name] = {"saved_offsets": offs}
+    if offsets:
+        sharding[offsets[0]] = {"saved_offsets": offsets[1]}
+    if info:
+        info(sharding)
+    md["DCP_SHARDING_INFO"] = json.dumps(sharding, separators=(",", ":"))
+    if meta:
+        meta(md)
+    return st_build({"__metadata__": md, **out}, body)
+
+
+def dcp_cases(ddir, kind, where, only=None):
+    """FSDP2's DCP checkpoint (mlp-micro at W=2: F1 holds row 0 of every
+    parameter and state and every state.<name>.step, F2 row 1), each case one
+    thing broken; a case directory holds the DCP manifest and both files."""
+    man = slurp(os.path.join(ddir, "fsdpcheck.json"))
+    good = {f: slurp(os.path.join(ddir, f), "rb") for f in (F1, F2)}
+    step = json.loads(man)["step"]
+
+    def dc(name, names, expect, changed, rehash=True):
+        """changed: the one file changed, name -> its new bytes; rehash: the
+        manifest rewritten for them (else the manifest as saved)."""
+        if only is not None and name not in only:
+            return
+        for f, blob in dict(good, **changed).items():
+            write(f"{where}/{name}/{f}", blob)
+        write(f"{where}/{name}/fsdpcheck.json", manifest_with(man, changed) if rehash else man)
+        case(kind, f"{where}/{name}/{next(iter(changed))}", names, expect)
+
+    # a byte of F2 changed after the save: its hash no longer matches
+    flipped = bytearray(good[F2])
+    flipped[-3] ^= 0x40
+    dc("dcp_bit_flip", F2, "SHA-256", {F2: bytes(flipped)}, rehash=False)
+    # F2's row of layers.0.weight recorded as row 0: row 0 twice, row 1 in none
+    dc("dcp_overlap_rows", F2, "two shard files", {F2: dcp_file(good[F2], offsets=("layers.0.weight", [0, 0]))})
+    # F2 without its row of layers.1.bias: a gap (the message names the tensor, no file holds it)
+    dc("dcp_rows_gap", "layers.1.bias", "in no shard file", {F2: dcp_file(good[F2], drop=("layers.1.bias",))})
+    dc("dcp_column_offset", F2, "only dim-0 blocks", {F2: dcp_file(good[F2], offsets=("layers.1.weight", [1, 1]))})
+    dc("dcp_rows_outside", F2, "outside", {F2: dcp_file(good[F2], offsets=("layers.0.weight", [2, 0]))})
+    dc("dcp_version", F1, "DCP_VERSION", {F1: dcp_file(good[F1], meta=lambda m: m.update(DCP_VERSION="2.0"))})
+    dc(
+        "dcp_no_sharding_info",
+        F2,
+        "DCP_SHARDING_INFO",
+        {F2: dcp_file(good[F2], meta=lambda m: m.pop("DCP_SHARDING_INFO"))},
+    )
+    dc(
+        "dcp_info_extra",
+        F2,
+        "does not hold",
+        {F2: dcp_file(good[F2], info=lambda d: d.update({"layers.2.weight": {"saved_offsets": [1, 0]}}))},
+    )
+    dc("dcp_no_entry", F2, "saved_offsets", {F2: dcp_file(good[F2], info=lambda d: d.pop("layers.0.bias"))})
+    dc(
+        "dcp_unknown_tensor",
+        F2,
+        "neither a parameter",
+        {F2: dcp_file(good[F2], add=(("layers.2.weight", "F32", [1, 2], b"\0" * 8, [1, 0]),))},
+    )
+    dc("dcp_f16", F2, "not F32", {F2: dcp_file(good[F2], retype=("layers.1.bias", "F16"))})
+    dc(
+        "dcp_step_missing",
+        "state.layers.1.bias.step",
+        "no shard file holds",
+        {F1: dcp_file(good[F1], drop=("state.layers.1.bias.step",))},
+    )
+    one = struct.pack("<f", float(step))
+    dc(
+        "dcp_step_twice",
+        "state.layers.0.weight.step",
+        "two shard files",
+        {F2: dcp_file(good[F2], add=(("state.layers.0.weight.step", "F32", [], one, []),))},
+    )
+    wrong = struct.pack("<f", float(step + 3))
+
+    def set_step(blob, name, raw):
+        hdr, data = st_parse(blob)
+        b, e = hdr[name]["data_offsets"]
+        return st_build(hdr, data[:b] + raw + data[e:])
+
+    dc("dcp_step_wrong", F1, "the manifest's step", {F1: set_step(good[F1], "state.layers.0.bias.step", wrong)})
+    # F2 under a shard index past the manifest's world of 2
+    F9 = "shard-00009-model-00001-of-00001.safetensors"
+    if only is None or "dcp_shard_beyond_world" in only:
+        m = json.loads(man)
+        for f in m["files"]:
+            if f["name"] == F2:
+                f["name"] = F9
+        write(f"{where}/dcp_shard_beyond_world/{F1}", good[F1])
+        write(f"{where}/dcp_shard_beyond_world/{F9}", good[F2])
+        write(f"{where}/dcp_shard_beyond_world/fsdpcheck.json", json.dumps(m))
+        case(kind, f"{where}/dcp_shard_beyond_world/{F9}", F9, "outside the world")
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: make_corpus.py FSDPCHECK [MPIEXEC]")
@@ -503,8 +644,16 @@ def main():
         fsdp_cases()
         init_cases(os.path.join(tmp, "T"))
         trace_cases(os.path.join(tmp, "T"))
+        run([fsdpcheck, "ckpt", "convert", "C", "D", "--to", "dcp", "--world-size", "2"], tmp)
+        for base in ("C", "C2"):  # the cases keep the good directory's config.json
+            cfg = [slurp(os.path.join(tmp, d, "config.json"), "rb") for d in ("D", base)]
+            if cfg[0] != cfg[1]:
+                sys.exit(f"D/config.json differs from {base}/config.json: the dcp cases need it")
         ckpt_cases(os.path.join(tmp, "C"), "ckpt", "checkpoint", "model.safetensors")
+        dcp_cases(os.path.join(tmp, "D"), "ckpt", "checkpoint")
         ckpt_cases(os.path.join(tmp, "C2"), "ckpt_w2", "checkpoint_w2", "shard-00001.safetensors")
+        # at W=2 (the collective load) a few: one of each check
+        dcp_cases(os.path.join(tmp, "D"), "ckpt_w2", "checkpoint_w2", W2_DCP_CASES)
     finally:
         shutil.rmtree(tmp)
     with open(os.path.join(HERE, "CASES"), "w") as f:

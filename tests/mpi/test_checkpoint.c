@@ -19,6 +19,11 @@
 //   into full_shard at W                           bitwise / tolerance / tolerance
 //   (each judged against its saver's uninterrupted run: the resumed run starts
 //   from the saver's parameters, and the engine checks that first)
+// FSDP2's sharded checkpoint is DCP's (check_dcp): saved from FSDP2
+// full_shard at W, loaded into FSDP2 at W (bitwise), FSDP1 full_shard and
+// no_shard at W (bitwise: FSDP2 trains as FSDP1 and DDP do), FSDP2 at every
+// W' < W and local (tolerance); saved from FSDP2 hybrid_shard (replica 0
+// writes W/2 files); and the dcp_saved_offsets fault's checkpoint refused.
 // "Bitwise" is the reference's claim; another implementation is judged by the
 // default policy. Every loaded run must report steps_done() == k right after
 // the load (the runner's first_step).
@@ -322,6 +327,89 @@ static void check_matrix(const char *model, fc_opt_kind opt, int full) {
     mt_result_free(&want);
 }
 
+// FSDP2's SHARDED_STATE_DICT: DCP's files, one per writing rank, loaded at
+// any W, strategy and FSDP version; a checkpoint whose saved_offsets are a
+// row off (the reference's dcp_saved_offsets fault) must be refused.
+static void check_dcp(const char *model, fc_opt_kind opt, int full) {
+    const fc_impl_ops *ops = mt_impl();
+    if (!(ops->fsdp_versions & FC_IMPL_FSDP(2))) {
+        mt_skip("P7 dcp [%s]: --impl %s does not implement FSDP2", model, ops->name);
+        return;
+    }
+    int B = batch_for(W);
+    fc_run_config c = mt_config(model, FC_STRATEGY_FULL_SHARD, W, K_STEPS + N_STEPS);
+    c.fsdp_version = 2;
+    c.global_batch = B;
+    c.optim.kind = opt;
+    if (opt == FC_OPT_SGD) c.optim.lr = 0.05;
+    const char *tag = fc_opt_name(opt);
+    mt_result want, got;
+    mt_run(&c, MPI_COMM_WORLD, &want);
+    const char *dir = sub_dir("dcp-%s", tag);
+    char what[256];
+    save_on(ops, W, &c, K_STEPS, dir, FC_STATE_DICT_DCP);
+    if (rank == 0)
+        MT_CHECK(count_files(dir, "shard-") == W, "FSDP2 full_shard at W=%d wrote %d DCP files", W,
+                 count_files(dir, "shard-"));
+    struct {
+        fc_strategy s;
+        int version;
+    } same[] = {{FC_STRATEGY_FULL_SHARD, 2}, {FC_STRATEGY_FULL_SHARD, 1}, {FC_STRATEGY_NO_SHARD, 1}};
+    for (int i = 0; i < (full ? 3 : 1); i++) {
+        fc_run_config d = with_steps(c, N_STEPS);
+        d.strategy = same[i].s;
+        d.fsdp_version = same[i].version;
+        resume_on(ops, W, &d, dir, &got);
+        snprintf(what, sizeof what, "dcp FSDP2 full_shard W=%d -> FSDP%d %s W=%d", W, d.fsdp_version,
+                 fc_strategy_name(d.strategy), W);
+        judge_resumed(what, &d, W, &got, &c, &want, MT_BITWISE_REF, 1);
+        mt_result_free(&got);
+    }
+    for (int w = 1; w < W; w++) {
+        if (B % w || (!full && w > 1)) continue;
+        fc_run_config d = with_steps(c, N_STEPS);
+        if (w == 1) d.strategy = FC_STRATEGY_LOCAL, d.fsdp_version = 1;
+        resume_on(ops, w, &d, dir, &got);
+        snprintf(what, sizeof what, "dcp FSDP2 full_shard W=%d -> %s W'=%d", W, fc_strategy_name(d.strategy), w);
+        judge_resumed(what, &d, w, &got, &c, &want, MT_POLICY, 0);
+        mt_result_free(&got);
+    }
+    if (full && W >= 2 && W % 2 == 0) {  // replica 0's shard ranks write
+        fc_run_config h = c;
+        h.strategy = FC_STRATEGY_HYBRID_SHARD;
+        h.shard_group = W / 2;
+        const char *hdir = sub_dir("dcp-hsdp-%s", tag);
+        save_on(ops, W, &h, K_STEPS, hdir, FC_STATE_DICT_DCP);
+        if (rank == 0)
+            MT_CHECK(count_files(hdir, "shard-") == W / 2, "FSDP2 hybrid_shard(F=%d) wrote %d DCP files", W / 2,
+                     count_files(hdir, "shard-"));
+        mt_result saver;
+        run_on(W, &h, &saver);
+        fc_run_config d = with_steps(c, N_STEPS);
+        resume_on(ops, W, &d, hdir, &got);
+        snprintf(what, sizeof what, "dcp FSDP2 hybrid_shard(F=%d) W=%d -> FSDP2 full_shard W=%d", W / 2, W, W);
+        judge_resumed(what, &d, W, &got, &h, &saver, MT_POLICY, 0);
+        mt_result_free(&got);
+        mt_result_free(&saver);
+    }
+    // the test can fail: saved_offsets a row off overlap the previous rank's rows
+    if (W > 1) {
+        fc_run_config f = c;
+        f.inject = FC_FAULT_DCP_SAVED_OFFSETS;  // the reference's fault-catalogue build saves
+        const char *fdir = sub_dir("dcp-offsets-%s", tag);
+        save_on(fc_reference_impl(), W, &f, K_STEPS, fdir, FC_STATE_DICT_DCP);
+        fc_run_config d = with_steps(c, N_STEPS);
+        resume_on(ops, W, &d, fdir, &got);
+        if (rank == 0) {
+            MT_CHECK(!got.ok && strstr(got.error, "two shard files"),
+                     "P7 cannot fail: a DCP checkpoint with saved_offsets a row off %s", got.ok ? "loaded" : got.error);
+            if (!got.ok) printf("caught: dcp_saved_offsets [%s %s]: %.300s\n", model, tag, got.error);
+        }
+        mt_result_free(&got);
+    }
+    mt_result_free(&want);
+}
+
 // A checkpoint whose optimizer state is all zeros (rewritten with a valid
 // manifest, so it verifies) must not resume the run: the comparison sees
 // whether the state was restored at all.
@@ -401,6 +489,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         check_matrix(models[i], FC_OPT_ADAMW, 1);
         check_matrix(models[i], FC_OPT_SGD, 0);
+        check_dcp(models[i], FC_OPT_ADAMW, 1);
+        check_dcp(models[i], FC_OPT_SGD, 0);
     }
     check_state_matters();
     mpiCheck(MPI_Barrier(MPI_COMM_WORLD));

@@ -760,14 +760,20 @@ Test(run_config, fsdp2_refusals) {
     cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
     b.limit_all_gathers = 1;
     expect_run_refused(&b, "--limit-all-gathers is an FSDP1 option");
-    b = a, b.inject = FC_FAULT_NO_DIVIDE;  // a fault of FSDP1's flat chunks
-    expect_run_refused(&b, "--inject no_divide is a fault of FSDP1's layout");
+    b = a, b.inject = FC_FAULT_PADDING_LEAK;  // a fault of FSDP1's flat chunks
+    expect_run_refused(&b, "--inject padding_leak is a fault of FSDP1's layout");
+    b = a, b.inject = FC_FAULT_NO_DIVIDE;  // in no layout: both versions
+    cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
+    b.inject = FC_FAULT_CKPT_SWAP;
+    cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
     b = a, b.inject = FC_FAULT_FSDP2_EVEN_ROWS;
     cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
     b.inject = FC_FAULT_RECOMPUTE_DTYPE;  // in no layout: both versions
     cr_expect_eq(fc_run_config_validate(&b, &e), 0, "%s", e.msg);
     b = a, b.fsdp_version = 1, b.inject = FC_FAULT_FSDP2_AVG_TWICE;
     expect_run_refused(&b, "--inject fsdp2_avg_twice is a fault of FSDP2's layout");
+    b.inject = FC_FAULT_DCP_SAVED_OFFSETS;
+    expect_run_refused(&b, "--inject dcp_saved_offsets is a fault of FSDP2's layout");
     b = a, b.fsdp_version = 3;
     expect_run_refused(&b, "--fsdp-version 3");
 }

@@ -472,24 +472,35 @@ Test(fsdp_cli, the_file_reaches_the_run) {
     cJSON_Delete(root);
 }
 
-// Accelerate's key puts the checkpoint inside the unit; Hugging Face's
-// --gradient-checkpointing (given after the file) outside it.
+// Accelerate's key puts the checkpoint inside the unit, and so does Hugging
+// Face's --gradient-checkpointing (given after a file that turns it off);
+// --activation-checkpointing outside after the file overrides it.
 Test(fsdp_cli, activation_checkpointing_reaches_the_run) {
     const char *f = write_json("fsdp.json", "{\"fsdp_sharding_strategy\": \"FULL_SHARD\", "
                                             "\"fsdp_activation_checkpointing\": true}");
-    char err[4096], t1[300], t2[300];
+    const char *off = write_json("fsdp_off.json", "{\"fsdp_sharding_strategy\": \"FULL_SHARD\", "
+                                                  "\"fsdp_activation_checkpointing\": false}");
+    char err[4096], t1[300], t2[300], t3[300];
     snprintf(t1, sizeof t1, "%s/inside", g_dir);
-    snprintf(t2, sizeof t2, "%s/outside", g_dir);
+    snprintf(t2, sizeof t2, "%s/hf", g_dir);
+    snprintf(t3, sizeof t3, "%s/outside", g_dir);
     int rc = run_cli(ARGS("run", "--quiet", "--steps", "1", "--fsdp-config", f, "--trace", t1), err, sizeof err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    rc = run_cli(ARGS("run", "--quiet", "--steps", "1", "--fsdp-config", f, "--gradient-checkpointing", "--trace", t2),
+    rc = run_cli(ARGS("run", "--quiet", "--steps", "1", "--fsdp-config", off, "--gradient-checkpointing", "--trace",
+                      t2),
                  err, sizeof err);
     cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
-    cJSON *r1, *r2;
+    rc = run_cli(ARGS("run", "--quiet", "--steps", "1", "--fsdp-config", f, "--activation-checkpointing", "outside",
+                      "--trace", t3),
+                 err, sizeof err);
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+    cJSON *r1, *r2, *r3;
     cr_expect_str_eq(cfg_str(trace_config(t1, &r1), "activation_checkpointing"), "inside");
-    cr_expect_str_eq(cfg_str(trace_config(t2, &r2), "activation_checkpointing"), "outside");
+    cr_expect_str_eq(cfg_str(trace_config(t2, &r2), "activation_checkpointing"), "inside");
+    cr_expect_str_eq(cfg_str(trace_config(t3, &r3), "activation_checkpointing"), "outside");
     cJSON_Delete(r1);
     cJSON_Delete(r2);
+    cJSON_Delete(r3);
 }
 
 Test(fsdp_cli, flags_after_the_file_override_it_flags_before_are_overridden) {
