@@ -2,7 +2,7 @@
 `fsdpcheck compare`; prints the verdict and exits 0, 1 or 2 as fsdpcheck does.
 
   fsdpcheck-torch check --api fsdp1|fsdp2 [-n W] [--device D] [--backend B]
-      [run flags] [--inject FAULT] [--ckpt-at K] [--force-sum-reduction]
+      [run flags] [--inject FAULT] [--ckpt-at K [--ckpt-state-dict full|sharded]] [--force-sum-reduction]
       [--optim-state-offload] [--schedule] [--keep DIR] [--report FILE.md]
       [--fsdpcheck PATH] [--mpiexec PATH] [--quiet]
 
@@ -41,6 +41,7 @@ OWN = {
     "--backend": True,
     "--inject": True,
     "--ckpt-at": True,
+    "--ckpt-state-dict": True,
     "--force-sum-reduction": False,
     "--optim-state-offload": False,
     "--schedule": False,
@@ -51,7 +52,7 @@ OWN = {
     "--quiet": False,
     "--timeout": True,
 }
-TORCH_PASS = ("--api", "--device", "--backend", "--inject", "--ckpt-at")
+TORCH_PASS = ("--api", "--device", "--backend", "--inject", "--ckpt-at", "--ckpt-state-dict")
 TORCH_PASS_BOOL = ("--force-sum-reduction", "--optim-state-offload")
 
 

@@ -2,11 +2,13 @@
 
   torchrun --nproc-per-node W -m fsdpcheck_torch run --api fsdp1|fsdp2
       [--device cpu|cuda|hpu|xla] [--backend gloo|nccl|hccl|xla] [run flags]
-      --like REF_TRACE --trace OUT [--inject FAULT] [--ckpt-at K] [--force-sum-reduction]
+      --like REF_TRACE --trace OUT [--inject FAULT] [--ckpt-at K [--ckpt-state-dict full|sharded]]
+      [--load CKPT_DIR] [--force-sum-reduction]
   fsdpcheck-torch check --api fsdp1|fsdp2 [-n W] [run flags] [--keep DIR] ...
   fsdpcheck-torch sweep --cases N [--api fsdp1|fsdp2|both] [--world W] [--seed S] [--junit F]
   torchrun --nproc-per-node W -m fsdpcheck_torch trainer --like REF --trace OUT
       [--fsdp-config FILE] [--fsdp "full_shard auto_wrap"]
+  fsdpcheck-torch ckpt import SRC DST --like REF_TRACE [--step K]
 
 Exit codes as fsdpcheck's: 0 pass, 1 a comparison failed, 2 bad input or usage
 (one line on stderr).
@@ -33,6 +35,8 @@ RUN_OWN = {
     "--trace": True,
     "--inject": True,
     "--ckpt-at": True,
+    "--ckpt-state-dict": True,
+    "--load": True,
     "--force-sum-reduction": False,
     "--optim-state-offload": False,
     "--comm-log": False,
@@ -68,14 +72,33 @@ def parse_run(argv, world):
             ckpt_at = int(opts["--ckpt-at"])
         except ValueError:
             raise UsageError(f"--ckpt-at: not an integer: {opts['--ckpt-at']!r}")
-    if inject == "ckpt_drop_optim" and not ckpt_at:
-        raise UsageError("--inject ckpt_drop_optim needs --ckpt-at K (a checkpoint round trip after step K)")
+    if inject == "ckpt_drop_optim" and not ckpt_at and "--load" not in opts:
+        raise UsageError("--inject ckpt_drop_optim needs --ckpt-at K or --load DIR (a checkpoint to load)")
     ref = RefTrace(opts["--like"])
     cfg, extras = like_config(ref.meta, flags, device)
     if extras.get("api") and extras["api"] != api:
         raise UsageError(f"--fsdp-config says FSDP version {extras['api'][-1]}, the run says --api {api}")
     if "--ckpt-at" in opts and not 1 <= ckpt_at < cfg["steps"]:
         raise UsageError(f"--ckpt-at {ckpt_at}: must be in 1..steps-1 ({cfg['steps'] - 1})")
+    ckpt_sd = opts.get("--ckpt-state-dict", "full")
+    if ckpt_sd not in ("full", "sharded"):
+        raise UsageError(f"--ckpt-state-dict {ckpt_sd!r}: not full or sharded")
+    if "--ckpt-state-dict" in opts and not ckpt_at:
+        raise UsageError("--ckpt-state-dict needs --ckpt-at K")
+    if ckpt_sd == "sharded" and api != "fsdp2":
+        raise UsageError(
+            "--ckpt-state-dict sharded: FSDP2's sharded checkpoint is DCP's (Hugging Face safetensors); "
+            "FSDP1's flat-shard format is the reference's own, which torch does not write: use full with fsdp1"
+        )
+    load = opts.get("--load")
+    if load is not None:
+        load_check(load, ckpt_at, ref, cfg)
+    if ckpt_sd == "sharded" or load is not None:
+        from . import dcp
+
+        why = dcp.missing() if ckpt_sd == "sharded" or dcp.kind_of(load) == "dcp" else None
+        if why:
+            raise UsageError(f"{'--ckpt-state-dict sharded' if ckpt_sd == 'sharded' else '--load'}: {why}")
     if world is not None:
         validate(cfg, world)
     from .config import unsupported
@@ -90,11 +113,20 @@ def parse_run(argv, world):
     a = A()
     a.api, a.device, a.backend, a.like, a.trace = api, device, backend, opts["--like"], opts["--trace"]
     a.inject, a.ckpt_at, a.force_sum_reduction = inject, ckpt_at, bool(opts.get("--force-sum-reduction"))
+    a.ckpt_state_dict, a.load = ckpt_sd, load
     a.extras = extras
     a.optim_state_offload = bool(opts.get("--optim-state-offload"))
     a.comm_log = bool(opts.get("--comm-log"))
-    if a.comm_log and ckpt_at:
-        raise UsageError("--comm-log with --ckpt-at: the schedule is recorded for one model, not across a reload")
+    if a.comm_log and (ckpt_at or load):
+        raise UsageError(
+            f"--comm-log with {'--ckpt-at' if ckpt_at else '--load'}: the schedule is recorded for a run from its "
+            "initial weights, not across a reload"
+        )
+    if a.comm_log and cfg.get("activation_checkpointing", "none") != "none":
+        raise UsageError(
+            "--comm-log with activation checkpointing: the recorder does not place the recompute's forward "
+            "(the reference's recompute phase) yet"
+        )
     if a.comm_log and cfg["model"].get("model_type") != "gpt2":
         raise UsageError("--comm-log: recorded for gpt2 models (their stages are known to the recorder)")
     if a.comm_log:
@@ -104,6 +136,26 @@ def parse_run(argv, world):
         if why:
             raise UsageError(why)
     return a, cfg, ref
+
+
+def load_check(load, ckpt_at, ref, cfg):
+    """--load DIR: a manifest whose step REF's batches continue from for the run's steps."""
+    import json
+
+    if ckpt_at:
+        raise UsageError("--load with --ckpt-at: give one checkpoint per run")
+    path = os.path.join(load, "fsdpcheck.json")
+    try:
+        with open(path) as f:
+            step = json.load(f)["step"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"--load {load}: no readable fsdpcheck checkpoint manifest ({type(e).__name__}: {e})")
+    first, n = ref.meta["first_step"], ref.meta["steps"]
+    if not isinstance(step, int) or step < first or step + cfg["steps"] > first + n:
+        raise UsageError(
+            f"--load {load}: resumes at step {step} for {cfg['steps']} steps, but --like {ref.dir} holds the "
+            f"batches of steps {first}..{first + n - 1} (give --steps)"
+        )
 
 
 def cmd_run(argv):
@@ -205,15 +257,21 @@ def _train(parsed, several, rank):
 
 RUN_HELP = """torchrun --nproc-per-node W -m fsdpcheck_torch run --api fsdp1|fsdp2 --like REF_TRACE --trace OUT
     [--device cpu|cuda|hpu|xla] [--backend gloo|nccl|hccl|xla] [run flags]
-    [--inject data_overlap|no_divide|ckpt_drop_optim] [--ckpt-at K]
-    [--force-sum-reduction] [--optim-state-offload]
+    [--inject data_overlap|no_divide|ckpt_drop_optim] [--ckpt-at K [--ckpt-state-dict full|sharded]]
+    [--load CKPT_DIR] [--force-sum-reduction] [--optim-state-offload]
 torchrun --nproc-per-node W -m fsdpcheck_torch run --jobs JOBS.json
 
 One rank of a torch FSDP run on a reference trace: the model, its initial
 weights and every step's global batch come from REF_TRACE (--like); the run
 flags (fsdpcheck run's: --strategy, --param-dtype, --fsdp-config FILE, ...)
 change the rest; the trace is written to OUT. --jobs runs a JSON list of such
-argument lists in one process group. --optim-state-offload reads the optimizer
+argument lists in one process group. --ckpt-at K saves a checkpoint before
+step K and trains on from a fresh model loaded from it: FULL (rank 0 writes the
+reference's files), or with --ckpt-state-dict sharded (fsdp2) FSDP2's sharded
+one, DCP's Hugging Face safetensors with fsdpcheck's manifest, which
+`fsdpcheck run --load` reads at any W. --load CKPT_DIR starts from a fsdpcheck
+checkpoint (full, or dcp through torch's HuggingFaceStorageReader at this W)
+and trains --steps steps from its step. --optim-state-offload reads the optimizer
 state through torch.distributed.checkpoint's full state dict with
 cpu_offload=True (by default FSDP1's is read with cpu_offload=False and
 FSDP2's straight from optim.state).
@@ -228,6 +286,8 @@ def command_help(cmd):
         from . import check
 
         return check.__doc__
+    if cmd == "ckpt":
+        return CKPT_HELP
     if cmd == "sweep":
         from . import sweep
 
@@ -237,7 +297,55 @@ def command_help(cmd):
     return trainer.__doc__
 
 
-COMMANDS = ("run", "check", "sweep", "trainer")
+CKPT_HELP = """fsdpcheck-torch ckpt import SRC DST --like REF_TRACE [--step K]
+
+Converts a checkpoint in torch.distributed.checkpoint's default format (SRC:
+.distcp files and .metadata, as dcp.save writes them) into a fsdpcheck "dcp"
+checkpoint (DST: DCP's Hugging Face safetensors and fsdpcheck's manifest),
+through torch's own reader (dcp_to_torch_save) and writer
+(HuggingFaceStorageWriter). REF_TRACE names the run: its model and optimizer
+config go into the manifest. The model's tensors are found under their model
+names (at the top level or under "model."), the optimizer's as
+get_optimizer_state_dict keys them ("state.<name>.<state>", under "optim." or
+"optimizer." or not); --step K is the optimizer steps taken (read from AdamW's
+step when not given). `fsdpcheck run --load DST` then resumes the run at any W.
+"""
+
+
+def cmd_ckpt(argv):
+    """ckpt import: a parser plus one call (dcp.import_checkpoint)."""
+    from .flags import split_args
+
+    if argv[:1] != ["import"]:
+        raise UsageError("ckpt: the subcommand is import (fsdpcheck-torch ckpt --help)")
+    opts, rest = split_args(argv[1:], {"--like": True, "--step": True})
+    unknown = [a for a in rest if a.startswith("--")]
+    if unknown:
+        raise UsageError(f"ckpt import: unknown flag {unknown[0]} (fsdpcheck-torch ckpt --help)")
+    pos = rest
+    if len(pos) != 2:
+        raise UsageError("ckpt import: needs SRC and DST directories (and --like REF_TRACE)")
+    if "--like" not in opts:
+        raise UsageError("ckpt import: --like REF_TRACE is required (the run whose model and optimizer it holds)")
+    step = None
+    if "--step" in opts:
+        try:
+            step = int(opts["--step"])
+        except ValueError:
+            raise UsageError(f"--step: not an integer: {opts['--step']!r}")
+        if step < 0:
+            raise UsageError(f"--step {step}: must be >= 0")
+    from . import dcp
+
+    why = dcp.missing()
+    if why:
+        raise UsageError(f"ckpt import: {why}")
+    step, n = dcp.import_checkpoint(pos[0], pos[1], opts["--like"], step)
+    print(f"imported {pos[0]} (DCP, step {step}) to {pos[1]} (dcp: {n} tensors, Hugging Face safetensors)")
+    return 0
+
+
+COMMANDS = ("run", "check", "sweep", "trainer", "ckpt")
 
 
 def main(argv=None):
@@ -263,6 +371,8 @@ def main(argv=None):
             from .sweep import cmd_sweep
 
             return cmd_sweep(rest)
+        if cmd == "ckpt":
+            return cmd_ckpt(rest)
         from .trainer import cmd_trainer
 
         return cmd_trainer(rest)

@@ -88,6 +88,14 @@ RUN_FLAGS = {
     "--clip-grad-norm": (True, lambda c, v: c.__setitem__("clip_grad_norm", _float("--clip-grad-norm", v))),
     "--norm-type": (True, lambda c, v: c.__setitem__("norm_type", _choice("--norm-type", v, NORMS))),
     "--cpu-offload": (False, lambda c, v: c.__setitem__("cpu_offload", True)),
+    "--activation-checkpointing": (
+        True,
+        lambda c, v: c.__setitem__(
+            "activation_checkpointing", _choice("--activation-checkpointing", v, ("none", "inside", "outside"))
+        ),
+    ),
+    # Hugging Face's flag: the model checkpoints each block's forward, inside the unit
+    "--gradient-checkpointing": (False, lambda c, v: c.__setitem__("activation_checkpointing", "inside")),
     "--optimizer": (True, lambda c, v: c["optimizer"].__setitem__("kind", _choice("--optimizer", v, OPTIMIZERS))),
     "--lr": (True, lambda c, v: c["optimizer"].__setitem__("lr", _float("--lr", v))),
     "--weight-decay": (True, lambda c, v: c["optimizer"].__setitem__("weight_decay", _float("--weight-decay", v))),
@@ -317,11 +325,6 @@ def unsupported(api, cfg, device):
     """The first setting `api` cannot express, as a sentence, or None."""
     if cfg["strategy"] == "local":  # a --like trace of fsdpcheck run's default
         return "--strategy local (the reference's single-process run) is no FSDP strategy: give --strategy"
-    if cfg.get("activation_checkpointing", "none") != "none":
-        return (
-            f"activation checkpointing ({cfg['activation_checkpointing']} the unit): the adapter does not run "
-            "PyTorch's checkpointing yet (the reference does)"
-        )
     if api != "fsdp2" and cfg.get("reshard_after_forward"):
         return f"an integer reshard_after_forward ({cfg['reshard_after_forward']}) is FSDP2's (--api fsdp2)"
     if api == "fsdp2":

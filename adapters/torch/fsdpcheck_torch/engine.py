@@ -93,6 +93,9 @@ class Run:
         self.R = self.W // self.F
         self.force_sum = args.force_sum_reduction
         self.fault = args.inject
+        self.clean = clean_name
+        self.first_step = 0  # the step a --load checkpoint resumes at
+        self.forwards = []  # activation checkpointing's evidence: each built model's block forwards
 
     # ------------------------------------------------------------------ wrap
     def mesh(self):
@@ -111,6 +114,9 @@ class Run:
         model = M.build(self.mcfg)
         M.load_init(model, init, self.names)
         model.to(self.device)
+        if self.cfg.get("activation_checkpointing", "none") != "none":
+            # evidence that checkpointing ran, trace.json's "torch" (a rebuild keeps counting)
+            self.forwards.append(M.count_block_forwards(model, self.mcfg))
         record = getattr(self.args, "comm_log", False)
         if record:  # the units and stages as the reference numbers them, before FSDP1 wraps them
             units, stages = [model, *M.unit_modules(model, self.mcfg)], M.stage_modules(model, self.mcfg)
@@ -156,7 +162,13 @@ class Run:
         kw["device_id"] = self.device
         if c["strategy"].startswith("hybrid"):
             kw["device_mesh"] = self.mesh()
+        units = {id(u) for u in M.unit_modules(model, self.mcfg)}
         model = FSDP(model, **kw)
+        ac = c.get("activation_checkpointing", "none")
+        if ac == "inside":  # FSDP(checkpoint(block)), as Accelerate applies it after wrapping
+            checkpoint_units(model, lambda m: id(m) in units)
+        elif ac == "outside":  # checkpoint(FSDP(block)): the recompute gathers the unit again
+            checkpoint_units(model, lambda m: isinstance(m, FSDP) and id(m.module) in units)
         if self.fault == "no_divide":
             # gradients summed, not averaged: FSDP1's pre/post divide factors set to 1
             for m in FSDP.fsdp_modules(model):
@@ -176,10 +188,17 @@ class Run:
             reduce_dtype=DT[c["reduce_dtype"]] if c["reduce_dtype"] != "fp32" else None,
         )
         off = CPUOffloadPolicy() if c["cpu_offload"] else OffloadPolicy()
+        ac = c.get("activation_checkpointing", "none")
+        if ac == "inside":  # fully_shard(checkpoint(block)): the unit is the wrapper
+            blocks = {id(u) for u in M.unit_modules(model, self.mcfg)}
+            checkpoint_units(model, lambda m: id(m) in blocks)
         units = M.unit_modules(model, self.mcfg)
         for u in units:
             fully_shard(u, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
         fully_shard(model, mesh=mesh, reshard_after_forward=raf, mp_policy=mp, offload_policy=off)
+        if ac == "outside":  # checkpoint(fully_shard(block))
+            ids = {id(u) for u in units}
+            checkpoint_units(model, lambda m: id(m) in ids)
         if c["forward_prefetch"]:
             # each unit prefetches the next in forward, the root (whose embedding
             # runs first) the first block, as FSDP1 and the reference do
@@ -324,6 +343,41 @@ class Run:
         return {s: gather_full(named[s], self.F, self.rank) for s in self.state_names}
 
     # ------------------------------------------------------------ checkpoint
+    def round_trip(self, model, optim, directory, step):
+        """--ckpt-at: saves (FULL, or FSDP2's sharded one: DCP's, dcp.py) and
+        returns a fresh model and optimizer loaded from it."""
+        if self.args.ckpt_state_dict != "sharded":
+            self.save_checkpoint(model, optim, directory, step)
+            del model, optim
+            return self.load_checkpoint(directory)
+        from . import dcp
+
+        dcp.save(self, model, optim, directory, step)
+        del model, optim
+        model = self.build(self.ref.init())  # every tensor is overwritten by the load
+        optim = self.optimizer(model)
+        dcp.load(self, model, optim, directory, self.fault)
+        return model, optim
+
+    def resume(self, directory):
+        """--load: a model and optimizer from a fsdpcheck checkpoint (FULL, or
+        "dcp" through torch's reader), and the step it resumes at."""
+        import json
+
+        from . import dcp
+
+        kind = dcp.kind_of(directory)
+        if kind == "dcp":
+            model = self.build(self.ref.init())
+            optim = self.optimizer(model)
+            return model, optim, dcp.load(self, model, optim, directory, self.fault)
+        if kind != "full":
+            raise UsageError(f"--load {directory}: a {kind!r} checkpoint (this adapter loads full and dcp ones)")
+        with open(os.path.join(directory, dcp.MANIFEST)) as f:
+            step = json.load(f)["step"]
+        model, optim = self.load_checkpoint(directory)
+        return model, optim, step
+
     def save_checkpoint(self, model, optim, directory, step):
         """FULL_STATE_DICT checkpoint through torch.distributed.checkpoint's
         full state dicts: rank 0 writes model.safetensors (model names) and
@@ -390,10 +444,17 @@ class Run:
     def train(self):
         c = self.cfg
         K = c["grad_accum"]
-        init = self.ref.init()
-        model = self.build(init)
+        if self.args.load:
+            model, optim, self.first_step = self.resume(self.args.load)
+            init = self.full_params(model)  # a resumed trace starts from the loaded weights
+        else:
+            init = self.ref.init()
+            model = self.build(init)
+            optim = self.optimizer(model)
         self.applied = self.applied_reduction(model)
-        optim = self.optimizer(model)
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
+
+        self.wrappers = sum(isinstance(m, CheckpointWrapper) for m in model.modules())
         out = self.args.trace
         # rank 0's time gathering full tensors for the trace and writing it (check prints the split)
         self.timing = {"gather": 0.0, "trace_write": 0.0}
@@ -404,12 +465,9 @@ class Run:
         gpt2 = self.mcfg.get("model_type") == "gpt2"
         rec = getattr(self, "commlog", None)  # --comm-log: the step's schedule (commlog.py)
         phase = rec.set_phase if rec else (lambda p: None)
-        for step in range(c["steps"]):
+        for step in range(self.first_step, self.first_step + c["steps"]):
             if self.args.ckpt_at and step == self.args.ckpt_at:
-                d = os.path.join(out, "ckpt")
-                self.save_checkpoint(model, optim, d, step)
-                del model, optim
-                model, optim = self.load_checkpoint(d)
+                model, optim = self.round_trip(model, optim, os.path.join(out, "ckpt"), step)
             g_inp, g_tgt = self.ref.batch(step)
             inp, tgt = self.local_batch(g_inp, g_tgt)
             optim.zero_grad(set_to_none=True)
@@ -530,11 +588,23 @@ class Run:
             "reduction": self.applied,
             "gradient_divide": c["divide"],
             "checkpoint_at": self.args.ckpt_at or None,
+            "checkpoint_state_dict": self.args.ckpt_state_dict if self.args.ckpt_at else None,
+            "loaded_from": os.path.abspath(self.args.load) if self.args.load else None,
+            "activation_checkpointing": self.checkpointing_evidence(),
             "like": os.path.abspath(self.ref.dir),
             "timing_s": dict(self.timing),
             "peak_rss_mib": [round(x, 1) for x in self.peak_rss_mib],
         }
-        tracefile.write_trace_json(out, impl, self.W, steps, c, self.ref.units, info)
+        tracefile.write_trace_json(out, impl, self.W, steps, c, self.ref.units, info, self.first_step)
+
+    def checkpointing_evidence(self):
+        """What activation checkpointing did: its placement, the checkpoint
+        wrappers in the model, and the blocks' forward calls (twice the
+        steps x micro-batches x blocks when every block recomputed)."""
+        ac = self.cfg.get("activation_checkpointing", "none")
+        if ac == "none":
+            return None
+        return {"placement": ac, "wrappers": self.wrappers, "block_forwards": sum(c[0] for c in self.forwards)}
 
     def divide_mode(self, applied):
         """How this run divides gradients, in the reference's --divide names,
@@ -544,6 +614,21 @@ class Run:
         if self.cfg["reduce_dtype"] == "fp16":
             return "prepost"
         return "sum-then-divide" if applied["force_sum_reduction_for_comms"] is True else "avg"
+
+
+def checkpoint_units(model, check_fn):
+    """torch's activation checkpointing (non-reentrant checkpoint_wrapper) on
+    every module check_fn picks, as Accelerate and torchtitan apply it."""
+    import functools
+
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    wrap = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+    apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrap, check_fn=check_fn)
 
 
 def require(cls, method, flag):

@@ -130,13 +130,10 @@ def apply_file(cfg, extras, path, device):
                 raise _err(path, raw_key, v, f"must name the model's unit class ({want} for this {mtype} model)")
             extras["wrap_cls"] = want
         elif key == "activation_checkpointing":
-            if _bool(path, raw_key, v):
-                raise _err(
-                    path,
-                    raw_key,
-                    v,
-                    "is not supported: activation checkpointing is not modelled by the reference (accepted: false)",
-                )
+            # Accelerate's apply_activation_checkpointing wraps each block inside its unit
+            on = _bool(path, raw_key, v)
+            cfg["activation_checkpointing"] = "inside" if on else "none"
+            extras["activation_checkpointing"] = on
         elif key == "version":
             if v not in (1, 2, "1", "2"):
                 raise _err(path, raw_key, v, "is not an FSDP version (1 or 2)")

@@ -95,6 +95,22 @@ def unit_modules(model, model_cfg):
     return list(model.layers)
 
 
+def count_block_forwards(model, model_cfg):
+    """A one-element list counting the forward calls inside every unit (gpt2:
+    each block's attention; mlp: each layer), the evidence that activation
+    checkpointing ran: every count doubles when the recompute runs the block
+    again. A module inside the block, because transformers checkpoints the
+    block's forward, not its __call__ (whose hooks would not run again)."""
+    calls = [0]
+
+    def count(module, args):
+        calls[0] += 1
+
+    for u in unit_modules(model, model_cfg):
+        (u.attn if model_cfg.get("model_type") == "gpt2" else u).register_forward_pre_hook(count)
+    return calls
+
+
 def stage_modules(model, model_cfg):
     """(module, unit) per stage of the forward pass, as the reference numbers
     them (core/model.h): gpt2's embedding (the root unit 0), its blocks (units

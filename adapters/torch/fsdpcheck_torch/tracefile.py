@@ -237,13 +237,13 @@ def write_step(directory, step, loss, batch_input, batch_target, grads, params, 
     os.replace(tmp, path)
 
 
-def write_trace_json(directory, implementation, world, steps, config, units, torch_info):
+def write_trace_json(directory, implementation, world, steps, config, units, torch_info, first_step=0):
     j = {
         "format": FORMAT,
         "version": 1,
         "implementation": implementation,
         "world_size": world,
-        "first_step": 0,
+        "first_step": first_step,
         "steps": steps,
         "config": config,
         "units": units,

@@ -79,6 +79,12 @@ def parse(argv, world):
         raise UsageError(f"--fsdp {fsdp!r}: expected one of {', '.join(strat)} plus auto_wrap [offload]")
     if strat[ws[0]] != cfg["strategy"]:
         raise UsageError(f"--fsdp {ws[0]}: the reference trace ran {cfg['strategy']}")
+    if cfg.get("activation_checkpointing", "none") == "outside":
+        # Accelerate's key and TrainingArguments' checkpointing both checkpoint the block inside its unit
+        raise UsageError(
+            "trainer: the reference checkpointed outside each unit (checkpoint(FSDP(block))); the Trainer "
+            "checkpoints inside it (fsdp_config's activation_checkpointing, or --gradient-checkpointing)"
+        )
     if world is not None:
         from .config import validate
 
@@ -164,6 +170,11 @@ def train(opts, cfg, ref, extras, fsdp, argv):
     init = ref.init()
     model = M.build(cfg["model"])
     M.load_init(model, init, names)
+    ac = cfg.get("activation_checkpointing", "none")
+    # Accelerate applies fsdp_config's key itself; otherwise the Trainer's own
+    # (TrainingArguments.activation_checkpointing, gradient_checkpointing before 5.x)
+    hf_ckpt = ac == "inside" and not extras.get("activation_checkpointing")
+    forwards = M.count_block_forwards(model, cfg["model"]) if ac != "none" else None
 
     class TraceCallback(TrainerCallback):
         def __init__(self):
@@ -244,7 +255,16 @@ def train(opts, cfg, ref, extras, fsdp, argv):
     o = cfg["optimizer"]
     tmp = tempfile.mkdtemp(prefix="fsdpcheck-trainer-")
     fsdp_cfg = _fsdp_config_for_trainer(argv)
+    ckpt_kw = {}
+    if hf_ckpt:
+        import dataclasses
+
+        key = "activation_checkpointing"
+        if key not in {f.name for f in dataclasses.fields(TrainingArguments)}:
+            key = "gradient_checkpointing"  # its name before transformers 5
+        ckpt_kw = {key: True, f"{key}_kwargs": {"use_reentrant": False}}
     targs = TrainingArguments(
+        **ckpt_kw,
         output_dir=tmp,
         max_steps=steps,
         per_device_train_batch_size=mb,
@@ -298,6 +318,9 @@ def train(opts, cfg, ref, extras, fsdp, argv):
             "like": os.path.abspath(ref.dir),
             "wrapped_as": cb.wrapped_as,
             "fsdp_applied": fsdp_applied,
+            "activation_checkpointing": None
+            if ac == "none"
+            else {"placement": ac, "by": "trainer" if hf_ckpt else "fsdp_config", "block_forwards": forwards[0]},
         }
         tracefile.write_trace_json(out, "hf-trainer", world, steps, c, ref.units, info)
     if not fsdp_applied:

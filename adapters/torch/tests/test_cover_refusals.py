@@ -76,15 +76,16 @@ def test_run_refuses_an_integer_reshard_after_forward_outside_fsdp2(good, tmp_pa
     assert unsupported("fsdp2", cfg, "cpu") is None
 
 
-def test_run_refuses_a_checkpointed_reference_trace(tmp_path, capsys):
-    """The adapter does not run PyTorch's activation checkpointing yet: a
-    reference trace that did is refused, never run without it under its name."""
+def test_comm_log_refuses_a_checkpointed_run(tmp_path, capsys):
+    """The recorder does not place the recompute's forward yet: a checkpointed
+    run's schedule is refused, never recorded as if it had none."""
     t = reference_trace(
-        tmp_path / "ckpt", "--model", "mlp-micro", "--strategy", "full_shard", "--steps", "1",
+        tmp_path / "ckpt", "--model", "gpt2-tiny", "--strategy", "full_shard", "--steps", "1",
         "--activation-checkpointing", "inside",
     )  # fmt: skip
     out = tmp_path / "out"
-    refused(["run", "--api", "fsdp2", "--like", t, "--trace", str(out)], capsys, "activation checkpointing (inside")
+    argv = ["run", "--api", "fsdp2", "--like", t, "--trace", str(out), "--comm-log"]
+    refused(argv, capsys, "--comm-log with activation checkpointing")
     assert not out.exists()
 
 

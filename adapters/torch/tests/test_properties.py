@@ -735,7 +735,9 @@ def fsdp_files(draw):
     if draw(st.booleans()):
         put("auto_wrap_policy", _case(draw, "TRANSFORMER_BASED_WRAP"))
     if draw(st.booleans()):
-        put("activation_checkpointing", boolean(False))
+        b = draw(st.booleans())
+        put("activation_checkpointing", boolean(b))
+        want["activation_checkpointing"] = "inside" if b else "none"  # Accelerate's placement
     if draw(st.booleans()):
         put("xla", boolean(False))
     for key in fsdp_config.NEUTRAL:

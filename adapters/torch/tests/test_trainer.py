@@ -18,6 +18,24 @@ from conftest import EXAMPLES, env, fsdpcheck_bin
 
 
 def test_trainer_path_on_cpu(tmp_path):
+    trainer_path(tmp_path)
+
+
+def test_trainer_gradient_checkpointing_on_cpu(tmp_path):
+    """TrainingArguments' checkpointing (transformers checkpoints each block's
+    forward: the reference's inside placement) judged against the reference
+    run with --gradient-checkpointing; trace.json shows the recompute ran
+    (every block's attention twice per micro-batch)."""
+    out = trainer_path(tmp_path, "--gradient-checkpointing")
+    if out is None:
+        return
+    t = json.loads((out / "trace.json").read_text())
+    K, steps = t["config"]["grad_accum"], t["steps"]
+    want = {"placement": "inside", "by": "trainer", "block_forwards": 2 * steps * K * 2}
+    assert t["torch"]["activation_checkpointing"] == want
+
+
+def trainer_path(tmp_path, *flags):
     cfgfile = os.path.join(EXAMPLES, "fsdp_config.trainer.json")
     ref, out = tmp_path / "ref", tmp_path / "trainer"
     e = env()
@@ -39,6 +57,7 @@ def test_trainer_path_on_cpu(tmp_path):
             "--trace",
             str(ref),
             "--quiet",
+            *flags,
         ],
         check=True,
         env=e,
@@ -63,6 +82,7 @@ def test_trainer_path_on_cpu(tmp_path):
             "--fsdp-config",
             cfgfile,
             "--allow-ddp",
+            *flags,
         ],
         capture_output=True,
         text=True,
@@ -77,7 +97,7 @@ def test_trainer_path_on_cpu(tmp_path):
     if int(version("transformers").split(".")[0]) < 5:  # the oldest pair's 4.56 cannot replay in order
         assert p.returncode != 0 and "has no TrainingArguments.train_sampling_strategy" in p.stderr, p.stderr
         assert not (out / "trace.json").exists()
-        return
+        return None
     assert p.returncode == 0, p.stderr[-3000:]
     assert "not FSDP: Accelerate's distributed type was MULTI_CPU at world size 2" in p.stderr
     info = json.loads((out / "trace.json").read_text())["torch"]
@@ -85,3 +105,4 @@ def test_trainer_path_on_cpu(tmp_path):
     c = subprocess.run([fsdpcheck_bin(), "compare", str(ref), str(out)], capture_output=True, text=True, check=False)
     print(c.stdout)
     assert c.returncode == 0, c.stdout
+    return out
