@@ -11,7 +11,10 @@ import json
 import os
 
 import pytest
-from conftest import check
+from conftest import assert_verdict, check, expected_bug
+
+# not in the quick selection (the oldest pair's compatibility run) but one case
+QUICK = os.environ.get("FSDPCHECK_TORCH_TESTS") == "quick"
 
 BASE = ["-n", "2", "--model", "gpt2-tiny", "--strategy", "full_shard", "--steps", "2", "--global-batch", "8"]
 
@@ -19,16 +22,20 @@ BASE = ["-n", "2", "--model", "gpt2-tiny", "--strategy", "full_shard", "--steps"
 @pytest.mark.parametrize("api", ["fsdp1", "fsdp2"])
 @pytest.mark.parametrize("placement", ["inside", "outside"])
 def test_activation_checkpointing_passes_and_ran(api, placement, tmp_path):
+    if QUICK and (api, placement) != ("fsdp1", "outside"):
+        pytest.skip("not in the quick selection")
     mp = ["--param-dtype", "bf16", "--grad-accum", "2"]
-    rc, out = check("--api", api, *BASE, *mp, "--activation-checkpointing", placement, keep=tmp_path)
-    assert rc == 0, out
+    flags = [*BASE, *mp, "--activation-checkpointing", placement]
+    rc, out = check("--api", api, *flags, keep=tmp_path)
+    # a known bug of this torch (FSDP2's gloo AVG) is named, and checkpointing still ran
+    assert_verdict(rc, out, expected_bug(api, 2, flags))
     # 2 steps x 2 micro-batches x 2 blocks, each forward twice (the recompute)
     assert evidence(tmp_path) == {"placement": placement, "wrappers": 2, "block_forwards": 2 * 2 * 2 * 2}
 
 
 def test_gradient_checkpointing_is_inside(tmp_path):
     rc, out = check("--api", "fsdp2", *BASE, "--gradient-checkpointing", keep=tmp_path)
-    assert rc == 0, out
+    assert_verdict(rc, out, expected_bug("fsdp2", 2, [*BASE, "--gradient-checkpointing"]))
     assert evidence(tmp_path) == {"placement": "inside", "wrappers": 2, "block_forwards": 2 * 2 * 2}
 
 
