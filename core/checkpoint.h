@@ -80,6 +80,9 @@ typedef enum {
 } fc_state_dict;
 
 const char *fc_state_dict_name(fc_state_dict k);   // "full", "sharded", "dcp"
+// The SHARDED_STATE_DICT format of a run's layout: FSDP1's flat shard files,
+// or DCP's for FSDP2's per-parameter rows (DESIGN §6).
+fc_state_dict fc_ckpt_sharded_kind(const fc_run_config *cfg);
 int fc_state_dict_parse(const char *s, fc_state_dict *out);
 
 // SHA-256 (fc_sha256_mem, fc_sha256_file): sha256.h, included above.

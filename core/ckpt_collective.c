@@ -91,10 +91,6 @@ typedef struct {
     char msg[sizeof(((fc_error *)0)->msg)];
 } shard_report;
 
-fc_state_dict fc_ckpt_sharded_kind(const fc_run_config *cfg) {
-    return fc_layout_kind_of(cfg) == FC_LAYOUT_PER_PARAM ? FC_STATE_DICT_DCP : FC_STATE_DICT_SHARDED;
-}
-
 // This rank's DCP file: each piece of its chunks is rows of one parameter
 // (FSDP2's layout, core/layout_per_param.c), written as that block.
 static int write_dcp(const fc_ckpt_rank_view *v, const char *dir, int rank, const fc_ckpt_info *info,

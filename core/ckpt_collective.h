@@ -66,9 +66,6 @@ typedef struct {
                                      // fault catalogue's dcp_saved_offsets; 0 otherwise)
 } fc_ckpt_rank_view;
 
-// The SHARDED_STATE_DICT format of a run's layout: FSDP1's flat shard files,
-// or DCP's for FSDP2's per-parameter rows (DESIGN §6).
-fc_state_dict fc_ckpt_sharded_kind(const fc_run_config *cfg);
 
 // The checkpoint tensor that fills parameter p's tensor t (0 = param, 1.. =
 // the states) on load; NULL means itself. A renaming load, and the fault

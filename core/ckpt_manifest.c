@@ -11,6 +11,7 @@
 
 #include "checkpoint.h"
 #include "ckpt_internal.h"
+#include "layout.h"
 #include "optim.h"
 
 #define MAX_WORLD 65536
@@ -31,6 +32,10 @@ int fc_state_dict_parse(const char *s, fc_state_dict *out) {
             return 0;
         }
     return -1;
+}
+
+fc_state_dict fc_ckpt_sharded_kind(const fc_run_config *cfg) {
+    return fc_layout_kind_of(cfg) == FC_LAYOUT_PER_PARAM ? FC_STATE_DICT_DCP : FC_STATE_DICT_SHARDED;
 }
 
 // A file name a manifest may list: a plain name inside the directory, never

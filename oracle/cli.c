@@ -4,7 +4,6 @@
 // this build is listed with the reason and refused with exit 2: a flag that is
 // accepted always changes what runs.
 #include "cli.h"
-#include "ckpt_collective.h"
 
 #include <errno.h>
 #include <math.h>

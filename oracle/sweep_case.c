@@ -27,7 +27,7 @@
 #include "layout.h"
 #include "mpicheck.h"
 #include "runner.h"
-#include "ckpt_collective.h"
+#include "checkpoint.h"
 #include "sweep_internal.h"
 #include "theory.h"
 

@@ -755,8 +755,8 @@ Test(dcp, metadata_refused) {
     h->f[1].no_info = 1;
     REFUSED(hset_write(h, "no_info"), F2, "\"DCP_SHARDING_INFO\" is absent");
     const char *not_objects[] = {"not json", "[]", "\"layers.0.weight\"", "{\"layers.0.weight\": 1", "null",
-                                 "{\"layers.0.weight\": {\"saved_offsets\": [1, 0]}, \"layers.0.weight\": "
-                                 "{\"saved_offsets\": [1, 0]}}"};
+                                 ("{\"layers.0.weight\": {\"saved_offsets\": [1, 0]}, \"layers.0.weight\": "
+                                  "{\"saved_offsets\": [1, 0]}}")};
     for (size_t i = 0; i < sizeof not_objects / sizeof not_objects[0]; i++) {
         h = base(FC_OPT_ADAMW);
         h->f[1].info = not_objects[i];
