@@ -299,10 +299,12 @@ def command_help(cmd):
 
 CKPT_HELP = """fsdpcheck-torch ckpt import SRC DST --like REF_TRACE [--step K]
 
-Converts a checkpoint in torch.distributed.checkpoint's default format (SRC:
-.distcp files and .metadata, as dcp.save writes them) into a fsdpcheck "dcp"
-checkpoint (DST: DCP's Hugging Face safetensors and fsdpcheck's manifest),
-through torch's own reader (dcp_to_torch_save) and writer
+Converts a checkpoint torch.distributed.checkpoint wrote (SRC: its default
+format, .distcp files and .metadata as dcp.save writes them, or its Hugging
+Face format, HuggingFaceStorageWriter's safetensors without fsdpcheck's
+manifest) into a fsdpcheck "dcp" checkpoint (DST: DCP's Hugging Face
+safetensors and fsdpcheck's manifest), through torch's own readers
+(dcp_to_torch_save, HuggingFaceStorageReader) and writer
 (HuggingFaceStorageWriter). REF_TRACE names the run: its model and optimizer
 config go into the manifest. The model's tensors are found under their model
 names (at the top level or under "model."), the optimizer's as

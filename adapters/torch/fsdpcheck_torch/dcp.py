@@ -261,47 +261,93 @@ def _pick(flat, names, state_names):
     return out
 
 
+class _quiet:
+    """torch logs its fallbacks with tracebacks on the root logger
+    (state_dict_loader.py) and warns; a refusal is one line."""
+
+    def __enter__(self):
+        import logging
+        import warnings
+
+        self.log = logging.getLogger()
+        self.level = self.log.level
+        self.log.setLevel(logging.CRITICAL)
+        self.warn = warnings.catch_warnings()
+        self.warn.__enter__()
+        warnings.simplefilter("ignore")
+
+    def __exit__(self, *exc):
+        self.warn.__exit__(*exc)
+        self.log.setLevel(self.level)
+        return False
+
+
+def _refused(src, e):
+    why = [x.strip() for x in str(e).splitlines() if x.strip()]
+    return UsageError(f"{src}: torch's DCP reader refuses it: {(why[-1] if why else type(e).__name__)[:300]}")
+
+
+def _read_distcp(src, tmp):
+    """DCP's default format (.distcp, .metadata), every tensor full."""
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    try:
+        with _quiet():
+            dcp_to_torch_save(src, os.path.join(tmp, "sd.pt"))
+    # whatever torch's reader raises on a broken checkpoint (CheckpointException is a BaseException)
+    except (Exception, CheckpointException) as e:  # noqa: BLE001
+        raise _refused(src, e)
+    return torch.load(os.path.join(tmp, "sd.pt"), weights_only=True)
+
+
+def _read_hf(src, names, state_names, init):
+    """DCP's Hugging Face format written by torch without fsdpcheck's manifest:
+    the model's and the optimizer's tensors under DCP's flattened names, full."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+    from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageReader
+
+    sd = {n: torch.empty_like(init[n]) for n in names}
+    for n in names:
+        for s in state_names:
+            sd[f"state.{n}.{s}"] = torch.empty_like(init[n])
+        if state_names[:1] == ["exp_avg"]:
+            sd[f"state.{n}.step"] = torch.zeros(())
+    try:
+        with _quiet():
+            dcp.load(sd, storage_reader=HuggingFaceStorageReader(src))
+    except (Exception, CheckpointException) as e:  # noqa: BLE001
+        raise _refused(src, e)
+    return sd
+
+
 def import_checkpoint(src, dst, like, step=None):
-    """A DCP checkpoint in torch's default format -> a "dcp" fsdpcheck
-    checkpoint at W=1, through torch's own reader (dcp_to_torch_save) and
-    writer (HuggingFaceStorageWriter), in one process."""
+    """A DCP checkpoint torch wrote -> a "dcp" fsdpcheck checkpoint at W=1,
+    through torch's own readers (dcp_to_torch_save for the default format,
+    HuggingFaceStorageReader for the Hugging Face one) and writer
+    (HuggingFaceStorageWriter), in one process."""
     import tempfile
 
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     from torch.distributed.checkpoint.hf_storage import HuggingFaceStorageWriter
 
     from .tracefile import RefTrace
 
-    if not os.path.isfile(os.path.join(src, ".metadata")):
-        raise UsageError(f"{src}: no .metadata: not a checkpoint in DCP's default format")
+    hf = os.path.isdir(src) and any(n.endswith(SUFFIX) for n in os.listdir(src))
+    if not os.path.isfile(os.path.join(src, ".metadata")) and not hf:
+        raise UsageError(
+            f"{src}: neither .metadata nor *.safetensors: not a checkpoint torch.distributed.checkpoint wrote"
+        )
     ref = RefTrace(like)
     cfg = ref.meta["config"]
     state_names = optim_state_names(cfg)
-    with tempfile.TemporaryDirectory() as tmp:
-        import logging
-        import warnings
-
-        from torch.distributed.checkpoint.api import CheckpointException
-
-        # torch logs its fallbacks with tracebacks on the root logger (state_dict_loader.py);
-        # the refusal below is the one line
-        log = logging.getLogger()
-        level = log.level
-        log.setLevel(logging.CRITICAL)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dcp_to_torch_save(src, os.path.join(tmp, "sd.pt"))
-        # whatever torch's reader raises on a broken checkpoint (CheckpointException is a BaseException)
-        except (Exception, CheckpointException) as e:  # noqa: BLE001
-            why = [x.strip() for x in str(e).splitlines() if x.strip()]
-            raise UsageError(f"{src}: torch's DCP reader refuses it: {(why[-1] if why else type(e).__name__)[:300]}")
-        finally:
-            log.setLevel(level)
-        sd = torch.load(os.path.join(tmp, "sd.pt"), weights_only=True)
-    picked = _pick(_flatten(sd), ref.names, state_names)
     init = ref.init()
+    if os.path.isfile(os.path.join(src, ".metadata")):
+        with tempfile.TemporaryDirectory() as tmp:
+            picked = _pick(_flatten(_read_distcp(src, tmp)), ref.names, state_names)
+    else:
+        picked = _read_hf(src, ref.names, state_names, init)
     for n in ref.names:
         if tuple(picked[n].shape) != tuple(init[n].shape):
             raise UsageError(f"parameter {n}: shape {tuple(picked[n].shape)}, the model's is {tuple(init[n].shape)}")
@@ -313,6 +359,8 @@ def import_checkpoint(src, dst, like, step=None):
     elif steps and steps != {float(step)}:
         raise UsageError(f"--step {step}: the checkpoint's AdamW steps are {sorted(steps)}")
     tensors = {k: v.detach().float().contiguous() for k, v in picked.items()}
+    if os.path.realpath(src) == os.path.realpath(dst):
+        raise UsageError(f"{dst}: the destination is the source; import into another directory")
     prepare_dir(dst)
     dcp.save(tensors, storage_writer=HuggingFaceStorageWriter(dst, save_distributed=True))
     write_manifest(dst, cfg, step, 1, "full_shard")

@@ -133,7 +133,10 @@ def apply_file(cfg, extras, path, device):
             # Accelerate's apply_activation_checkpointing wraps each block inside its unit
             on = _bool(path, raw_key, v)
             cfg["activation_checkpointing"] = "inside" if on else "none"
-            extras["activation_checkpointing"] = on
+            if on:  # the Trainer leaves it to Accelerate
+                extras["activation_checkpointing"] = True
+            else:
+                extras.pop("activation_checkpointing", None)
         elif key == "version":
             if v not in (1, 2, "1", "2"):
                 raise _err(path, raw_key, v, "is not an FSDP version (1 or 2)")

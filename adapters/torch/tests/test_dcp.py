@@ -14,6 +14,7 @@ torch and the reference, both ways, and the import of DCP's default format:
       -> fsdpcheck-torch ckpt import -> bit for bit, and the reference resumes it
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -202,12 +203,34 @@ def test_distcp_import(torch_saved, ref, tmp_path):
     assert rc == 0, out
 
 
+def test_hf_import(torch_saved, ref, tmp_path):
+    """torch's Hugging Face files without fsdpcheck's manifest (as a user's own
+    training script writes them) import bit for bit through HuggingFaceStorageReader."""
+    import shutil
+
+    src = tmp_path / "hf"
+    src.mkdir()
+    for n in os.listdir(torch_saved / "ckpt"):
+        if n.endswith(".safetensors"):
+            shutil.copy(torch_saved / "ckpt" / n, src / n)
+    rc, out = sh([sys.executable, "-m", "fsdpcheck_torch", "ckpt", "import", str(src), str(tmp_path / "imp"),
+                  "--like", str(ref / "ref")])  # fmt: skip
+    assert rc == 0 and "step 2" in out, out
+    rc, out = fsdpcheck("ckpt", "convert", str(tmp_path / "imp"), str(tmp_path / "full"), "--to", "full")
+    assert rc == 0, out
+    assert_bitwise_full(tmp_path / "full", torch_saved, 1)
+    os.remove(src / "shard-00003-model-00001-of-00001.safetensors")  # rows of every tensor gone
+    rc, out = sh([sys.executable, "-m", "fsdpcheck_torch", "ckpt", "import", str(src), str(tmp_path / "imp2"),
+                  "--like", str(ref / "ref")])  # fmt: skip
+    assert rc == 2 and "torch's DCP reader refuses it" in out, out
+
+
 def test_import_refusals(ref, tmp_path):
     def imp(*a):
         return sh([sys.executable, "-m", "fsdpcheck_torch", "ckpt", "import", *a])
 
     rc, out = imp(str(tmp_path), str(tmp_path / "x"), "--like", str(ref / "ref"))
-    assert rc == 2 and "no .metadata" in out, out
+    assert rc == 2 and "neither .metadata nor *.safetensors" in out, out
     rc, out = imp(str(tmp_path), str(tmp_path / "x"))
     assert rc == 2 and "--like REF_TRACE is required" in out, out
     rc, out = imp(str(tmp_path), str(tmp_path / "x"), "--like", str(ref / "ref"), "--bogus")
@@ -229,3 +252,45 @@ def test_sharded_round_trip_refusals(ref, tmp_path):
     assert rc == 2 and "no readable fsdpcheck checkpoint manifest" in out, out
     rc, out = run("fsdp2", "--ckpt-state-dict", "sharded")
     assert rc == 2 and "--ckpt-state-dict needs --ckpt-at K" in out, out
+
+
+def test_manifest_and_pick_refusals(torch_saved, tmp_path):
+    """dcp.py's checks without torchrun: a manifest whose files do not match,
+    one of another kind, one of another model; the import's search for tensors."""
+    import shutil
+
+    import torch
+
+    from fsdpcheck_torch import dcp
+    from fsdpcheck_torch.config import UsageError
+    from fsdpcheck_torch.tracefile import RefTrace
+
+    cfg = RefTrace(str(torch_saved.parent / "ref")).meta["config"]
+    ck = tmp_path / "ck"
+    shutil.copytree(torch_saved / "ckpt", ck)
+    assert dcp.kind_of(str(ck)) == "dcp" and dcp.kind_of(str(tmp_path)) is None
+    assert dcp.read_manifest(str(ck), cfg) == 2
+    other = json.loads(json.dumps(cfg))
+    other["model"]["n_embd"] += 1
+    with pytest.raises(UsageError, match="another model or optimizer"):
+        dcp.read_manifest(str(ck), other)
+    shard = ck / "shard-00002-model-00001-of-00001.safetensors"
+    shard.write_bytes(shard.read_bytes()[:-4] + b"\0\0\0\0")
+    with pytest.raises(UsageError, match="corrupted"):
+        dcp.read_manifest(str(ck), cfg)
+    man = json.loads((ck / "fsdpcheck.json").read_text())
+    (ck / "fsdpcheck.json").write_text(json.dumps(dict(man, state_dict="full")))
+    with pytest.raises(UsageError, match='not a "dcp" fsdpcheck checkpoint'):
+        dcp.read_manifest(str(ck), cfg)
+    # a new save into the directory removes the old checkpoint's files, manifest first
+    (ck / "fsdpcheck.json").write_text(json.dumps(man))
+    (ck / "unrelated.txt").write_text("kept")
+    dcp.prepare_dir(str(ck))
+    assert sorted(os.listdir(ck)) == ["unrelated.txt"]
+    # the import's search: under a prefix, twice, or keyed by index
+    t = torch.zeros(2)
+    assert dcp._pick({"model.a": t, "optim.state.a.momentum_buffer": t}, ["a"], ["momentum_buffer"])
+    with pytest.raises(UsageError, match="found twice"):
+        dcp._pick({"a": t, "model.a": t}, ["a"], [])
+    with pytest.raises(UsageError, match="keyed by parameter name"):
+        dcp._pick({"a": t, "optimizer.state.0.momentum_buffer": t}, ["a"], ["momentum_buffer"])

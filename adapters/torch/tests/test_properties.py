@@ -738,6 +738,8 @@ def fsdp_files(draw):
         b = draw(st.booleans())
         put("activation_checkpointing", boolean(b))
         want["activation_checkpointing"] = "inside" if b else "none"  # Accelerate's placement
+        if b:
+            extras["activation_checkpointing"] = True
     if draw(st.booleans()):
         put("xla", boolean(False))
     for key in fsdp_config.NEUTRAL:
