@@ -131,7 +131,7 @@ static int save_sharded(const fc_ckpt_rank_view *v, const char *dir, fc_state_di
     mine.writer = v->writer;
     mine.ok = 1;
     // a layout's own format: flat chunks split rows, FSDP2's rows are not one range
-    fc_state_dict own = v->units[0].pieces ? FC_STATE_DICT_DCP : FC_STATE_DICT_SHARDED;
+    fc_state_dict own = fc_ckpt_sharded_kind(v->cfg);
     if (kind != own) {
         mine.ok = 0;
         snprintf(mine.msg, sizeof mine.msg, "a %s checkpoint of %s shards: this layout saves %s ones", fc_state_dict_name(kind),

@@ -95,6 +95,9 @@ static int cmd_inspect(const char *dir) {
         const fc_st_file *st = fc_ckpt_st(c, m->files[i].name);
         if (!st) continue;
         printf("  tensors of %s (%d)\n", m->files[i].name, st->n_tensors);
+        // a DCP file's blocks: which rows of each full tensor they hold
+        const char *sharding = m->kind == FC_STATE_DICT_DCP ? fc_st_meta(st, "DCP_SHARDING_INFO") : NULL;
+        cJSON *d = sharding ? cJSON_Parse(sharding) : NULL;
         for (int k = 0; k < st->n_tensors; k++) {
             const fc_st_tensor *t = &st->tensors[k];
             char shape[96];
@@ -103,14 +106,10 @@ static int cmd_inspect(const char *dir) {
             // a shard tensor's layout: which elements of which unit it holds
             const char *layout = m->kind == FC_STATE_DICT_SHARDED ? fc_st_meta(st, t->name) : NULL;
             cJSON *j = layout ? cJSON_Parse(layout) : NULL;
-            // a DCP block: which rows of the full tensor it holds
-            const char *sharding = m->kind == FC_STATE_DICT_DCP ? fc_st_meta(st, "DCP_SHARDING_INFO") : NULL;
-            cJSON *d = sharding ? cJSON_Parse(sharding) : NULL;
             const cJSON *off = d ? cJSON_GetObjectItem(cJSON_GetObjectItem(d, t->name), "saved_offsets") : NULL;
             if (cJSON_GetArraySize(off) > 0 && t->ndim > 0)
                 printf(" rows [%.0f, %.0f)", cJSON_GetArrayItem(off, 0)->valuedouble,
                        cJSON_GetArrayItem(off, 0)->valuedouble + (double)t->shape[0]);
-            cJSON_Delete(d);
             if (j) {
                 const cJSON *u = cJSON_GetObjectItem(j, "unit"), *un = cJSON_GetObjectItem(j, "unit_name"),
                             *f = cJSON_GetObjectItem(j, "first"), *n = cJSON_GetObjectItem(j, "count"),
@@ -122,6 +121,7 @@ static int cmd_inspect(const char *dir) {
             }
             printf("\n");
         }
+        cJSON_Delete(d);
     }
     printf("  checksums not verified here: run 'fsdpcheck ckpt verify %s'\n", dir);
     fc_ckpt_close(c);

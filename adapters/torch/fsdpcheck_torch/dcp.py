@@ -114,13 +114,19 @@ def write_manifest(directory, cfg, step, world, strategy):
     _write_atomic(os.path.join(directory, MANIFEST), json.dumps(man, indent=1))
 
 
-def kind_of(directory):
-    """The "state_dict" a checkpoint's manifest names, or None."""
+def manifest_of(directory):
+    """A checkpoint's manifest as a dict, or None where there is no readable one."""
     try:
         with open(os.path.join(directory, MANIFEST)) as f:
-            return json.load(f).get("state_dict")
-    except (OSError, ValueError, AttributeError):
+            man = json.load(f)
+    except (OSError, ValueError):
         return None
+    return man if isinstance(man, dict) else None
+
+
+def kind_of(directory):
+    """The "state_dict" a checkpoint's manifest names, or None."""
+    return (manifest_of(directory) or {}).get("state_dict")
 
 
 def read_manifest(directory, cfg):

@@ -362,21 +362,18 @@ class Run:
     def resume(self, directory):
         """--load: a model and optimizer from a fsdpcheck checkpoint (FULL, or
         "dcp" through torch's reader), and the step it resumes at."""
-        import json
-
         from . import dcp
 
-        kind = dcp.kind_of(directory)
+        man = dcp.manifest_of(directory) or {}
+        kind = man.get("state_dict")
         if kind == "dcp":
             model = self.build(self.ref.init())
             optim = self.optimizer(model)
             return model, optim, dcp.load(self, model, optim, directory, self.fault)
         if kind != "full":
             raise UsageError(f"--load {directory}: a {kind!r} checkpoint (this adapter loads full and dcp ones)")
-        with open(os.path.join(directory, dcp.MANIFEST)) as f:
-            step = json.load(f)["step"]
         model, optim = self.load_checkpoint(directory)
-        return model, optim, step
+        return model, optim, man["step"]
 
     def save_checkpoint(self, model, optim, directory, step):
         """FULL_STATE_DICT checkpoint through torch.distributed.checkpoint's
