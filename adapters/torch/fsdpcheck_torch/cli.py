@@ -18,6 +18,7 @@ import os
 import sys
 
 from .config import APIS, BACKENDS, DEVICES, FAULTS, UsageError, like_config, validate
+from .errors import refuse
 from .flags import split_args
 
 PROG = "fsdpcheck-torch"
@@ -174,9 +175,7 @@ def cmd_run(argv):
             with open(argv[1]) as f:
                 jobs = json.load(f)
         except (OSError, ValueError) as e:
-            if rank == 0:
-                print(f"{PROG}: --jobs {argv[1]}: {e}", file=sys.stderr)
-            return 2
+            return refuse(rank, f"--jobs {argv[1]}: {e}", PROG)
     parsed = []
     try:
         for job in jobs if jobs is not None else [argv]:
@@ -185,14 +184,10 @@ def cmd_run(argv):
         from . import failure
 
         failure.record(rank, "usage", str(e))
-        if rank == 0:
-            print(f"{PROG}: {e}", file=sys.stderr)
-        return 2
+        return refuse(rank, str(e), PROG)
     devices = {(a.device, a.backend) for a, _, _ in parsed}
     if len(devices) != 1:
-        if rank == 0:
-            print(f"{PROG}: --jobs: every job must use the same --device and --backend", file=sys.stderr)
-        return 2
+        return refuse(rank, "--jobs: every job must use the same --device and --backend", PROG)
     args0 = parsed[0][0]
     if args0.device == "xla":
         from . import xla

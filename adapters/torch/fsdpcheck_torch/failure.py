@@ -18,10 +18,9 @@ reports for itself, into the directory named by $FSDPCHECK_TORCH_REPORT:
 import faulthandler
 import os
 import re
-import sys
 from dataclasses import dataclass
 
-from .errors import UsageError
+from .errors import UsageError, refuse
 
 ENV = "FSDPCHECK_TORCH_REPORT"
 
@@ -83,9 +82,7 @@ def guarded(rank, body):
         return body()
     except UsageError as e:
         record(rank, "usage", str(e))
-        if rank == 0:
-            print(f"fsdpcheck-torch: {e}", file=sys.stderr)
-        return 2
+        return refuse(rank, str(e))
     except Exception as e:  # noqa: BLE001 (recorded for check, then the traceback as Python prints it)
         import traceback
 

@@ -29,6 +29,7 @@ import sys
 import tempfile
 
 from .config import UsageError, like_config, optim_state_names
+from .errors import refuse
 
 OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--allow-ddp": False}
 
@@ -99,9 +100,7 @@ def cmd_trainer(argv):
     try:
         opts, cfg, ref, extras, fsdp = parse(argv, world)
     except UsageError as e:
-        if rank == 0:
-            print(f"fsdpcheck-torch: {e}", file=sys.stderr)
-        return 2
+        return refuse(rank, str(e))
     from . import failure
     from .teardown import shutdown
 
