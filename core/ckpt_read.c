@@ -75,19 +75,12 @@ static int read_manifest(const fc_ckpt *c, const char *path, char **text, size_t
 }
 
 typedef struct {
-    char s[200];
+    char s[300];
 } described;
 
 static described describe(const fc_model_config *m) {
     described d;
-    if (m->kind == FC_MODEL_MLP) {
-        int k = snprintf(d.s, sizeof d.s, "%.60s: mlp ", m->name);
-        for (int i = 0; i <= m->n_layers && k < (int)sizeof d.s; i++)
-            k += snprintf(d.s + k, sizeof d.s - (size_t)k, "%s%d", i ? "-" : "", m->dims[i]);
-    } else {
-        snprintf(d.s, sizeof d.s, "%.60s: gpt2 vocab %d, positions %d, n_embd %d, n_layer %d, n_head %d", m->name,
-                 m->vocab_size, m->n_positions, m->n_embd, m->n_layer, m->n_head);
-    }
+    fc_model_config_describe(m, d.s, sizeof d.s);
     return d;
 }
 

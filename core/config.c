@@ -124,17 +124,63 @@ NAME_FUNCS(act_ckpt, fc_act_ckpt, ACT_CKPT_NAMES)
 // ---------------------------------------------------------------------------
 // model presets
 
-static void gpt2_preset(fc_model_config *c, const char *name, int V, int P, int C, int L, int H) {
+// The sizes gpt2 and llama share (config.h: llama's names map onto gpt2's fields).
+static void lm_preset(fc_model_config *c, fc_model_kind kind, const char *name, int V, int P, int C, int L, int H,
+                      float eps) {
     memset(c, 0, sizeof *c);
-    c->kind = FC_MODEL_GPT2;
+    c->kind = kind;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->vocab_size = V;
     c->n_positions = P;
     c->n_embd = C;
     c->n_layer = L;
     c->n_head = H;
-    c->layer_norm_epsilon = 1e-5f;
+    c->layer_norm_epsilon = eps;
 }
+
+static void gpt2_preset(fc_model_config *c, const char *name, int V, int P, int C, int L, int H) {
+    lm_preset(c, FC_MODEL_GPT2, name, V, P, C, L, H, 1e-5f);
+}
+
+const char *fc_model_kind_name(fc_model_kind k) {
+    return k == FC_MODEL_MLP ? "mlp" : k == FC_MODEL_GPT2 ? "gpt2" : "llama";
+}
+
+const char *fc_model_unit_class(fc_model_kind k) {
+    return k == FC_MODEL_MLP ? "Linear" : k == FC_MODEL_GPT2 ? "GPT2Block" : "LlamaDecoderLayer";
+}
+
+void fc_model_config_describe(const fc_model_config *m, char *buf, size_t cap) {
+    if (m->kind == FC_MODEL_MLP) {
+        size_t k = (size_t)snprintf(buf, cap, "%.64s: mlp ", m->name);
+        for (int i = 0; i <= m->n_layers && k < cap; i++)
+            k += (size_t)snprintf(buf + k, cap - k, "%s%d", i ? "-" : "", m->dims[i]);
+    } else if (m->kind == FC_MODEL_LLAMA) {
+        snprintf(buf, cap,
+                 "%.64s: llama vocab %d, positions %d, hidden %d, layers %d, heads %d (kv %d) of %d, mlp %d, %s head, "
+                 "eps %g, rope_theta %g",
+                 m->name, m->vocab_size, m->n_positions, m->n_embd, m->n_layer, m->n_head, m->n_kv_head, m->head_dim,
+                 m->intermediate_size, m->tie_word_embeddings ? "tied" : "untied", (double)m->layer_norm_epsilon,
+                 m->rope_theta);
+    } else {
+        snprintf(buf, cap, "%.64s: gpt2 vocab %d, positions %d, n_embd %d, n_layer %d, n_head %d, eps %g", m->name,
+                 m->vocab_size, m->n_positions, m->n_embd, m->n_layer, m->n_head, (double)m->layer_norm_epsilon);
+    }
+}
+
+// A Llama preset: LlamaConfig's rms_norm_eps, rope_theta and initializer_range.
+static void llama_preset(fc_model_config *c, const char *name, int V, int P, int C, int L, int H,
+                         int KV, int hd, int I, int tied) {
+    lm_preset(c, FC_MODEL_LLAMA, name, V, P, C, L, H, 1e-6f);
+    c->n_kv_head = KV;
+    c->head_dim = hd;
+    c->intermediate_size = I;
+    c->tie_word_embeddings = tied;
+    c->rope_theta = 10000.0;
+    c->initializer_range = 0.02f;
+}
+
+#define PRESET_NAMES "mlp-micro, mlp-tiny, gpt2-micro, gpt2-tiny, gpt2-124m, llama-micro, llama-tiny"
 
 int fc_model_config_load(const char *name, fc_model_config *out, fc_error *e) {
     if (strcmp(name, "mlp-tiny") == 0) {
@@ -172,13 +218,26 @@ int fc_model_config_load(const char *name, fc_model_config *out, fc_error *e) {
         gpt2_preset(out, "gpt2-124m", 50257, 1024, 768, 12, 12);
         return 0;
     }
+    if (strcmp(name, "llama-micro") == 0) {
+        // one layer, two query heads sharing one kv head (GQA), the head tied:
+        // the smallest Llama the sweep shrinks to
+        llama_preset(out, "llama-micro", 13, 8, 8, 1, 2, 1, 4, 12, 1);
+        return 0;
+    }
+    if (strcmp(name, "llama-tiny") == 0) {
+        // GQA 4:2 with head_dim 6 != hidden/heads (q_proj 16 -> 24), the head
+        // untied: layers of 3104 = 2^5 * 97 elements, so W = 3, 5, 6, 7 shard
+        // them unevenly, and FSDP2's rows (12, 16, 24, 40, 97) too.
+        llama_preset(out, "llama-tiny", 97, 32, 16, 2, 4, 2, 6, 40, 0);
+        return 0;
+    }
     // Anything else must be a config.json file.
     char *buf;
     size_t len;
     int rc = fc_read_file_limited(name, CONFIG_JSON_MAX, &buf, &len, e);
     if (rc == FC_READ_CANNOT_OPEN)
-        return fc_fail(e, "--model %s: not a preset (mlp-micro, mlp-tiny, gpt2-micro, gpt2-tiny, gpt2-124m) and cannot open it: %s",
-                       name, strerror(errno));
+        return fc_fail(e, "--model %s: not a preset (" PRESET_NAMES ") and cannot open it: %s", name,
+                       strerror(errno));
     if (rc == FC_READ_TOO_LARGE) return fc_fail(e, "%s: config file larger than 16 MiB", name);
     if (rc) return -1;
     rc = fc_model_config_parse(buf, name, out, e);
@@ -201,6 +260,83 @@ static int json_int(const cJSON *j, const char *key, int dflt, int *out, const c
     if (!cJSON_IsNumber(v) || d != floor(d) || d < 1 || d > 1e9)
         return fc_fail(e, "%s: \"%s\" must be a positive integer", path, key);
     *out = (int)d;
+    return 0;
+}
+
+// Reads a number in (0, hi], positive as a float too (1e-300 would silently
+// become a zero epsilon), or dflt when absent (or null, when null_ok).
+static int json_real(const cJSON *j, const char *key, double dflt, double hi, double *out,
+                     const char *path, fc_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = dflt;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !((float)v->valuedouble > 0) || v->valuedouble > hi)
+        return fc_fail(e, "%s: \"%s\" must be a number in (0, %g]", path, key, hi);
+    *out = v->valuedouble;
+    return 0;
+}
+
+// Refuses a key whose value is not the one fsdpcheck models (a feature it
+// would otherwise silently ignore). want: a JSON literal ("false", "null",
+// "\"silu\"", "0"); absent is accepted.
+static int json_only(const cJSON *j, const char *key, const char *want, const char *path, fc_error *e) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v) return 0;
+    cJSON *w = cJSON_Parse(want);
+    if (!w) fc_die(FC_EXIT_INTERNAL, "%s:%d: bad literal %s", __FILE__, __LINE__, want);
+    int same = cJSON_Compare(v, w, 1) || (cJSON_IsNumber(v) && cJSON_IsNumber(w) && v->valuedouble == w->valuedouble);
+    cJSON_Delete(w);
+    return same ? 0 : fc_fail(e, "%s: only \"%s\": %s is supported", path, key, want);
+}
+
+// LlamaConfig's fields (transformers' configuration_llama.py; its defaults
+// for the keys a file may omit). rope_theta may also come inside
+// transformers 5's "rope_parameters" {"rope_type": "default", "rope_theta": ...}.
+static int parse_llama(const cJSON *j, const char *path, fc_model_config *out, fc_error *e) {
+    out->kind = FC_MODEL_LLAMA;
+    if (json_int(j, "vocab_size", 32000, &out->vocab_size, path, e) ||
+        json_int(j, "max_position_embeddings", 2048, &out->n_positions, path, e) ||
+        json_int(j, "hidden_size", 4096, &out->n_embd, path, e) ||
+        json_int(j, "intermediate_size", 11008, &out->intermediate_size, path, e) ||
+        json_int(j, "num_hidden_layers", 32, &out->n_layer, path, e) ||
+        json_int(j, "num_attention_heads", 32, &out->n_head, path, e))
+        return -1;
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads");
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(j, "head_dim");
+    if (!kv || cJSON_IsNull(kv))
+        out->n_kv_head = out->n_head;  // LlamaConfig's default: multi-head attention
+    else if (json_int(j, "num_key_value_heads", -1, &out->n_kv_head, path, e))
+        return -1;
+    if (cJSON_IsNull(hd) || !hd)
+        out->head_dim = out->n_embd / out->n_head;  // LlamaConfig's default (0 if n_head > hidden_size: refused below)
+    else if (json_int(j, "head_dim", -1, &out->head_dim, path, e))
+        return -1;
+    double eps = 0, theta = 0, init = 0;
+    if (json_real(j, "rms_norm_eps", 1e-6, 1, &eps, path, e) ||
+        json_real(j, "rope_theta", 10000, 1e12, &theta, path, e) ||
+        json_real(j, "initializer_range", 0.02, 1, &init, path, e))
+        return -1;
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    if (rp && !cJSON_IsNull(rp)) {
+        if (!cJSON_IsObject(rp) || json_only(rp, "rope_type", "\"default\"", path, e))
+            return fc_fail(e, "%s: only \"rope_parameters\" of \"rope_type\": \"default\" is supported", path);
+        if (cJSON_GetObjectItemCaseSensitive(rp, "rope_theta") &&
+            json_real(rp, "rope_theta", 10000, 1e12, &theta, path, e))
+            return -1;
+    }
+    out->layer_norm_epsilon = (float)eps;
+    out->rope_theta = theta;
+    out->initializer_range = (float)init;
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
+    if (tie && !cJSON_IsBool(tie)) return fc_fail(e, "%s: \"tie_word_embeddings\" must be true or false", path);
+    out->tie_word_embeddings = cJSON_IsTrue(tie);  // LlamaConfig's default: untied
+    // What fsdpcheck's Llama does not model must not be silently ignored.
+    if (json_only(j, "hidden_act", "\"silu\"", path, e) || json_only(j, "attention_bias", "false", path, e) ||
+        json_only(j, "mlp_bias", "false", path, e) || json_only(j, "rope_scaling", "null", path, e) ||
+        json_only(j, "attention_dropout", "0", path, e) || json_only(j, "pretraining_tp", "1", path, e))
+        return -1;
     return 0;
 }
 
@@ -241,7 +377,7 @@ int fc_model_config_parse(const char *json, const char *path, fc_model_config *o
     }
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
     if (!cJSON_IsString(mt)) {
-        fc_fail(e, "%s: missing \"model_type\" (\"gpt2\" or \"fsdpcheck-mlp\")", path);
+        fc_fail(e, "%s: missing \"model_type\" (\"gpt2\", \"llama\" or \"fsdpcheck-mlp\")", path);
         goto done;
     }
     snprintf(out->name, sizeof out->name, "%s", path);
@@ -254,16 +390,9 @@ int fc_model_config_parse(const char *json, const char *path, fc_model_config *o
             json_int(j, "n_layer", 12, &out->n_layer, path, e) ||
             json_int(j, "n_head", 12, &out->n_head, path, e))
             goto done;
-        out->layer_norm_epsilon = 1e-5f;
-        const cJSON *eps = cJSON_GetObjectItemCaseSensitive(j, "layer_norm_epsilon");
-        if (eps) {
-            // positive as a float too: 1e-300 would silently become a zero epsilon
-            if (!cJSON_IsNumber(eps) || !((float)eps->valuedouble > 0) || eps->valuedouble > 1) {
-                fc_fail(e, "%s: \"layer_norm_epsilon\" must be a number in (0, 1]", path);
-                goto done;
-            }
-            out->layer_norm_epsilon = (float)eps->valuedouble;
-        }
+        double eps = 0;
+        if (json_real(j, "layer_norm_epsilon", 1e-5, 1, &eps, path, e)) goto done;
+        out->layer_norm_epsilon = (float)eps;
         // Features fsdpcheck's GPT-2 does not model must not be silently ignored.
         const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
         if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "gelu_new") != 0)) {
@@ -275,6 +404,8 @@ int fc_model_config_parse(const char *json, const char *path, fc_model_config *o
             fc_fail(e, "%s: \"n_inner\" must be null (the MLP is 4 * n_embd)", path);
             goto done;
         }
+    } else if (strcmp(mt->valuestring, "llama") == 0) {
+        if (parse_llama(j, path, out, e)) goto done;
     } else if (strcmp(mt->valuestring, "fsdpcheck-mlp") == 0) {
         out->kind = FC_MODEL_MLP;
         const cJSON *dims = cJSON_GetObjectItemCaseSensitive(j, "dims");
@@ -295,7 +426,7 @@ int fc_model_config_parse(const char *json, const char *path, fc_model_config *o
             out->dims[i] = (int)d->valuedouble;
         }
     } else {
-        fc_fail(e, "%s: unsupported \"model_type\": \"%s\" (expected \"gpt2\" or \"fsdpcheck-mlp\")",
+        fc_fail(e, "%s: unsupported \"model_type\": \"%s\" (expected \"gpt2\", \"llama\" or \"fsdpcheck-mlp\")",
                 path, mt->valuestring);
         goto done;
     }
@@ -314,7 +445,30 @@ int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b) {
         return 1;
     }
     return a->vocab_size == b->vocab_size && a->n_positions == b->n_positions && a->n_embd == b->n_embd &&
-           a->n_layer == b->n_layer && a->n_head == b->n_head && a->layer_norm_epsilon == b->layer_norm_epsilon;
+           a->n_layer == b->n_layer && a->n_head == b->n_head && a->layer_norm_epsilon == b->layer_norm_epsilon &&
+           a->n_kv_head == b->n_kv_head && a->head_dim == b->head_dim &&
+           a->intermediate_size == b->intermediate_size && a->tie_word_embeddings == b->tie_word_embeddings &&
+           a->rope_theta == b->rope_theta && a->initializer_range == b->initializer_range;
+}
+
+static int validate_llama(const fc_model_config *c, fc_error *e) {
+    if (c->vocab_size < 2 || c->n_positions < 1 || c->n_embd < 1 || c->n_layer < 1 || c->n_head < 1 ||
+        c->n_kv_head < 1 || c->head_dim < 1 || c->intermediate_size < 1)
+        return fc_fail(e, "model %s: llama sizes must be positive (vocab_size >= 2, head_dim >= 1)", c->name);
+    if (c->n_head % c->n_kv_head != 0)
+        return fc_fail(e, "model %s: num_attention_heads %d is not divisible by num_key_value_heads %d", c->name,
+                       c->n_head, c->n_kv_head);
+    if (c->head_dim % 2 != 0)
+        return fc_fail(e, "model %s: head_dim %d is odd (rotary embeddings rotate its two halves)", c->name,
+                       c->head_dim);
+    if (!(c->layer_norm_epsilon > 0) || !(c->rope_theta > 0) || !(c->initializer_range > 0))
+        return fc_fail(e, "model %s: rms_norm_eps, rope_theta and initializer_range must be positive", c->name);
+    // Sizes are used as int element counts in the math; keep products in range.
+    double q = (double)c->n_head * c->head_dim;
+    if ((double)c->vocab_size * c->n_embd > 2e9 || q * c->n_embd > 2e9 ||
+        (double)c->intermediate_size * c->n_embd > 2e9 || c->n_layer > 1000)
+        return fc_fail(e, "model %s: too large for fsdpcheck (a tensor exceeds 2^31 elements)", c->name);
+    return 0;
 }
 
 int fc_model_config_validate(const fc_model_config *c, fc_error *e) {
@@ -327,6 +481,7 @@ int fc_model_config_validate(const fc_model_config *c, fc_error *e) {
             return fc_fail(e, "model %s: mlp needs at least 2 classes", c->name);
         return 0;
     }
+    if (c->kind == FC_MODEL_LLAMA) return validate_llama(c, e);
     if (c->vocab_size < 2 || c->n_positions < 1 || c->n_embd < 1 || c->n_layer < 1 ||
         c->n_head < 1)
         return fc_fail(e, "model %s: gpt2 sizes must be positive (vocab_size >= 2)", c->name);
@@ -359,6 +514,28 @@ cJSON *fc_model_config_to_json(const fc_model_config *c) {
     if (c->kind == FC_MODEL_MLP) {
         cJSON_AddStringToObject(j, "model_type", "fsdpcheck-mlp");
         cJSON_AddItemToObject(j, "dims", cJSON_CreateIntArray(c->dims, c->n_layers + 1));
+    } else if (c->kind == FC_MODEL_LLAMA) {
+        // Enough for transformers.LlamaForCausalLM.from_pretrained.
+        cJSON_AddStringToObject(j, "model_type", "llama");
+        cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+        cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+        cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+        cJSON_AddNumberToObject(j, "max_position_embeddings", c->n_positions);
+        cJSON_AddNumberToObject(j, "hidden_size", c->n_embd);
+        cJSON_AddNumberToObject(j, "intermediate_size", c->intermediate_size);
+        cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layer);
+        cJSON_AddNumberToObject(j, "num_attention_heads", c->n_head);
+        cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_kv_head);
+        cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+        cJSON_AddNumberToObject(j, "rms_norm_eps", shortest_double(c->layer_norm_epsilon));
+        cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+        cJSON_AddNumberToObject(j, "initializer_range", shortest_double(c->initializer_range));
+        cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
+        cJSON_AddStringToObject(j, "hidden_act", "silu");
+        cJSON_AddBoolToObject(j, "attention_bias", 0);
+        cJSON_AddBoolToObject(j, "mlp_bias", 0);
+        cJSON_AddNumberToObject(j, "attention_dropout", 0);
+        cJSON_AddNullToObject(j, "rope_scaling");
     } else {
         // Enough for transformers.GPT2LMHeadModel.from_pretrained.
         cJSON_AddStringToObject(j, "model_type", "gpt2");
@@ -477,6 +654,9 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         return fc_fail(e, "--inject %s is a fault of FSDP%d's layout, not of this --fsdp-version %d run%s",
                        fc_fault_name(c->inject), c->fsdp_version == 1 ? 2 : 1, c->fsdp_version,
                        c->fsdp_version == 1 ? " (FSDP2 needs a sharded strategy)" : "");
+    if (c->inject == FC_FAULT_TIED_UNTIED && !fc_model_tied(&c->model))
+        return fc_fail(e, "--inject tied_untied needs a tied LM head (gpt2, or llama with tie_word_embeddings); "
+                          "model %s has none", c->model.name);
     if (c->reshard_after_forward) {
         if (c->fsdp_version != 2)
             return fc_fail(e, "--reshard-after-forward %d is FSDP2's integer reshard_after_forward: give "

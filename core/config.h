@@ -18,7 +18,7 @@ struct cJSON;
 
 #define FC_MLP_MAX_LAYERS 16
 
-typedef enum { FC_MODEL_MLP, FC_MODEL_GPT2 } fc_model_kind;
+typedef enum { FC_MODEL_MLP, FC_MODEL_GPT2, FC_MODEL_LLAMA } fc_model_kind;
 
 typedef struct {
     fc_model_kind kind;
@@ -26,14 +26,40 @@ typedef struct {
     // mlp: n_layers Linear layers, dims[0] inputs ... dims[n_layers] classes
     int n_layers;
     int dims[FC_MLP_MAX_LAYERS + 1];
-    // gpt2: Hugging Face GPT2Config names
+    // gpt2: Hugging Face GPT2Config names. llama uses the same fields for its
+    // LlamaConfig counterparts: n_embd = hidden_size, n_layer =
+    // num_hidden_layers, n_head = num_attention_heads, n_positions =
+    // max_position_embeddings, layer_norm_epsilon = rms_norm_eps.
     int vocab_size, n_positions, n_embd, n_layer, n_head;
     float layer_norm_epsilon;
+    // llama only: num_key_value_heads (dividing n_head), head_dim (even, for
+    // RoPE's halves), intermediate_size of the SwiGLU MLP, tie_word_embeddings,
+    // rope_theta, and initializer_range (the std of every Linear and Embedding
+    // weight at init, LlamaPreTrainedModel._init_weights).
+    int n_kv_head, head_dim, intermediate_size, tie_word_embeddings;
+    double rope_theta;
+    float initializer_range;
 } fc_model_config;
 
-// A preset ("mlp-tiny", "gpt2-tiny", "gpt2-124m") or a path to a config.json:
-// Hugging Face GPT-2 ("model_type": "gpt2") or fsdpcheck's own MLP
-// ("model_type": "fsdpcheck-mlp", "dims": [in, hidden..., classes]).
+// "mlp", "gpt2", "llama".
+const char *fc_model_kind_name(fc_model_kind k);
+// The class of the modules that are FSDP units, as auto_wrap's
+// transformer_layer_cls names it: "Linear", "GPT2Block", "LlamaDecoderLayer".
+const char *fc_model_unit_class(fc_model_kind k);
+// One line naming the model and its sizes, for messages: "gpt2-tiny: gpt2
+// vocab 97, positions 32, n_embd 16, n_layer 2, n_head 4", "mlp-tiny: mlp 13-17-11-7".
+void fc_model_config_describe(const fc_model_config *c, char *buf, size_t cap);
+// A language model (gpt2, llama): token ids in, a sequence of T, an LM head.
+static inline int fc_model_has_tokens(const fc_model_config *c) { return c->kind != FC_MODEL_MLP; }
+// Whether the LM head is the token embedding (gpt2 always; llama with tie_word_embeddings).
+static inline int fc_model_tied(const fc_model_config *c) {
+    return c->kind == FC_MODEL_GPT2 || (c->kind == FC_MODEL_LLAMA && c->tie_word_embeddings);
+}
+
+// A preset ("mlp-tiny", "gpt2-tiny", "gpt2-124m", "llama-micro", "llama-tiny")
+// or a path to a config.json: Hugging Face GPT-2 ("model_type": "gpt2"), Llama
+// ("model_type": "llama") or fsdpcheck's own MLP ("model_type":
+// "fsdpcheck-mlp", "dims": [in, hidden..., classes]).
 int fc_model_config_load(const char *name_or_path, fc_model_config *out, fc_error *e);
 // Parses a config.json already in memory (path is only used in messages).
 int fc_model_config_parse(const char *json, const char *path, fc_model_config *out, fc_error *e);
@@ -41,7 +67,7 @@ int fc_model_config_parse(const char *json, const char *path, fc_model_config *o
 int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b);
 // Checks the sizes make a model (positive, heads divide n_embd, ...).
 int fc_model_config_validate(const fc_model_config *c, fc_error *e);
-// The config as Hugging Face config.json fields (gpt2) or fsdpcheck-mlp fields.
+// The config as Hugging Face config.json fields (gpt2, llama) or fsdpcheck-mlp fields.
 struct cJSON *fc_model_config_to_json(const fc_model_config *c);
 
 typedef enum {

@@ -178,13 +178,13 @@ static int k_auto_wrap_policy(parse_state *ps, const char *key, const cJSON *v, 
     if (i == 1)
         return bad_value(ps, key, v,
                          "is not supported: size-based wrapping puts unit boundaries by parameter count; "
-                         "fsdpcheck's units are one per transformer block (gpt2) or Linear layer (mlp): use "
+                         "fsdpcheck's units are one per transformer block (gpt2, llama) or Linear layer (mlp): use "
                          "TRANSFORMER_BASED_WRAP",
                          e);
     if (i == 2)
         return bad_value(ps, key, v,
                          "is not supported: NO_WRAP makes the whole model one unit; fsdpcheck's units are one "
-                         "per transformer block (gpt2) or Linear layer (mlp): use TRANSFORMER_BASED_WRAP",
+                         "per transformer block (gpt2, llama) or Linear layer (mlp): use TRANSFORMER_BASED_WRAP",
                          e);
     if (i < 0)
         return bad_value(ps, key, v, "is not TRANSFORMER_BASED_WRAP (the only policy matching fsdpcheck's units)", e);
@@ -197,12 +197,19 @@ static int add_wrap_cls(parse_state *ps, const char *key, const cJSON *v, const 
     while (len && (*name == ' ' || *name == '\t')) name++, len--;
     while (len && (name[len - 1] == ' ' || name[len - 1] == '\t')) len--;
     if (len == 0)
-        return bad_value(ps, key, v, "holds an empty class name (accepted: GPT2Block for gpt2, Linear for mlp)", e);
-    int known = (len == 9 && !strncmp(name, "GPT2Block", 9)) || (len == 6 && !strncmp(name, "Linear", 6));
+        return bad_value(ps, key, v,
+                         "holds an empty class name (accepted: GPT2Block for gpt2, LlamaDecoderLayer for llama, "
+                         "Linear for mlp)",
+                         e);
+    int known = 0;
+    for (fc_model_kind k = FC_MODEL_MLP; k <= FC_MODEL_LLAMA; k++) {
+        const char *cls = fc_model_unit_class(k);
+        known |= strlen(cls) == len && !strncmp(name, cls, len);
+    }
     if (!known)
         return bad_value(ps, key, v,
                          "names a class that is not a unit of fsdpcheck's models (accepted: GPT2Block for gpt2, "
-                         "Linear for mlp)",
+                         "LlamaDecoderLayer for llama, Linear for mlp)",
                          e);
     if (o->n_wrap_cls == FC_FSDP_MAX_WRAP_CLS) return bad_value(ps, key, v, "lists too many classes", e);
     snprintf(o->wrap_cls[o->n_wrap_cls++], sizeof o->wrap_cls[0], "%.*s", (int)len, name);
@@ -230,7 +237,9 @@ static int k_wrap_cls(parse_state *ps, const char *key, const cJSON *v, fc_error
         return 0;
     }
     return bad_value(ps, key, v,
-                     "must be a class name or a non-empty list of them (GPT2Block for gpt2, Linear for mlp)", e);
+                     "must be a class name or a non-empty list of them (GPT2Block for gpt2, LlamaDecoderLayer for "
+                     "llama, Linear for mlp)",
+                     e);
 }
 
 static int k_min_num_params(parse_state *ps, const char *key, const cJSON *v, fc_error *e) {
@@ -541,12 +550,12 @@ void fc_fsdp_config_apply(const fc_fsdp_config *f, fc_run_config *c) {
 }
 
 int fc_fsdp_config_check_model(const fc_fsdp_config *f, const fc_model_config *m, fc_error *e) {
-    const char *want = m->kind == FC_MODEL_GPT2 ? "GPT2Block" : "Linear";
+    const char *want = fc_model_unit_class(m->kind);
     for (int i = 0; i < f->n_wrap_cls; i++)
         if (strcmp(f->wrap_cls[i], want) != 0)
             return fc_fail(e,
                            "%s: \"fsdp_transformer_layer_cls_to_wrap\": \"%s\" is not a unit of model %s (a %s: "
                            "accepted \"%s\")",
-                           f->path, f->wrap_cls[i], m->name, m->kind == FC_MODEL_GPT2 ? "gpt2" : "mlp", want);
+                           f->path, f->wrap_cls[i], m->name, fc_model_kind_name(m->kind), want);
     return 0;
 }

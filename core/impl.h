@@ -84,6 +84,7 @@ typedef struct {
 #define FC_IMPL_FSDP(v) (1u << (v))
 // Optional features a port implements, as bits of fc_impl_ops.features.
 #define FC_IMPL_ACT_CKPT (1u << 0)  // fc_run_config.act_ckpt: activation checkpointing (DESIGN §5)
+#define FC_IMPL_LLAMA (1u << 1)     // model kind llama: RMSNorm, RoPE, grouped-query attention, SwiGLU
 
 typedef struct {
     int abi_version;     // FC_IMPL_ABI_VERSION

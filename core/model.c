@@ -86,17 +86,57 @@ static void build_gpt2(fc_model *m, int cap) {
     m->stages[L + 1] = (fc_stage){FC_STAGE_HEAD, 0, 0};
 }
 
+static void build_llama(fc_model *m, int cap) {
+    const fc_model_config *c = &m->cfg;
+    int V = c->vocab_size, C = c->n_embd, L = c->n_layer, I = c->intermediate_size;
+    int Q = c->n_head * c->head_dim, KV = c->n_kv_head * c->head_dim;
+    // Unit 0 is the root (embed_tokens, norm, and lm_head when untied); unit
+    // 1 + i is model.layers.i (a LlamaDecoderLayer, as auto_wrap wraps it).
+    m->n_units = 1 + L;
+    m->units = callocCheck((size_t)m->n_units, sizeof(fc_unit));
+    snprintf(m->units[0].name, sizeof m->units[0].name, "%s", "");
+    m->n_stages = L + 2;
+    m->stages = callocCheck((size_t)m->n_stages, sizeof(fc_stage));
+    // LlamaPreTrainedModel._init_weights: normal(0, initializer_range) for
+    // every Linear and Embedding weight, RMSNorm weights 1; no biases.
+    float std = c->initializer_range;
+    add_param(m, cap, 0, FC_INIT_NORMAL, std, V, C, "model.embed_tokens.weight");
+    for (int i = 0; i < L; i++) {
+        int u = 1 + i;
+        snprintf(m->units[u].name, sizeof m->units[u].name, "model.layers.%d", i);
+        // LlamaDecoderLayer.__init__'s order: self_attn, mlp, then the two norms
+        add_param(m, cap, u, FC_INIT_NORMAL, std, Q, C, "model.layers.%d.self_attn.q_proj.weight", i);
+        add_param(m, cap, u, FC_INIT_NORMAL, std, KV, C, "model.layers.%d.self_attn.k_proj.weight", i);
+        add_param(m, cap, u, FC_INIT_NORMAL, std, KV, C, "model.layers.%d.self_attn.v_proj.weight", i);
+        add_param(m, cap, u, FC_INIT_NORMAL, std, C, Q, "model.layers.%d.self_attn.o_proj.weight", i);
+        add_param(m, cap, u, FC_INIT_NORMAL, std, I, C, "model.layers.%d.mlp.gate_proj.weight", i);
+        add_param(m, cap, u, FC_INIT_NORMAL, std, I, C, "model.layers.%d.mlp.up_proj.weight", i);
+        add_param(m, cap, u, FC_INIT_NORMAL, std, C, I, "model.layers.%d.mlp.down_proj.weight", i);
+        add_param(m, cap, u, FC_INIT_ONES, 0, C, 0, "model.layers.%d.input_layernorm.weight", i);
+        add_param(m, cap, u, FC_INIT_ONES, 0, C, 0, "model.layers.%d.post_attention_layernorm.weight", i);
+        m->stages[1 + i] = (fc_stage){FC_STAGE_BLOCK, i, u};
+    }
+    add_param(m, cap, 0, FC_INIT_ONES, 0, C, 0, "model.norm.weight");
+    // tied: lm_head.weight is embed_tokens.weight, one parameter (named_parameters lists it once)
+    if (!c->tie_word_embeddings) add_param(m, cap, 0, FC_INIT_NORMAL, std, V, C, "lm_head.weight");
+    m->stages[0] = (fc_stage){FC_STAGE_EMBED, 0, 0};
+    m->stages[L + 1] = (fc_stage){FC_STAGE_HEAD, 0, 0};
+}
+
 void fc_model_build(fc_model *m, const fc_model_config *cfg) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     int cap = cfg->kind == FC_MODEL_MLP ? 2 * cfg->n_layers : 4 + 12 * cfg->n_layer;
     m->params = callocCheck((size_t)cap, sizeof(fc_param));
-    // gpt2's root module holds wte, wpe and ln_f; mlp's root holds nothing.
-    m->root_unit = cfg->kind == FC_MODEL_GPT2 ? 0 : -1;
+    // gpt2's root module holds wte, wpe and ln_f, llama's embed_tokens, norm
+    // and lm_head; mlp's root holds nothing.
+    m->root_unit = cfg->kind == FC_MODEL_MLP ? -1 : 0;
     if (cfg->kind == FC_MODEL_MLP)
         build_mlp(m, cap);
-    else
+    else if (cfg->kind == FC_MODEL_GPT2)
         build_gpt2(m, cap);
+    else
+        build_llama(m, cap);
     // Group parameters by unit (stable: registration order inside a unit) and
     // lay the units out one after another in the full flat buffer.
     m->unit_params = mallocCheck((size_t)m->n_params * sizeof(int));

@@ -24,6 +24,15 @@ static int resolve(const fc_model *m, const char *name) {
         i = fc_model_find(m, full);
         if (i >= 0) return i;
     }
+    if (m->cfg.kind == FC_MODEL_LLAMA) {
+        // a tied head may still be written (equal to embed_tokens); old files keep RoPE's buffer
+        if (m->cfg.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) return -1;
+        if (ends_with(name, "rotary_emb.inv_freq")) return -1;
+        char full[160];  // a LlamaModel's own file names its parameters without "model."
+        snprintf(full, sizeof full, "model.%s", name);
+        i = fc_model_find(m, full);
+        if (i >= 0) return i;
+    }
     return -2;
 }
 

@@ -21,6 +21,9 @@ int fc_cuda_config_check(const fc_run_config *cfg, int W, fc_error *e) {
     if (cfg->inject != FC_FAULT_NONE)
         return fc_fail(e, "--inject %s: the fault catalogue is a build of the reference; the CUDA port has no injected faults",
                        fc_fault_name(cfg->inject));
+    if (cfg->model.kind == FC_MODEL_LLAMA)
+        return fc_fail(e, "--model %s: the CUDA port has no llama kernels yet (RMSNorm, RoPE, SwiGLU, GQA: the "
+                          "reference has them)", cfg->model.name);
     if (cfg->model.kind == FC_MODEL_GPT2 && cfg->seq_len > FC_CUDA_MAX_SEQ)
         return fc_fail(e, "--seq-len %d: the CUDA attention kernels take at most %d tokens", cfg->seq_len,
                        FC_CUDA_MAX_SEQ);

@@ -448,7 +448,7 @@ fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
     int first, local;
     fc_rank_samples(cfg, f->g.W, f->g.rank, &first, &local);
     f->micro = local / cfg->grad_accum;
-    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    int T = fc_model_has_tokens(&cfg->model) ? cfg->seq_len : 0;
     f->rows = f->micro * (T ? T : 1);
     fc_batch_alloc(&f->batch, &cfg->model, local, T);
     f->up = callocCheck((size_t)m->n_units, sizeof *f->up);

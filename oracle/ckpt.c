@@ -70,14 +70,9 @@ static int cmd_inspect(const char *dir) {
     printf("  state dict  %s\n", fc_state_dict_name(m->kind));
     printf("  step        %ld (optimizer steps taken; the next step and data position)\n", m->step);
     printf("  saved from  W=%d, strategy %s\n", m->world_size, fc_strategy_name(m->strategy));
-    if (cfg->model.kind == FC_MODEL_GPT2)
-        printf("  model       %s: gpt2, vocab %d, positions %d, n_embd %d, n_layer %d, n_head %d", cfg->model.name,
-               cfg->model.vocab_size, cfg->model.n_positions, cfg->model.n_embd, cfg->model.n_layer,
-               cfg->model.n_head);
-    else {
-        printf("  model       %s: mlp ", cfg->model.name);
-        for (int i = 0; i <= cfg->model.n_layers; i++) printf("%s%d", i ? "-" : "", cfg->model.dims[i]);
-    }
+    char desc[300];
+    fc_model_config_describe(&cfg->model, desc, sizeof desc);
+    printf("  model       %s", desc);
     printf(" (%zu parameters in %d tensors, %d units)\n", model->numel, model->n_params, model->n_units);
     printf("  optimizer   %s, lr %g, weight decay %g; state:", fc_opt_name(cfg->optim.kind), cfg->optim.lr,
            cfg->optim.weight_decay);

@@ -67,7 +67,7 @@ static const flag_spec FLAGS[] = {
 
 void fc_cli_usage(FILE *f) {
     fputs("usage: fsdpcheck run [flags]\n"
-          "  --model mlp-tiny|gpt2-tiny|gpt2-124m|CONFIG.json   (default mlp-tiny)\n"
+          "  --model mlp-tiny|gpt2-tiny|gpt2-124m|llama-micro|llama-tiny|CONFIG.json   (default mlp-tiny)\n"
           "  --strategy local|no_shard|full_shard|shard_grad_op|hybrid_shard|hybrid_shard_zero2\n"
           "  --fsdp-version 1|2        FSDP1 (FlatParameter, default) or FSDP2 (fully_shard: per-parameter\n"
           "                            rows, one unit ahead in backward, no limiter; divide avg unless fp16;\n"
@@ -313,8 +313,8 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     const fc_run_config *c = &out->cfg;
     if (seen_momentum && c->optim.kind != FC_OPT_SGD)
         return fc_fail(e, "--momentum applies to --optimizer sgd only");
-    if (seen_seq_len && c->model.kind != FC_MODEL_GPT2)
-        return fc_fail(e, "--seq-len applies to gpt2 models only (model %s is an mlp)", c->model.name);
+    if (seen_seq_len && !fc_model_has_tokens(&c->model))
+        return fc_fail(e, "--seq-len applies to gpt2 and llama models only (model %s is an mlp)", c->model.name);
     if (seen_norm && c->clip_grad_norm == 0)
         return fc_fail(e, "--norm-type needs --clip-grad-norm");
     // the wrap classes of an fsdp_config must be the units of the model finally chosen

@@ -334,7 +334,7 @@ static void cmp_ints(const fc_cmp_ctx *c, fc_cmp_result *r, const char *name, co
 #define DIFFERENT_DATA "the runs trained on different data"
 
 static void cmp_batch(const fc_cmp_ctx *c, fc_cmp_result *r, const fc_batch *a, const fc_batch *b) {
-    int gpt2 = a->kind == FC_MODEL_GPT2;
+    int gpt2 = a->kind != FC_MODEL_MLP;  // token ids (gpt2, llama)
     int in_cols = gpt2 ? a->T : a->in_dim;
     if (a->kind != b->kind || a->B != b->B || a->T != b->T || a->in_dim != b->in_dim) {
         char note[200];

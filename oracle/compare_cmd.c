@@ -53,18 +53,6 @@ static double parse_tol(const char *flag, const char *v) {
     return x;
 }
 
-static void describe_model(const fc_model_config *c, char *buf, size_t cap) {
-    if (c->kind == FC_MODEL_MLP) {
-        size_t k = (size_t)snprintf(buf, cap, "%.64s (mlp, dims", c->name);
-        for (int i = 0; i <= c->n_layers && k < cap; i++)
-            k += (size_t)snprintf(buf + k, cap - k, "%s%d", i ? "-" : " ", c->dims[i]);
-        if (k < cap) snprintf(buf + k, cap - k, ")");
-    } else {
-        snprintf(buf, cap, "%.64s (gpt2, V=%d P=%d C=%d L=%d H=%d eps=%g)", c->name, c->vocab_size, c->n_positions,
-                 c->n_embd, c->n_layer, c->n_head, (double)c->layer_norm_epsilon);
-    }
-}
-
 static void describe_run(const fc_trace *t, char *buf, size_t cap) {
     const fc_run_config *c = &t->cfg;
     snprintf(buf, cap, "%s, %s, W=%d, param/reduce %s/%s, steps %ld..%ld", t->impl, fc_strategy_name(c->strategy),
@@ -238,9 +226,9 @@ int fc_cmd_compare(int argc, char **argv) {
     if (fc_trace_open(dirs[0], &ta, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
     if (fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
     if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model)) {
-        char ma[200], mb[200];
-        describe_model(&ta.cfg.model, ma, sizeof ma);
-        describe_model(&tb.cfg.model, mb, sizeof mb);
+        char ma[300], mb[300];
+        fc_model_config_describe(&ta.cfg.model, ma, sizeof ma);
+        fc_model_config_describe(&tb.cfg.model, mb, sizeof mb);
         fc_die(FC_EXIT_USAGE, "%s and %s trained different models (%s vs %s): nothing to compare", dirs[0], dirs[1],
                ma, mb);
     }
@@ -266,10 +254,10 @@ int fc_cmd_compare(int argc, char **argv) {
     if (bitwise) fc_cmp_policy_bitwise(&pol);
     // the same model, so one registry describes both; B's config is the layout
 
-    char da[400], db[400], mdesc[200];
+    char da[400], db[400], mdesc[300];
     describe_run(&ta, da, sizeof da);
     describe_run(&tb, db, sizeof db);
-    describe_model(&ta.cfg.model, mdesc, sizeof mdesc);
+    fc_model_config_describe(&ta.cfg.model, mdesc, sizeof mdesc);
     printf("fsdpcheck compare\n  A: %s (%s)\n  B: %s (%s)\n  model %s: %zu parameters in %d units; comparing steps "
            "%ld..%ld\n",
            dirs[0], da, dirs[1], db, mdesc, ta.model.numel, ta.model.n_units, lo, hi - 1);

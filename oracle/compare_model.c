@@ -107,7 +107,7 @@ static int inexact_divide(double f) {
 static double half_subnormal(fc_prec p) { return p == FC_PREC_FP16 ? 0x1p-25 : p == FC_PREC_BF16 ? 0x1p-134 : 0; }
 
 // The layers the input gradient crosses on its way down.
-static int depth_of(const fc_run_config *c) { return c->model.kind == FC_MODEL_GPT2 ? c->model.n_layer : c->model.n_layers; }
+static int depth_of(const fc_run_config *c) { return c->model.kind == FC_MODEL_MLP ? c->model.n_layers : c->model.n_layer; }
 
 // What one side's arithmetic may do to a gradient element.
 //  n: its 16-bit roundings, each of a partial sum bounded by the element's

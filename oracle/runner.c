@@ -235,6 +235,13 @@ void fc_runner_free(fc_run_result *r) {
 }
 
 const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg, fc_error *e) {
+    // a port built before llama existed has never seen the model kind: refused
+    // here, from its table, rather than handed a config it would misread
+    if (ops && cfg->model.kind == FC_MODEL_LLAMA && !(ops->features & FC_IMPL_LLAMA)) {
+        fc_fail(e, "--model %s: %s does not implement llama (its table's features lack FC_IMPL_LLAMA)",
+                cfg->model.name, ops->name);
+        return NULL;
+    }
     if (cfg->inject == FC_FAULT_NONE) return ops;
     if (ops != fc_reference_impl()) {
         fc_fail(e, "--inject %s: the fault catalogue is a build of the reference; it cannot be injected into %s",

@@ -54,8 +54,9 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
         memset(k, 0, sizeof *k);
         fc_run_config_defaults(c);
         *W = 1 + pick(s, world);
-        const char *models[] = {"mlp-tiny", "gpt2-tiny", "gpt2-tiny", "mlp-micro"};
-        fc_sweep_set_model(c, models[pick(s, 4)]);
+        // llama's two (GQA; untied and tied heads) only for an implementation that has the model
+        const char *models[] = {"mlp-tiny", "gpt2-tiny", "gpt2-tiny", "mlp-micro", "llama-tiny", "llama-micro"};
+        fc_sweep_set_model(c, models[pick(s, features & FC_IMPL_LLAMA ? 6 : 4)]);
         const fc_strategy strategies[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_FULL_SHARD,
                                           FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_HYBRID_SHARD,
                                           FC_STRATEGY_HYBRID_SHARD_ZERO2};
@@ -154,7 +155,7 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
     // always: the CLI's default (0.01) is not the sweep's SGD (0), and a replay must be the case
     ADD(" --weight-decay %g", c->optim.weight_decay);
     ADD(" --steps %d --global-batch %d", c->steps, c->global_batch);
-    if (c->model.kind == FC_MODEL_GPT2) ADD(" --seq-len %d", c->seq_len);
+    if (fc_model_has_tokens(&c->model)) ADD(" --seq-len %d", c->seq_len);
     ADD(" --seed %llu", (unsigned long long)c->seed);
     // sweep's own flag: save after AT steps, load at W2 with STRATEGY, continue
     if (k->on) ADD(" --ckpt %s:%d:%d:%s", k->sharded ? "sharded" : "full", k->at, k->W, fc_strategy_name(k->strategy));

@@ -61,10 +61,11 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     case 10:  // fewer layers and smaller dims
         if (!strcmp(c->model.name, "gpt2-tiny")) fc_sweep_set_model(c, "gpt2-micro");
         else if (!strcmp(c->model.name, "mlp-tiny")) fc_sweep_set_model(c, "mlp-micro");
+        else if (!strcmp(c->model.name, "llama-tiny")) fc_sweep_set_model(c, "llama-micro");
         else return 0;
         break;
     case 11:
-        if (c->model.kind == FC_MODEL_GPT2) return 0;  // some faults live in the tied embedding
+        if (fc_model_has_tokens(&c->model)) return 0;  // some faults live in the tied embedding or the sequence
         if (!strcmp(c->model.name, "mlp-micro")) return 0;
         fc_sweep_set_model(c, "mlp-micro");
         break;
@@ -73,7 +74,7 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
         c->steps--;
         break;
     case 13:
-        if (c->model.kind != FC_MODEL_GPT2 || c->seq_len <= 2) return 0;
+        if (!fc_model_has_tokens(&c->model) || c->seq_len <= 2) return 0;
         c->seq_len /= 2;
         break;
     case 14:

@@ -105,7 +105,7 @@ int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e)
     // the total norm as clip_grad_norm_ returned it, in double: the reference's
     // is computed in double, and a float's value is a double exactly
     if (s->has_norm) ent[k++] = (fc_st_entry){"grad_norm", FC_DT_F64, 0, {0}, &s->grad_norm};
-    if (b->kind == FC_MODEL_GPT2) {
+    if (b->kind != FC_MODEL_MLP) {
         ent[k++] = (fc_st_entry){"batch.input", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->input};
         ent[k++] = (fc_st_entry){"batch.target", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->target};
     } else {

@@ -228,7 +228,7 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
     uint64_t in_shape[2], tgt_shape[2] = {B, (uint64_t)c->seq_len};
     fc_dtype in_dtype;
     int in_ndim, tgt_ndim;
-    if (c->model.kind == FC_MODEL_GPT2) {
+    if (fc_model_has_tokens(&c->model)) {
         in_shape[0] = B, in_shape[1] = (uint64_t)c->seq_len, in_dtype = FC_DT_I32, in_ndim = 2, tgt_ndim = 2;
     } else {
         in_shape[0] = B, in_shape[1] = (uint64_t)c->model.dims[0], in_dtype = FC_DT_F32, in_ndim = 2, tgt_ndim = 1;
@@ -353,7 +353,7 @@ int fc_trace_read_batch(const fc_trace *t, fc_st_file *f, fc_batch *b, fc_error 
     fc_batch_alloc(b, &c->model, c->global_batch, c->seq_len);
     const fc_st_tensor *in = fc_st_find(f, "batch.input"), *tgt = fc_st_find(f, "batch.target");
     // the test machines and every trace are little-endian: raw bytes are the values
-    void *in_dst = c->model.kind == FC_MODEL_GPT2 ? (void *)b->input : (void *)b->features;
+    void *in_dst = fc_model_has_tokens(&c->model) ? (void *)b->input : (void *)b->features;
     if (fc_st_read(f, in, 0, in->numel, in_dst, e) || fc_st_read(f, tgt, 0, tgt->numel, b->target, e)) {
         fc_batch_free(b);
         return -1;

@@ -1,4 +1,5 @@
-// reference/forward.c — the mlp and gpt2 models as stages, see forward.h.
+// reference/forward.c — the mlp and gpt2 models as stages, see forward.h
+// (llama's are in forward_llama.c; the entry points here dispatch to them).
 //
 // Activation memory is one block. For gpt2 (NT = B*T rows, C = n_embd):
 //   encoded                         [NT, C]
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "forward_internal.h"
 #include "layers.h"
 
 // ---------------------------------------------------------------------------
@@ -105,6 +107,7 @@ static size_t mlp_half_numel(const fc_model_config *c, int B) {
 
 size_t RN(fc_acts_numel)(const fc_model *m, int B, int T) {
     if (m->cfg.kind == FC_MODEL_MLP) return 2 * mlp_half_numel(&m->cfg, B);
+    if (m->cfg.kind == FC_MODEL_LLAMA) return 2 * RN(fc_llama_half_numel)(&m->cfg, B, T);
     return 2 * gpt2_half_numel(&m->cfg, B, T);
 }
 
@@ -116,8 +119,12 @@ fc_stage_region RN(fc_stage_acts_region)(const fc_model *m, int s, int B, int T)
         size_t out = (size_t)B * c->dims[st->layer + 1];
         return (fc_stage_region){st->layer == 0 ? 0 : h, h + out, h + 2 * out};
     }
-    size_t NT = (size_t)B * T, C = (size_t)c->n_embd, blk = gpt2_block_numel(c, B, T);
-    size_t L = (size_t)c->n_layer, end = gpt2_half_numel(c, B, T);
+    // gpt2 and llama share the layout's shape: encoded, the blocks (each its
+    // output last), the head's
+    int llama = c->kind == FC_MODEL_LLAMA;
+    size_t NT = (size_t)B * T, C = (size_t)c->n_embd;
+    size_t blk = llama ? RN(fc_llama_block_numel)(c, B, T) : gpt2_block_numel(c, B, T);
+    size_t L = (size_t)c->n_layer, end = llama ? RN(fc_llama_half_numel)(c, B, T) : gpt2_half_numel(c, B, T);
     switch (st->kind) {
     case FC_STAGE_EMBED:  // encoded
         return (fc_stage_region){0, 0, NT * C};
@@ -140,15 +147,6 @@ void RN(fc_acts_init)(RN(fc_acts) *a, const fc_model *m, int B, int T, real *mem
     a->acts = mem;
     a->grads = mem + a->numel / 2;
 }
-
-// Parameter / gradient pointer by name pattern (names are the contract, so
-// the math looks parameters up by name rather than by position), inside the
-// buffer of the parameter's unit.
-static const fc_param *param_of(const fc_model *m, int i) { return &m->params[i]; }
-#define PARAM_(fmt, ...) param_of(m, fc_model_param_index(m, fmt, __VA_ARGS__))
-#define P(fmt, ...) \
-    ((real *)up[PARAM_(fmt, __VA_ARGS__)->unit] + PARAM_(fmt, __VA_ARGS__)->unit_offset)
-#define G(fmt, ...) (ug[PARAM_(fmt, __VA_ARGS__)->unit] + PARAM_(fmt, __VA_ARGS__)->unit_offset)
 
 // ---------------------------------------------------------------------------
 // forward
@@ -200,6 +198,10 @@ static void gpt2_block_forward(const fc_model *m, int l, const real *const *up, 
 
 void RN(fc_stage_forward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
                           RN(fc_acts) *a) {
+    if (m->cfg.kind == FC_MODEL_LLAMA) {
+        RN(fc_llama_stage_forward)(m, s, up, batch, a);
+        return;
+    }
     const fc_stage *st = &m->stages[s];
     const fc_model_config *c = &m->cfg;
     int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, V = c->vocab_size;
@@ -292,6 +294,10 @@ void RN(fc_stage_backward)(const fc_model *m, int s, const real *const *up, cons
     // Backward always starts at the last stage: every activation gradient is
     // accumulated (+=), so clear them all once, there.
     if (s == m->n_stages - 1) memset(a->grads, 0, (a->numel / 2) * sizeof(real));
+    if (c->kind == FC_MODEL_LLAMA) {
+        RN(fc_llama_stage_backward)(m, s, up, batch, a, ug, loss_scale);
+        return;
+    }
     switch (st->kind) {
     case FC_STAGE_LINEAR:
         mlp_backward(m, st->layer, up, batch, a, ug, loss_scale);

@@ -636,7 +636,7 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     int first, local;
     fc_rank_samples(cfg, W, rank, &first, &local);
     f->micro = local / cfg->grad_accum;
-    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    int T = fc_model_has_tokens(&cfg->model) ? cfg->seq_len : 0;
     fc_batch_alloc(&f->batch, &cfg->model, local, T);
     size_t an = fc_acts_numel(m, f->micro, T);  // both halves; the activation half is counted stage by stage
     f->act_mem = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, an * sizeof(float), an / 2 * sizeof(float));

@@ -11,10 +11,11 @@
 //     Blocking, vectorization and OpenMP threads only ever run *different*
 //     elements side by side; they never split one element's sum. Every
 //     `omp parallel for` below splits output elements (matmul column panels,
-//     attention heads, rows, channel chunks) and nothing else. Nothing depends
-//     on the thread count (core/threads.h) or on pointer alignment, so results
-//     are bitwise reproducible. (Compile without -ffast-math; multiply and add
-//     are kept as two roundings, see the pragma.)
+//     attention heads or kv-head groups, rows, channel chunks, token
+//     positions) and nothing else. Nothing depends on the thread count
+//     (core/threads.h) or on pointer alignment, so results are bitwise
+//     reproducible. (Compile without -ffast-math; multiply and add are kept as
+//     two roundings, see the pragma.)
 //
 //  2. Backward adds a fresh contribution. Each backward first sums its
 //     contribution to a gradient element into a local accumulator starting at
@@ -41,21 +42,28 @@
 #define REXP exp
 #define RLOG log
 #define RTANH tanh
+#define RPOW pow
+#define RCOS cos
+#define RSIN sin
 #else
 #define RSQRT sqrtf
 #define REXP expf
 #define RLOG logf
 #define RTANH tanhf
+#define RPOW powf
+#define RCOS cosf
+#define RSIN sinf
 #endif
 
 // The magnitude pass (-DFC_MAGNITUDE, reference/magnitude.c): every parameter
 // gradient is summed in absolute value, term by term (a weight's |x|^T |dy|, a
-// bias's sum of |dy|, LayerNorm's sums of |norm * dy| and |dy|, an embedding
-// row's sum of |dy|), while every input gradient stays the true one, so each
-// layer sees the true dy. What a parameter gradient element comes out as is
-// then the sum of the magnitudes of the terms that formed it: the quantity
-// rounding errors are proportional to (Higham's gamma_n * sum |x_i|), which
-// the oracle's 16-bit tolerance is built on (oracle/compare_model.c).
+// bias's sum of |dy|, LayerNorm's sums of |norm * dy| and |dy|, RMSNorm's sum
+// of |norm * dy|, an embedding row's sum of |dy|), while every input gradient
+// stays the true one, so each layer sees the true dy. What a parameter
+// gradient element comes out as is then the sum of the magnitudes of the
+// terms that formed it: the quantity rounding errors are proportional to
+// (Higham's gamma_n * sum |x_i|), which the oracle's 16-bit tolerance is built
+// on (oracle/compare_model.c).
 #ifdef FC_MAGNITUDE
 #define MAG(x) fabsf(x)
 #else
@@ -506,6 +514,75 @@ void RN(fc_layernorm_backward)(real *dinp, real *dweight, real *dbias, const rea
 }
 
 // ----------------------------------------------------------------------------
+// RMSNorm (Hugging Face LlamaRMSNorm): no mean, no bias,
+// rstd = 1 / sqrt(mean(x^2) + eps), out = weight * (x * rstd).
+
+void RN(fc_rmsnorm_forward)(real *out, real *rstd, const real *inp, const real *weight, int N, int C,
+                            real eps) {
+    // out [N,C], rstd [N], inp [N,C], weight [C]
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FC_PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const real *x = inp + (size_t)n * C;  // x [C]
+        real *o = out + (size_t)n * C;        // o [C]
+        real ss = 0;
+        for (int i = 0; i < C; i++) { ss += x[i] * x[i]; }  // torch's pow(2) is x * x
+        const real v = ss / (real)C;
+        // 1 / sqrt, two roundings, as torch.rsqrt's CPU kernel computes it
+        const real s = (real)1 / RSQRT(v + eps);
+        // x * rstd rounded first, then the weight: Hugging Face's order
+        for (int i = 0; i < C; i++) { o[i] = weight[i] * (x[i] * s); }
+        rstd[n] = s;
+    }
+}
+
+void RN(fc_rmsnorm_backward)(real *dinp, real *dweight, const real *dout, const real *inp,
+                             const real *weight, const real *rstd, int N, int C) {
+    // dinp [N,C], dweight [C], dout [N,C], inp [N,C], weight [C], rstd [N]
+    // With norm = x * rstd and dnorm = weight * dout (per row), and
+    // d rstd / d x_i = -rstd^3 x_i / C:
+    //   dinp = rstd * (dnorm - norm * mean(dnorm * norm))
+    // (LayerNorm's formula without the mean terms).
+    if (dinp) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FC_PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const real *x = inp + (size_t)n * C;   // x [C]
+            const real *dy = dout + (size_t)n * C; // dy [C]
+            real *dx = dinp + (size_t)n * C;       // dx [C]
+            const real s = rstd[n];
+            real dnorm_norm_mean = 0;
+            for (int i = 0; i < C; i++) {
+                const real norm = x[i] * s;
+                const real dnorm = weight[i] * dy[i];
+                dnorm_norm_mean += dnorm * norm;
+            }
+            dnorm_norm_mean = dnorm_norm_mean / (real)C;
+            for (int i = 0; i < C; i++) {
+                const real norm = x[i] * s;
+                const real dnorm = weight[i] * dy[i];
+                dx[i] += (dnorm - norm * dnorm_norm_mean) * s;
+            }
+        }
+    }
+    // dweight[c] += sum_n norm[n,c] * dout[n,c]: a sum over rows, a chunk of
+    // channels at a time (rule 2), in absolute value in the magnitude build.
+    if (dweight) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= FC_PAR_MIN)
+        for (int c0 = 0; c0 < C; c0 += FC_CHUNK) {
+            const int cb = C - c0 < FC_CHUNK ? C - c0 : FC_CHUNK;
+            real accw[FC_CHUNK];
+            for (int j = 0; j < cb; j++) { accw[j] = 0; }
+            for (int n = 0; n < N; n++) {
+                const real *x = inp + (size_t)n * C + c0;   // x [cb]
+                const real *dy = dout + (size_t)n * C + c0; // dy [cb]
+                const real s = rstd[n];
+                for (int j = 0; j < cb; j++) { accw[j] += MAG(x[j] * s * dy[j]); }
+            }
+            for (int j = 0; j < cb; j++) { dweight[c0 + j] += accw[j]; }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
 // gelu_new (Hugging Face NewGELUActivation, tanh form)
 
 #define GELU_SCALE ((real)0.7978845608028654)  // sqrt(2 / pi)
@@ -539,12 +616,152 @@ void RN(fc_gelu_backward)(real *dinp, const real *inp, const real *dout, size_t 
 }
 
 // ----------------------------------------------------------------------------
-// causal self-attention
+// SwiGLU's gate (Hugging Face LlamaMLP: act_fn(gate_proj(x)) * up_proj(x), act_fn silu).
+// silu(x) = x / (1 + exp(-x)), the formula of torch's CPU silu kernel
+// (aten/src/ATen/native/cpu/Activation.cpp), not x * sigmoid(x), which rounds differently.
+
+void RN(fc_swiglu_forward)(real *out, const real *gate, const real *up, size_t n) {
+    // out [n], gate [n], up [n]
+#pragma omp parallel for schedule(static) if (n >= FC_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        const real x = gate[i];
+        out[i] = x / ((real)1 + REXP(-x)) * up[i];  // silu(gate) rounded, then * up
+    }
+}
+
+void RN(fc_swiglu_backward)(real *dgate, real *dup, const real *dout, const real *gate, const real *up,
+                            size_t n) {
+    // dgate [n], dup [n], dout [n], gate [n], up [n]
+    // The product's backward gives dsilu = dout * up and dup = dout * silu(gate);
+    // torch's silu_backward then takes dsilu * s * (1 + x (1 - s)), s = 1 / (1 + exp(-x)),
+    // in that order. For x -> -inf, exp(-x) = inf gives s = 0 and silu = -0, never NaN.
+    if (!dgate && !dup) { return; }
+#pragma omp parallel for schedule(static) if (n >= FC_PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        const real x = gate[i];
+        const real e1 = (real)1 + REXP(-x);
+        if (dgate) {
+            const real s = (real)1 / e1;
+            dgate[i] += dout[i] * up[i] * s * ((real)1 + x * ((real)1 - s));
+        }
+        if (dup) { dup[i] += dout[i] * (x / e1); }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// rotary position embedding (Hugging Face LlamaRotaryEmbedding + apply_rotary_pos_emb,
+// the default rope type)
+
+// The cos and sin of every (position t, frequency i) the rotations use, built
+// as LlamaRotaryEmbedding builds them, in the build's precision (torch's fp32
+// for the float build): inv_freq[i] = 1 / theta^((2i) / hd), the angle
+// t * inv_freq[i] (one product, as its [hd/2,1] @ [1,T] matmul), then cos and
+// sin of that. emb = cat(freqs, freqs) makes the two halves of a head share
+// them. Returns one buffer: cos [T, hd/2] then sin [T, hd/2]; the caller frees it.
+static real *rope_tables(int T, int hd, double theta) {
+    if (hd <= 0 || hd % 2 != 0) {  // callers validate head_dim; this is a bug here
+        fc_die(FC_EXIT_INTERNAL, "internal error: rope head dim %d is not a positive even number", hd);
+    }
+    const int half = hd / 2;
+    real *tab = mallocCheck(((size_t)2 * T + 1) * half * sizeof(real));  // cos [T,half], sin [T,half], inv_freq [half]
+    real *cosv = tab, *sinv = tab + (size_t)T * half, *inv_freq = tab + (size_t)2 * T * half;
+    for (int i = 0; i < half; i++) {
+        // torch: arange(0, hd, 2).float() / hd, then theta ** that, then 1.0 / that
+        const real expo = (real)(2 * i) / (real)hd;
+        inv_freq[i] = (real)1 / RPOW((real)theta, expo);
+    }
+#pragma omp parallel for schedule(static) if ((size_t)T * half >= FC_PAR_MIN)
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            const real a = (real)t * inv_freq[i];
+            cosv[(size_t)t * half + i] = RCOS(a);
+            sinv[(size_t)t * half + i] = RSIN(a);
+        }
+    }
+    return tab;
+}
+
+// The rotation of every head vector by +a (forward) or -a (backward: the
+// transpose), written (sign = -1) or added (accumulate) into out:
+//   forward:  out1 = x1 c - x2 s,  out2 = x2 c + x1 s   (q * cos + rotate_half(q) * sin:
+//             with (-x2) * s = -(x2 * s) exactly, bit for bit what torch computes)
+//   backward: dx1 += dy1 c + dy2 s, dx2 += dy2 c - dy1 s  (the rotation's transpose,
+//             as autograd forms it from the two branches; x - y * (-s) = x + y * s exactly)
+static void rope_rotate(real *out, const real *inp, int B, int T, int H, int hd, double theta, real sign,
+                        int accumulate) {
+    real *tab = rope_tables(T, hd, theta);  // cos [T,hd/2], sin [T,hd/2]
+    const int half = hd / 2;
+    const real *cosv = tab, *sinv = tab + (size_t)T * half;
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * H * hd >= FC_PAR_MIN)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            const real *c = cosv + (size_t)t * half, *s = sinv + (size_t)t * half;  // c, s [half]
+            for (int h = 0; h < H; h++) {
+                const size_t off = (((size_t)b * T + t) * H + h) * hd;
+                const real *x = inp + off;  // x [hd]
+                real *o = out + off;        // o [hd]
+                for (int i = 0; i < half; i++) {
+                    const real x1 = x[i], x2 = x[i + half], si = sign * s[i];
+                    const real o1 = x1 * c[i] - x2 * si, o2 = x2 * c[i] + x1 * si;
+                    if (accumulate) {
+                        o[i] += o1;
+                        o[i + half] += o2;
+                    } else {
+                        o[i] = o1;
+                        o[i + half] = o2;
+                    }
+                }
+            }
+        }
+    }
+    free(tab);
+}
+
+void RN(fc_rope_forward)(real *out, const real *inp, int B, int T, int H, int hd, double theta) {
+    // out [B,T,H,hd], inp [B,T,H,hd]; out may alias inp (each pair x[i], x[i + hd/2] is
+    // read before either is written)
+    rope_rotate(out, inp, B, T, H, hd, theta, 1, 0);
+}
+
+void RN(fc_rope_backward)(real *dinp, const real *dout, int B, int T, int H, int hd, double theta) {
+    // dinp [B,T,H,hd] +=, dout [B,T,H,hd]; each element added to dinp once (rule 2)
+    if (!dinp) { return; }
+    rope_rotate(dinp, dout, B, T, H, hd, theta, -1, 1);
+}
+
+// ----------------------------------------------------------------------------
+// causal self-attention: GPT-2's multi-head and Llama's grouped-query
 //
-// Per (b, h): preatt[t,t2] = (q_t . k_t2) / sqrt(hs) for t2 <= t (Hugging Face
-// divides by sqrt(hs) rather than multiplying by its inverse; so do we),
-// att = softmax over t2 <= t with the row max subtracted, out_t = sum_t2 att[t,t2] v_t2.
+// One core serves both. Per (b, query head h), reading kv head h / (NH / NKV)
+// (repeat_kv's layout; NKV = NH for GPT-2):
+//   preatt[t,t2] = (q_t . k_t2) scaled, for t2 <= t,
+//   att = softmax over t2 <= t with the row max subtracted,
+//   out_t = sum_t2 att[t,t2] v_t2.
 // The masked entries (t2 > t) of preatt and att are 0, i.e. exp(-inf) = 0.
+// The scaling follows each model's Hugging Face code, which rounds differently:
+// GPT-2 divides by sqrt(hs) (torch.full([], sqrt(hs)) in fp32), Llama
+// multiplies by its scaling = head_dim ** -0.5 (a Python float, rounded once
+// to the build's precision).
+//
+// The core takes q, k, v (and out, and the gradients) as base pointers with a
+// row stride per token, so GPT-2's packed qkv [B,T,3C] and Llama's separate
+// q [B,T,NH*hs], k, v [B,T,NKV*hs] are the same loops: head h of token (b, t)
+// starts at base + (b*T + t) * stride + h*hs.
+
+typedef struct {
+    int B, T, NH, NKV, hs;  // NKV divides NH
+    size_t qs, kvs, os;     // row strides of q (and dq), of k and v (and dk, dv), of out (and dout)
+    real mul, div;          // the score is (dot * mul) / div: GPT-2 mul = 1, Llama div = 1
+} att_dims;
+
+// A raw dot product (or its gradient) scaled. Multiplying or dividing by 1 is
+// exact in IEEE arithmetic, so (dot * 1) / sqrt(hs) has the bits of GPT-2's
+// dot / sqrt(hs) and (dot * s) / 1 those of Llama's dot * s: one branch-free
+// formula serves both (a branch on the form here made GCC stop vectorizing the
+// backward's loops: 2x slower).
+static inline real att_scale(real dot, real mul, real div) {
+    return dot * mul / div;
+}
 
 // 4 dot products of length n, x . y0..y3, each summed over i ascending; run
 // together so the four dependency chains overlap (the per-element order is the
@@ -577,29 +794,30 @@ static void dots_causal(real *row, const real *x, const real *y, size_t ystride,
     for (; t2 <= t; t2++) { row[t2] = dot1(x, y + (size_t)t2 * ystride, n); }
 }
 
-void RN(fc_attention_forward)(real *out, real *preatt, real *att, const real *qkv, int B, int T,
-                              int C, int NH) {
-    // out [B,T,C], preatt [B,NH,T,T], att [B,NH,T,T], qkv [B,T,3C]
-    const int hs = C / NH;
-    const size_t C3 = 3 * (size_t)C;
-    const real sqrt_hs = RSQRT((real)hs);  // in the build's precision, as torch.full
+static void attention_forward_core(real *out, real *preatt, real *att, const real *q, const real *k,
+                                   const real *v, const att_dims *d) {
+    // out (row stride os), preatt [B,NH,T,T], att [B,NH,T,T], q (row stride qs), k, v (kvs)
+    const int B = d->B, T = d->T, NH = d->NH, hs = d->hs, group = d->NH / d->NKV;
+    const size_t qs = d->qs, kvs = d->kvs, os = d->os;
+    const real mul = d->mul, div = d->div;  // locals: no reload after each store through a real *
     // threads split the (b, h) pairs: each writes its own rows of preatt/att and its head's slice of out
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * T * C >= FC_PAR_MIN)
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * T * NH * hs >= FC_PAR_MIN)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const real *qh = qkv + (size_t)b * T * C3 + (size_t)h * hs;  // q_t = qh + t*3C
-            const real *kh = qh + C;                                      // k_t = kh + t*3C
-            const real *vh = qh + 2 * (size_t)C;                          // v_t = vh + t*3C
+            const int kvh = h / group;
+            const real *qh = q + (size_t)b * T * qs + (size_t)h * hs;     // q_t = qh + t*qs
+            const real *kh = k + (size_t)b * T * kvs + (size_t)kvh * hs;  // k_t = kh + t*kvs
+            const real *vh = v + (size_t)b * T * kvs + (size_t)kvh * hs;  // v_t = vh + t*kvs
             for (int t = 0; t < T; t++) {
-                real *pre = preatt + (((size_t)b * NH + h) * T + t) * T;  // pre [T]
-                real *a = att + (((size_t)b * NH + h) * T + t) * T;       // a [T]
-                real *o = out + ((size_t)b * T + t) * C + (size_t)h * hs; // o [hs]
+                real *pre = preatt + (((size_t)b * NH + h) * T + t) * T;   // pre [T]
+                real *a = att + (((size_t)b * NH + h) * T + t) * T;        // a [T]
+                real *o = out + ((size_t)b * T + t) * os + (size_t)h * hs; // o [hs]
 
                 // scores and their max (the max keeps exp from overflowing)
-                dots_causal(pre, qh + (size_t)t * C3, kh, C3, t, hs);
+                dots_causal(pre, qh + (size_t)t * qs, kh, kvs, t, hs);
                 real maxval = -INFINITY;
                 for (int t2 = 0; t2 <= t; t2++) {
-                    pre[t2] = pre[t2] / sqrt_hs;
+                    pre[t2] = att_scale(pre[t2], mul, div);
                     if (pre[t2] > maxval) { maxval = pre[t2]; }
                 }
                 real sum = 0;
@@ -614,13 +832,127 @@ void RN(fc_attention_forward)(real *out, real *preatt, real *att, const real *qk
                 // o = sum_{t2 <= t} a[t2] v_t2, t2 ascending, vectorized along hs
                 for (int i = 0; i < hs; i++) { o[i] = 0; }
                 for (int t2 = 0; t2 <= t; t2++) {
-                    const real *v = vh + (size_t)t2 * C3;
+                    const real *vt = vh + (size_t)t2 * kvs;
                     const real w = a[t2];
-                    for (int i = 0; i < hs; i++) { o[i] += w * v[i]; }
+                    for (int i = 0; i < hs; i++) { o[i] += w * vt[i]; }
                 }
             }
         }
     }
+}
+
+static void attention_backward_core(real *dq, real *dk, real *dv, real *dpreatt, real *datt,
+                                    const real *dout, const real *q, const real *k, const real *v,
+                                    const real *att, const att_dims *d) {
+    // dq, q (row stride qs); dk, dv, k, v (kvs); dout (os); dpreatt, datt, att [B,NH,T,T].
+    // Any of dq, dk, dv may be NULL.
+    const int B = d->B, T = d->T, NH = d->NH, NKV = d->NKV, hs = d->hs, group = d->NH / d->NKV;
+    const size_t qs = d->qs, kvs = d->kvs, os = d->os;
+    const real mul = d->mul, div = d->div;  // locals: no reload after each store through a real *
+    // Threads split the (b, kv head) pairs; each writes the [T,T] blocks of the
+    // kv head's group of query heads and their slices of dq, dk, dv. A kv
+    // head's dk, dv element sums its query heads' contributions, each summed
+    // from 0, in ascending head order, and that group sum is added to dk, dv
+    // once (rule 2): as repeat_kv's backward sums over the group and then
+    // accumulates. With NKV = NH (GPT-2) the group is one head and this is
+    // exactly the per-head computation.
+#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * T * NH * hs >= FC_PAR_MIN)
+    for (int b = 0; b < B; b++) {
+        for (int kvh = 0; kvh < NKV; kvh++) {
+            const size_t kvoff = (size_t)b * T * kvs + (size_t)kvh * hs;
+            const real *kh = k + kvoff, *vh = v + kvoff;  // k_t = kh + t*kvs, v_t = vh + t*kvs
+            const int h0 = kvh * group, h1 = h0 + group;  // the group: query heads [h0, h1)
+
+            // datt[t,t2] = do_t . v_t2; then through the softmax:
+            // dpreatt[t,t2] = att[t,t2] * (datt[t,t2] - sum_t3 att[t,t3] datt[t,t3])
+            // (the O(T)-per-row form of the softmax Jacobian, not llm.c's O(T^2) per row)
+            for (int h = h0; h < h1; h++) {
+                const real *doh = dout + (size_t)b * T * os + (size_t)h * hs;  // do_t = doh + t*os
+                const size_t bh = ((size_t)b * NH + h) * T * T;                // [T,T] block offset
+                for (int t = 0; t < T; t++) {
+                    const real *a = att + bh + (size_t)t * T;
+                    real *da = datt + bh + (size_t)t * T;
+                    real *dp = dpreatt + bh + (size_t)t * T;
+                    dots_causal(da, doh + (size_t)t * os, vh, kvs, t, hs);
+                    real s = 0;
+                    for (int t2 = 0; t2 <= t; t2++) { s += a[t2] * da[t2]; }
+                    for (int t2 = 0; t2 <= t; t2++) { dp[t2] = a[t2] * (da[t2] - s); }
+                    for (int t2 = t + 1; t2 < T; t2++) { da[t2] = 0; dp[t2] = 0; }
+                }
+            }
+
+            // Gradients of q, k, v, a chunk of the head dim at a time. With
+            // g[t,t2] = dpreatt[t,t2] scaled (the gradient of the raw dot), per query head h:
+            //   dq_t  += sum_{t2 <= t} g[t,t2] k_t2                      (t2 ascending)
+            //   dk_t2 += sum_{h in group} (sum_{t >= t2} g_h[t,t2] q_h,t)  (h, then t ascending)
+            //   dv_t2 += sum_{h in group} (sum_{t >= t2} att_h[t,t2] do_h,t)
+            for (int i0 = 0; i0 < hs; i0 += FC_CHUNK) {
+                const int ib = hs - i0 < FC_CHUNK ? hs - i0 : FC_CHUNK;
+                real acc[FC_CHUNK], acc2[FC_CHUNK];     // one head's contribution
+                real sumk[FC_CHUNK], sumv[FC_CHUNK];    // the group's sum of them
+                for (int h = h0; h < h1 && dq; h++) {
+                    const size_t bh = ((size_t)b * NH + h) * T * T;
+                    real *dqh = dq + (size_t)b * T * qs + (size_t)h * hs;  // dq_t = dqh + t*qs
+                    for (int t = 0; t < T; t++) {
+                        const real *dp = dpreatt + bh + (size_t)t * T;
+                        for (int i = 0; i < ib; i++) { acc[i] = 0; }
+                        for (int t2 = 0; t2 <= t; t2++) {
+                            const real g = att_scale(dp[t2], mul, div);
+                            const real *kt = kh + (size_t)t2 * kvs + i0;
+                            for (int i = 0; i < ib; i++) { acc[i] += g * kt[i]; }
+                        }
+                        real *dqt = dqh + (size_t)t * qs + i0;
+                        for (int i = 0; i < ib; i++) { dqt[i] += acc[i]; }
+                    }
+                }
+                for (int t2 = 0; t2 < T && (dk || dv); t2++) {
+                    for (int h = h0; h < h1; h++) {
+                        const size_t bh = ((size_t)b * NH + h) * T * T;
+                        const real *qh = q + (size_t)b * T * qs + (size_t)h * hs;      // q_t = qh + t*qs
+                        const real *doh = dout + (size_t)b * T * os + (size_t)h * hs;  // do_t = doh + t*os
+                        for (int i = 0; i < ib; i++) { acc[i] = 0; acc2[i] = 0; }
+                        for (int t = t2; t < T; t++) {
+                            const real g = att_scale(dpreatt[bh + (size_t)t * T + t2], mul, div);
+                            const real w = att[bh + (size_t)t * T + t2];
+                            const real *qt = qh + (size_t)t * qs + i0;
+                            const real *dy = doh + (size_t)t * os + i0;
+                            for (int i = 0; i < ib; i++) {
+                                acc[i] += g * qt[i];
+                                acc2[i] += w * dy[i];
+                            }
+                        }
+                        // the group's sum starts as the first head's contribution
+                        // itself (not 0 + it), so a group of one is bit for bit
+                        // the plain per-head backward, -0 included
+                        if (h == h0) {
+                            for (int i = 0; i < ib; i++) { sumk[i] = acc[i]; sumv[i] = acc2[i]; }
+                        } else {
+                            for (int i = 0; i < ib; i++) { sumk[i] += acc[i]; sumv[i] += acc2[i]; }
+                        }
+                    }
+                    if (dk) {
+                        real *dkt = dk + kvoff + (size_t)t2 * kvs + i0;
+                        for (int i = 0; i < ib; i++) { dkt[i] += sumk[i]; }
+                    }
+                    if (dv) {
+                        real *dvt = dv + kvoff + (size_t)t2 * kvs + i0;
+                        for (int i = 0; i < ib; i++) { dvt[i] += sumv[i]; }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// GPT-2: q, k, v packed in qkv [B,T,3C] (row stride 3C), out [B,T,C], one kv head per head.
+void RN(fc_attention_forward)(real *out, real *preatt, real *att, const real *qkv, int B, int T,
+                              int C, int NH) {
+    // out [B,T,C], preatt [B,NH,T,T], att [B,NH,T,T], qkv [B,T,3C]
+    const int hs = C / NH;
+    const size_t C3 = 3 * (size_t)C;
+    // divide by sqrt(hs) in the build's precision, as torch.full([], sqrt(hs)) in HF GPT-2
+    const att_dims d = {B, T, NH, NH, hs, C3, C3, (size_t)C, (real)1, RSQRT((real)hs)};
+    attention_forward_core(out, preatt, att, qkv, qkv + C, qkv + 2 * (size_t)C, &d);
 }
 
 void RN(fc_attention_backward)(real *dqkv, real *dpreatt, real *datt, const real *dout,
@@ -629,72 +961,36 @@ void RN(fc_attention_backward)(real *dqkv, real *dpreatt, real *datt, const real
     // att [B,NH,T,T]
     const int hs = C / NH;
     const size_t C3 = 3 * (size_t)C;
-    const real sqrt_hs = RSQRT((real)hs);
-    // threads split the (b, h) pairs: each writes its own [T,T] blocks and its head's slices of dqkv
-#pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * T * C >= FC_PAR_MIN)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const size_t hoff = (size_t)b * T * C3 + (size_t)h * hs;
-            const real *qh = qkv + hoff, *kh = qh + C, *vh = qh + 2 * (size_t)C;
-            real *dqh = dqkv + hoff, *dkh = dqh + C, *dvh = dqh + 2 * (size_t)C;
-            const real *doh = dout + (size_t)b * T * C + (size_t)h * hs;  // do_t = doh + t*C
-            const size_t bh = ((size_t)b * NH + h) * T * T;               // [T,T] block offset
+    const att_dims d = {B, T, NH, NH, hs, C3, C3, (size_t)C, (real)1, RSQRT((real)hs)};
+    attention_backward_core(dqkv, dqkv ? dqkv + C : NULL, dqkv ? dqkv + 2 * (size_t)C : NULL, dpreatt,
+                            datt, dout, qkv, qkv + C, qkv + 2 * (size_t)C, att, &d);
+}
 
-            // datt[t,t2] = do_t . v_t2; then through the softmax:
-            // dpreatt[t,t2] = att[t,t2] * (datt[t,t2] - sum_t3 att[t,t3] datt[t,t3])
-            // (the O(T)-per-row form of the softmax Jacobian, not llm.c's O(T^2) per row)
-            for (int t = 0; t < T; t++) {
-                const real *a = att + bh + (size_t)t * T;
-                real *da = datt + bh + (size_t)t * T;
-                real *dp = dpreatt + bh + (size_t)t * T;
-                dots_causal(da, doh + (size_t)t * C, vh, C3, t, hs);
-                real s = 0;
-                for (int t2 = 0; t2 <= t; t2++) { s += a[t2] * da[t2]; }
-                for (int t2 = 0; t2 <= t; t2++) { dp[t2] = a[t2] * (da[t2] - s); }
-                for (int t2 = t + 1; t2 < T; t2++) { da[t2] = 0; dp[t2] = 0; }
-            }
-
-            // Gradients of q, k, v, a chunk of the head dim at a time. With
-            // g[t,t2] = dpreatt[t,t2] / sqrt(hs) (the gradient of the raw dot):
-            //   dq_t  += sum_{t2 <= t} g[t,t2] k_t2      (t2 ascending)
-            //   dk_t2 += sum_{t >= t2} g[t,t2] q_t       (t ascending)
-            //   dv_t2 += sum_{t >= t2} att[t,t2] do_t    (t ascending)
-            for (int i0 = 0; i0 < hs; i0 += FC_CHUNK) {
-                const int ib = hs - i0 < FC_CHUNK ? hs - i0 : FC_CHUNK;
-                real acc[FC_CHUNK], acc2[FC_CHUNK];
-                for (int t = 0; t < T; t++) {
-                    const real *dp = dpreatt + bh + (size_t)t * T;
-                    for (int i = 0; i < ib; i++) { acc[i] = 0; }
-                    for (int t2 = 0; t2 <= t; t2++) {
-                        const real g = dp[t2] / sqrt_hs;
-                        const real *k = kh + (size_t)t2 * C3 + i0;
-                        for (int i = 0; i < ib; i++) { acc[i] += g * k[i]; }
-                    }
-                    real *dq = dqh + (size_t)t * C3 + i0;
-                    for (int i = 0; i < ib; i++) { dq[i] += acc[i]; }
-                }
-                for (int t2 = 0; t2 < T; t2++) {
-                    for (int i = 0; i < ib; i++) { acc[i] = 0; acc2[i] = 0; }
-                    for (int t = t2; t < T; t++) {
-                        const real g = dpreatt[bh + (size_t)t * T + t2] / sqrt_hs;
-                        const real w = att[bh + (size_t)t * T + t2];
-                        const real *q = qh + (size_t)t * C3 + i0;
-                        const real *dy = doh + (size_t)t * C + i0;
-                        for (int i = 0; i < ib; i++) {
-                            acc[i] += g * q[i];
-                            acc2[i] += w * dy[i];
-                        }
-                    }
-                    real *dk = dkh + (size_t)t2 * C3 + i0;
-                    real *dv = dvh + (size_t)t2 * C3 + i0;
-                    for (int i = 0; i < ib; i++) {
-                        dk[i] += acc[i];
-                        dv[i] += acc2[i];
-                    }
-                }
-            }
-        }
+// Llama: separate q [B,T,NH*hs] and k, v [B,T,NKV*hs].
+static att_dims gqa_dims(int B, int T, int NH, int NKV, int hs) {
+    if (NKV <= 0 || NH % NKV != 0) {  // callers validate the config; this is a bug here
+        fc_die(FC_EXIT_INTERNAL, "internal error: %d kv heads do not divide %d heads", NKV, NH);
     }
+    // multiply by head_dim ** -0.5, a Python float in HF, rounded once to the build's precision
+    const real s = (real)(1.0 / sqrt((double)hs));
+    const att_dims d = {B, T, NH, NKV, hs, (size_t)NH * hs, (size_t)NKV * hs, (size_t)NH * hs, s, (real)1};
+    return d;
+}
+
+void RN(fc_gqa_attention_forward)(real *out, real *preatt, real *att, const real *q, const real *k,
+                                  const real *v, int B, int T, int NH, int NKV, int hs) {
+    // out [B,T,NH*hs], preatt [B,NH,T,T], att [B,NH,T,T], q [B,T,NH*hs], k, v [B,T,NKV*hs]
+    const att_dims d = gqa_dims(B, T, NH, NKV, hs);
+    attention_forward_core(out, preatt, att, q, k, v, &d);
+}
+
+void RN(fc_gqa_attention_backward)(real *dq, real *dk, real *dv, real *dpreatt, real *datt,
+                                   const real *dout, const real *q, const real *k, const real *v,
+                                   const real *att, int B, int T, int NH, int NKV, int hs) {
+    // dq [B,T,NH*hs], dk, dv [B,T,NKV*hs], dpreatt, datt [B,NH,T,T], dout [B,T,NH*hs],
+    // q [B,T,NH*hs], k, v [B,T,NKV*hs], att [B,NH,T,T]
+    const att_dims d = gqa_dims(B, T, NH, NKV, hs);
+    attention_backward_core(dq, dk, dv, dpreatt, datt, dout, q, k, v, att, &d);
 }
 
 // ----------------------------------------------------------------------------
@@ -702,12 +998,16 @@ void RN(fc_attention_backward)(real *dqkv, real *dpreatt, real *datt, const real
 
 void RN(fc_encoder_forward)(real *out, const int32_t *ids, const real *wte, const real *wpe,
                             int B, int T, int C) {
-    // out [B,T,C], ids [B,T], wte [V,C], wpe [P,C] with P >= T
+    // out [B,T,C], ids [B,T], wte [V,C], wpe [P,C] with P >= T, or NULL (llama: no position embedding)
 #pragma omp parallel for collapse(2) schedule(static) if ((size_t)B * T * C >= FC_PAR_MIN)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             real *o = out + ((size_t)b * T + t) * C;
             const real *we = wte + (size_t)ids[(size_t)b * T + t] * C;
+            if (!wpe) {
+                memcpy(o, we, (size_t)C * sizeof(real));
+                continue;
+            }
             const real *pe = wpe + (size_t)t * C;
             for (int i = 0; i < C; i++) { o[i] = we[i] + pe[i]; }
         }

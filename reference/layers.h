@@ -52,7 +52,50 @@ void RN(fc_attention_forward)(real *out, real *preatt, real *att, const real *qk
 void RN(fc_attention_backward)(real *dqkv, real *dpreatt, real *datt, const real *dout,
                                const real *qkv, const real *att, int B, int T, int C, int NH);
 
-// Token + position embedding: out [B,T,C] = wte[ids[b,t]] + wpe[t].
+// ---- Llama (Hugging Face LlamaForCausalLM, eager attention) ------------------
+
+// RMSNorm over the last dim C of inp [N,C] (LlamaRMSNorm):
+//   rstd[n] = 1 / sqrt(mean_c x[n,c]^2 + eps),  out[n,c] = weight[c] * (x[n,c] * rstd[n])
+// (two roundings, in that order, as Hugging Face computes it). rstd [N] is saved for backward.
+void RN(fc_rmsnorm_forward)(real *out, real *rstd, const real *inp, const real *weight, int N, int C,
+                            real eps);
+// dinp [N,C] +=; dweight [C] += sum_n dout * x * rstd.
+void RN(fc_rmsnorm_backward)(real *dinp, real *dweight, const real *dout, const real *inp,
+                             const real *weight, const real *rstd, int N, int C);
+
+// Rotary position embedding as Hugging Face applies it (rotate_half, the two
+// halves of a head, not interleaved pairs): for a head vector x [hd] at
+// position t (t = 0..T-1 inside each sample), i < hd/2,
+//   inv_freq[i] = 1 / theta^(2i / hd),  a = t * inv_freq[i]  (in the build's precision, as torch's fp32)
+//   out[i]        = x[i] cos a - x[i + hd/2] sin a
+//   out[i + hd/2] = x[i + hd/2] cos a + x[i] sin a
+// x [B,T,H,hd] (H heads of hd per token, contiguous). out may alias inp.
+void RN(fc_rope_forward)(real *out, const real *inp, int B, int T, int H, int hd, double theta);
+// The transpose rotation: dinp [B,T,H,hd] += R^T dout.
+void RN(fc_rope_backward)(real *dinp, const real *dout, int B, int T, int H, int hd, double theta);
+
+// SwiGLU's gate (LlamaMLP): out [n] = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+void RN(fc_swiglu_forward)(real *out, const real *gate, const real *up, size_t n);
+// dgate, dup [n] +=.
+void RN(fc_swiglu_backward)(real *dgate, real *dup, const real *dout, const real *gate, const real *up,
+                            size_t n);
+
+// Causal grouped-query attention core (no projections), Llama's eager path:
+// q [B,T,NH*hs], k and v [B,T,NKV*hs] (NKV divides NH; query head h reads kv
+// head h / (NH/NKV), as repeat_kv lays them out); out [B,T,NH*hs].
+// preatt, att [B,NH,T,T] as in fc_attention_forward; the scores are
+// (q . k) * s with s = (real)(1 / sqrt((double)hs)) (Llama multiplies by
+// head_dim**-0.5, where GPT-2 divides by sqrt(hs)).
+void RN(fc_gqa_attention_forward)(real *out, real *preatt, real *att, const real *q, const real *k,
+                                  const real *v, int B, int T, int NH, int NKV, int hs);
+// dq [B,T,NH*hs], dk and dv [B,T,NKV*hs] +=; a kv head's gradient sums its
+// query heads' contributions in ascending head order. dpreatt, datt scratch.
+void RN(fc_gqa_attention_backward)(real *dq, real *dk, real *dv, real *dpreatt, real *datt,
+                                   const real *dout, const real *q, const real *k, const real *v,
+                                   const real *att, int B, int T, int NH, int NKV, int hs);
+
+// Token + position embedding: out [B,T,C] = wte[ids[b,t]] + wpe[t]; wpe NULL: wte[ids[b,t]]
+// alone (llama), and dwpe NULL in backward.
 // ids [B,T] must be in [0, V) (the caller validates).
 void RN(fc_encoder_forward)(real *out, const int32_t *ids, const real *wte, const real *wpe,
                             int B, int T, int C);

@@ -17,7 +17,7 @@ int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     L->cfg = *cfg;
     fc_model_build(&L->model, &cfg->model);
     size_t n = L->model.numel;
-    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    int T = fc_model_has_tokens(&cfg->model) ? cfg->seq_len : 0;
     int micro = cfg->global_batch / cfg->grad_accum;
     size_t an = RN(fc_acts_numel)(&L->model, micro, T);
     // A configuration that cannot fit is bad input, not an out-of-memory crash.

@@ -292,7 +292,7 @@ fcx *fcx_host_create(const fc_run_config *cfg, const fce_comms *c) {
     fc_rank_samples(cfg, c->g.W, c->g.rank, &first, &local);
     x->K = cfg->grad_accum;
     x->micro = local / x->K;
-    int T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 0;
+    int T = fc_model_has_tokens(&cfg->model) ? cfg->seq_len : 0;
     size_t an = fc_acts_numel(&x->m, x->micro, T);
     x->act_mem = mallocCheck(an * sizeof(float));
     fc_acts_init(&x->acts, &x->m, x->micro, T, x->act_mem);

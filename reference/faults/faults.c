@@ -103,7 +103,7 @@ void fc_fault_backward_begin(struct fc_fsdp *f, int u) {
 void fc_fault_stage_backward(struct fc_fsdp *f, int s, const fc_batch *mb, float scale) {
     const fc_model *m = &f->m;
     unit_state *U = &f->u[m->stages[s].unit];
-    size_t wte_n = m->cfg.kind == FC_MODEL_GPT2 ? m->params[0].numel : 0;
+    size_t wte_n = fc_model_tied(&m->cfg) ? m->params[0].numel : 0;  // wte / embed_tokens, the root's first
     float *wte_saved = NULL;
     if (is(f, FC_FAULT_TIED_UNTIED) && m->stages[s].kind == FC_STAGE_EMBED) {
         wte_saved = mallocCheck(wte_n * sizeof(float));

@@ -67,6 +67,31 @@ static int gpt2_expected(const fc_model_config *c, want_param *w) {
     return n;
 }
 
+// LlamaForCausalLM's registration order: embed_tokens, layers.0 .. L-1 (each:
+// self_attn q k v o, mlp gate up down, input_layernorm,
+// post_attention_layernorm), norm, lm_head (untied only). nn.Linear [out, in].
+static int llama_expected(const fc_model_config *c, want_param *w) {
+    int64_t V = c->vocab_size, C = c->n_embd, I = c->intermediate_size;
+    int64_t Q = (int64_t)c->n_head * c->head_dim, KV = (int64_t)c->n_kv_head * c->head_dim;
+    int n = 0;
+    n = push(w, n, 0, V, C, "model.embed_tokens.weight", 0);
+    for (int i = 0; i < c->n_layer; i++) {
+        int u = 1 + i;
+        n = push(w, n, u, Q, C, "model.layers.%d.self_attn.q_proj.weight", i);
+        n = push(w, n, u, KV, C, "model.layers.%d.self_attn.k_proj.weight", i);
+        n = push(w, n, u, KV, C, "model.layers.%d.self_attn.v_proj.weight", i);
+        n = push(w, n, u, C, Q, "model.layers.%d.self_attn.o_proj.weight", i);
+        n = push(w, n, u, I, C, "model.layers.%d.mlp.gate_proj.weight", i);
+        n = push(w, n, u, I, C, "model.layers.%d.mlp.up_proj.weight", i);
+        n = push(w, n, u, C, I, "model.layers.%d.mlp.down_proj.weight", i);
+        n = push(w, n, u, C, 0, "model.layers.%d.input_layernorm.weight", i);
+        n = push(w, n, u, C, 0, "model.layers.%d.post_attention_layernorm.weight", i);
+    }
+    n = push(w, n, 0, C, 0, "model.norm.weight", 0);
+    if (!c->tie_word_embeddings) n = push(w, n, 0, V, C, "lm_head.weight", 0);
+    return n;
+}
+
 static int mlp_expected(const fc_model_config *c, want_param *w) {
     int n = 0;
     for (int l = 0; l < c->n_layers; l++) {
@@ -112,6 +137,57 @@ Test(presets, gpt2_tiny_names_and_shapes) {
     // DESIGN §2: a few thousand to a few hundred thousand parameters
     cr_expect(m.numel >= 2000 && m.numel <= 500000, "gpt2-tiny has %zu parameters", m.numel);
     free(w);
+    fc_model_free(&m);
+}
+
+// llama-micro: GQA 2:1, tied; llama-tiny: GQA 4:2, head_dim 6 != 16/4, untied.
+Test(presets, llama_names_shapes_units) {
+    const struct {
+        const char *name;
+        int V, C, L, H, KV, hd, I, tied;
+        size_t root, layer;  // unit sizes
+    } want[2] = {{"llama-micro", 13, 8, 1, 2, 1, 4, 12, 1, 13 * 8 + 8, 8 * 8 * 2 + 4 * 8 * 2 + 12 * 8 * 3 + 16},
+                 {"llama-tiny", 97, 16, 2, 4, 2, 6, 40, 0, 2 * 97 * 16 + 16, 24 * 16 * 2 + 12 * 16 * 2 + 40 * 16 * 3 + 32}};
+    for (int k = 0; k < 2; k++) {
+        fc_model_config c;
+        load(want[k].name, &c);
+        cr_expect_eq(c.kind, FC_MODEL_LLAMA);
+        cr_expect(c.vocab_size == want[k].V && c.n_embd == want[k].C && c.n_layer == want[k].L &&
+                      c.n_head == want[k].H && c.n_kv_head == want[k].KV && c.head_dim == want[k].hd &&
+                      c.intermediate_size == want[k].I && c.tie_word_embeddings == want[k].tied,
+                  "%s: sizes", want[k].name);
+        cr_expect(c.n_kv_head < c.n_head, "%s: grouped-query attention", want[k].name);
+        cr_expect_float_eq(c.layer_norm_epsilon, 1e-6f, 1e-12f);  // LlamaConfig's rms_norm_eps
+        cr_expect_eq(c.rope_theta, 10000.0);
+        fc_model m;
+        fc_model_build(&m, &c);
+        want_param *w = calloc(4 + 9 * (size_t)c.n_layer, sizeof *w);
+        check_registry(&m, w, llama_expected(&c, w));
+        cr_expect_eq(m.n_units, 1 + c.n_layer);
+        cr_expect_eq(m.root_unit, 0);
+        cr_expect_eq(m.units[0].numel, want[k].root, "%s: root %zu", want[k].name, m.units[0].numel);
+        for (int u = 1; u < m.n_units; u++) {
+            cr_expect_eq(m.units[u].numel, want[k].layer, "%s: layer %d: %zu", want[k].name, u, m.units[u].numel);
+            char unit[32];
+            snprintf(unit, sizeof unit, "model.layers.%d", u - 1);
+            cr_expect_str_eq(m.units[u].name, unit);
+        }
+        // stages: the embedding and the head on the root, one per layer between
+        cr_expect_eq(m.n_stages, c.n_layer + 2);
+        cr_expect(m.stages[0].kind == FC_STAGE_EMBED && m.stages[0].unit == 0);
+        cr_expect(m.stages[m.n_stages - 1].kind == FC_STAGE_HEAD && m.stages[m.n_stages - 1].unit == 0);
+        for (int l = 0; l < c.n_layer; l++)
+            cr_expect(m.stages[1 + l].kind == FC_STAGE_BLOCK && m.stages[1 + l].unit == 1 + l);
+        free(w);
+        fc_model_free(&m);
+    }
+    // llama-tiny's layers (3104 = 2^5 * 97) shard unevenly at W = 3, 5, 6, 7
+    fc_model_config t;
+    load("llama-tiny", &t);
+    fc_model m;
+    fc_model_build(&m, &t);
+    for (int W = 3; W <= 7; W++)
+        if (W != 4) cr_expect(m.units[1].numel % (size_t)W != 0, "W=%d", W);
     fc_model_free(&m);
 }
 
@@ -524,6 +600,65 @@ Test(config_json, refusals) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_refused(cases[i].json, cases[i].substr);
 }
 
+// SmolLM2-135M's config.json as users have it (examples/models/, a copy of
+// the project's shared example): a 135M Llama, tied, GQA 9:3.
+Test(config_json, llama_smollm2_135m_file) {
+    fc_model_config c;
+    load(FC_EXAMPLES_DIR "/models/llama.smollm2-135m.config.json", &c);
+    cr_expect_eq(c.kind, FC_MODEL_LLAMA);
+    cr_expect(c.vocab_size == 49152 && c.n_embd == 576 && c.n_layer == 30 && c.n_head == 9 && c.n_kv_head == 3 &&
+              c.head_dim == 64 && c.intermediate_size == 1536 && c.n_positions == 8192);
+    cr_expect(c.tie_word_embeddings);
+    cr_expect_eq(c.layer_norm_epsilon, 1e-5f);
+    cr_expect_eq(c.rope_theta, 100000.0);
+    cr_expect_eq(c.initializer_range, (float)0.041666666666666664);
+    fc_model m;
+    fc_model_build(&m, &c);
+    // 134,515,008: SmolLM2-135M's parameter count (the tied head counted once)
+    cr_expect_eq(m.numel, 134515008u, "%zu parameters", m.numel);
+    fc_model_free(&m);
+}
+
+// LlamaConfig's defaults for omitted keys, transformers 5's rope_parameters
+Test(config_json, llama_defaults_and_rope_parameters) {
+    fc_model_config c;
+    fc_error e;
+    const char *j = "{\"model_type\": \"llama\", \"vocab_size\": 50, \"hidden_size\": 32, \"intermediate_size\": 64,"
+                    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": null,"
+                    " \"head_dim\": null, \"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}}";
+    cr_assert_eq(fc_model_config_parse(j, "t.json", &c, &e), 0, "%s", e.msg);
+    cr_expect_eq(c.n_kv_head, 4);   // null: num_attention_heads
+    cr_expect_eq(c.head_dim, 8);    // null: hidden_size / num_attention_heads
+    cr_expect_eq(c.rope_theta, 500000.0);
+    cr_expect_eq(c.layer_norm_epsilon, 1e-6f);
+    cr_expect_eq(c.initializer_range, 0.02f);
+    cr_expect_eq(c.tie_word_embeddings, 0);  // LlamaConfig's default
+    cr_expect_eq(c.n_positions, 2048);
+}
+
+Test(config_json, llama_refusals) {
+    static const bad_case cases[] = {
+        {"{\"model_type\": \"llama\", \"hidden_act\": \"gelu\"}", "\"hidden_act\": \"silu\""},
+        {"{\"model_type\": \"llama\", \"attention_bias\": true}", "\"attention_bias\": false"},
+        {"{\"model_type\": \"llama\", \"mlp_bias\": true}", "\"mlp_bias\": false"},
+        {"{\"model_type\": \"llama\", \"rope_scaling\": {\"rope_type\": \"llama3\"}}", "\"rope_scaling\": null"},
+        {"{\"model_type\": \"llama\", \"rope_parameters\": {\"rope_type\": \"yarn\"}}", "rope_type"},
+        {"{\"model_type\": \"llama\", \"attention_dropout\": 0.1}", "attention_dropout"},
+        {"{\"model_type\": \"llama\", \"pretraining_tp\": 2}", "pretraining_tp"},
+        {"{\"model_type\": \"llama\", \"tie_word_embeddings\": 1}", "true or false"},
+        {"{\"model_type\": \"llama\", \"num_attention_heads\": 6, \"num_key_value_heads\": 4}",
+         "not divisible by num_key_value_heads"},
+        {"{\"model_type\": \"llama\", \"head_dim\": 7}", "head_dim 7 is odd"},
+        {"{\"model_type\": \"llama\", \"hidden_size\": 4, \"num_attention_heads\": 8}", "head_dim >= 1"},
+        {"{\"model_type\": \"llama\", \"rms_norm_eps\": 0}", "rms_norm_eps"},
+        {"{\"model_type\": \"llama\", \"rope_theta\": -1}", "rope_theta"},
+        {"{\"model_type\": \"llama\", \"num_key_value_heads\": 0}", "num_key_value_heads"},
+        {"{\"model_type\": \"llama\", \"vocab_size\": 128256, \"hidden_size\": 16384, \"num_attention_heads\": 128}",
+         "too large"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) expect_refused(cases[i].json, cases[i].substr);
+}
+
 Test(config_json, nonexistent_file) {
     fc_model_config c;
     fc_error e;
@@ -535,8 +670,8 @@ Test(config_json, nonexistent_file) {
 
 // fc_model_config_to_json's output parses back into the same model.
 Test(config_json, model_to_json_round_trip) {
-    const char *presets[3] = {"mlp-tiny", "gpt2-tiny", "gpt2-124m"};
-    for (int k = 0; k < 3; k++) {
+    const char *presets[5] = {"mlp-tiny", "gpt2-tiny", "gpt2-124m", "llama-micro", "llama-tiny"};
+    for (int k = 0; k < 5; k++) {
         fc_model_config a, b;
         load(presets[k], &a);
         cJSON *j = fc_model_config_to_json(&a);
@@ -553,6 +688,12 @@ Test(config_json, model_to_json_round_trip) {
             cr_expect(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings")));
             const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
             cr_expect(cJSON_IsString(act) && strcmp(act->valuestring, "gelu_new") == 0);
+        }
+        if (a.kind == FC_MODEL_LLAMA) {
+            const cJSON *arch = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "architectures"), 0);
+            cr_expect(cJSON_IsString(arch) && strcmp(arch->valuestring, "LlamaForCausalLM") == 0);
+            cr_expect(cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings")));
+            cr_expect(cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "head_dim")));
         }
         free(text);
         cJSON_Delete(j);

@@ -154,6 +154,16 @@ Test(fsdp_config, wrap_classes_against_the_model) {
     ok("{\"fsdp_auto_wrap_policy\": \"TRANSFORMER_BASED_WRAP\"}");  // the model's own block class
     cr_expect_eq(fc_fsdp_config_check_model(&F, &mlp, &E), 0);
     cr_expect_eq(fc_fsdp_config_check_model(&F, &gpt2, &E), 0);
+    // a Llama's unit is its decoder layer, and that class is no unit of GPT-2
+    fc_model_config llama;
+    cr_assert_eq(fc_model_config_load("llama-tiny", &llama, &E), 0);
+    ok("{\"fsdp_transformer_layer_cls_to_wrap\": \"LlamaDecoderLayer\"}");
+    cr_expect_eq(fc_fsdp_config_check_model(&F, &llama, &E), 0);
+    cr_expect_eq(fc_fsdp_config_check_model(&F, &gpt2, &E), -1);
+    cr_expect_not_null(strstr(E.msg, "not a unit of model gpt2-tiny (a gpt2: accepted \"GPT2Block\")"), "%s", E.msg);
+    ok("{\"fsdp_transformer_layer_cls_to_wrap\": \"GPT2Block\"}");
+    cr_expect_eq(fc_fsdp_config_check_model(&F, &llama, &E), -1);
+    cr_expect_not_null(strstr(E.msg, "accepted \"LlamaDecoderLayer\""), "%s", E.msg);
 }
 
 Test(fsdp_config, keys_that_leave_results_unchanged) {
@@ -264,8 +274,8 @@ Test(fsdp_config, refuses_unknown_values) {
     refused("{\"fsdp_limit_all_gathers\": null}", "\"fsdp_limit_all_gathers\": null", "boolean", NULL);
     refused("{\"fsdp_state_dict_type\": \"FULL\"}", "\"FULL\"", "FULL_STATE_DICT or SHARDED_STATE_DICT", NULL);
     refused("{\"fsdp_auto_wrap_policy\": \"LAYER_WRAP\"}", "\"LAYER_WRAP\"", "TRANSFORMER_BASED_WRAP", NULL);
-    refused("{\"fsdp_transformer_layer_cls_to_wrap\": \"LlamaDecoderLayer\"}", "\"LlamaDecoderLayer\"",
-            "GPT2Block for gpt2, Linear for mlp", NULL);
+    refused("{\"fsdp_transformer_layer_cls_to_wrap\": \"MistralDecoderLayer\"}", "\"MistralDecoderLayer\"",
+            "GPT2Block for gpt2, LlamaDecoderLayer for llama, Linear for mlp", NULL);
     refused("{\"fsdp_transformer_layer_cls_to_wrap\": \"GPT2Block,\"}", "empty class name", NULL, NULL);
     refused("{\"fsdp_transformer_layer_cls_to_wrap\": []}", "[]", "GPT2Block", NULL);
     refused("{\"fsdp_transformer_layer_cls_to_wrap\": [1]}", "list of strings", NULL, NULL);

@@ -69,6 +69,19 @@ static fc_model_config gpt2_config(const char *name, int V, int P, int C, int L,
     return c;
 }
 
+static fc_model_config llama_config(const char *name, int V, int C, int L, int H, int KV, int hd, int I, int tied) {
+    fc_model_config c;
+    memset(&c, 0, sizeof c);
+    c.kind = FC_MODEL_LLAMA;
+    snprintf(c.name, sizeof c.name, "%s", name);
+    c.vocab_size = V, c.n_positions = 16, c.n_embd = C, c.n_layer = L, c.n_head = H;
+    c.n_kv_head = KV, c.head_dim = hd, c.intermediate_size = I, c.tie_word_embeddings = tied;
+    c.layer_norm_epsilon = 1e-5f, c.rope_theta = 500.0, c.initializer_range = 0.02f;  // theta small: fast rotations at T <= 8
+    fc_error e;
+    cr_assert_eq(fc_model_config_validate(&c, &e), 0, "%s", e.msg);
+    return c;
+}
+
 // Initial weights in float, then made generic so no gradient vanishes by
 // symmetry: normal-init weights scaled by `scale` (gradients not tiny),
 // LayerNorm weights 1 + 0.2 u and zero biases 0.1 u (u uniform in [-1, 1)).
@@ -102,7 +115,7 @@ static void dmodel_init(dmodel *d, const fc_model_config *cfg, int B, int T, uin
     memset(d, 0, sizeof *d);
     fc_model_build(&d->m, cfg);
     d->B = B;
-    d->T = cfg->kind == FC_MODEL_GPT2 ? T : 0;
+    d->T = fc_model_has_tokens(cfg) ? T : 0;
     fc_batch_alloc(&d->batch, cfg, B, d->T);
     fc_data_fill(&d->batch, cfg, seed, 0, 0);
     size_t n = d->m.numel;
@@ -157,7 +170,8 @@ static void check_fd(const char *what, const fc_model_config *cfg, int B, int T,
         const fc_param *p = &d.m.params[pi];
         size_t idx[10];
         int n = 0;
-        int is_wte = strcmp(p->name, "transformer.wte.weight") == 0;
+        int is_wte = strcmp(p->name, "transformer.wte.weight") == 0 || strcmp(p->name, "model.embed_tokens.weight") == 0 ||
+                     strcmp(p->name, "lm_head.weight") == 0;
         int is_wpe = strcmp(p->name, "transformer.wpe.weight") == 0;
         if (is_wte) {
             int C = cfg->n_embd, V = cfg->vocab_size;
@@ -205,7 +219,7 @@ static void check_fd(const char *what, const fc_model_config *cfg, int B, int T,
         checked_tensors++;
     }
     cr_expect_eq(checked_tensors, d.m.n_params);
-    if (cfg->kind == FC_MODEL_GPT2) {
+    if (fc_model_has_tokens(cfg)) {
         cr_expect_gt(tied_rows_in, 0);
         cr_expect_gt(tied_rows_out, 0, "%s: every token is in the batch; the head-only path is untested", what);
     }
@@ -236,6 +250,30 @@ Test(fd, gpt2_three_layers_hand_config) {
 Test(fd, gpt2_one_head_full_context) {
     fc_model_config c = gpt2_config("gpt2-H1", 11, 5, 8, 1, 1);
     check_fd("gpt2 H=1 T=P", &c, 2, 5, 8);
+}
+
+// llama: RMSNorm, RoPE, GQA, SwiGLU, tied and untied heads (every tensor,
+// the embedding's rows in and out of the batch as for gpt2's wte)
+Test(fd, llama_micro_tied_gqa) {
+    fc_model_config c = preset("llama-micro");
+    check_fd("llama-micro", &c, 3, 8, 5);
+}
+
+Test(fd, llama_tiny_untied_head_dim_6) {
+    fc_model_config c = preset("llama-tiny");
+    check_fd("llama-tiny", &c, 2, 8, 9);
+}
+
+Test(fd, llama_mha_two_layers_hand_config) {
+    fc_model_config c = llama_config("llama-MHA", 19, 12, 2, 3, 3, 4, 20, 1);
+    check_fd("llama MHA", &c, 2, 6, 11);
+}
+
+// T = 2: the shortest sequence where q and k have a gradient (at T = 1 the
+// softmax has one key, and q_proj's and k_proj's gradients are exactly 0)
+Test(fd, llama_gqa_4_to_1_seq_len_2) {
+    fc_model_config c = llama_config("llama-GQA4", 11, 8, 1, 4, 1, 2, 8, 0);
+    check_fd("llama GQA 4:1 T=2", &c, 4, 2, 12);
 }
 
 // The tied wte's gradient is the sum of the head path and the embedding path:
@@ -282,7 +320,7 @@ Test(fd, tied_wte_both_paths_matter) {
 static void check_stagewise_float(const fc_model_config *cfg, int B, int T) {
     fc_model m;
     fc_model_build(&m, cfg);
-    int Tm = cfg->kind == FC_MODEL_GPT2 ? T : 0;
+    int Tm = fc_model_has_tokens(cfg) ? T : 0;
     fc_batch b;
     fc_batch_alloc(&b, cfg, B, Tm);
     fc_data_fill(&b, cfg, 3, 1, 0);
@@ -382,13 +420,22 @@ Test(stagewise, equals_model_bitwise_gpt2) {
     check_stagewise_double(&c3, 2, 1);
 }
 
+Test(stagewise, equals_model_bitwise_llama) {
+    const char *names[] = {"llama-micro", "llama-tiny"};
+    for (int i = 0; i < 2; i++) {
+        fc_model_config c = preset(names[i]);
+        check_stagewise_float(&c, 3, 7);
+        check_stagewise_double(&c, 2, 5);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // backward accumulates
 
 static void check_accumulates(const fc_model_config *cfg, int B, int T) {
     fc_model m;
     fc_model_build(&m, cfg);
-    int Tm = cfg->kind == FC_MODEL_GPT2 ? T : 0;
+    int Tm = fc_model_has_tokens(cfg) ? T : 0;
     fc_batch b;
     fc_batch_alloc(&b, cfg, B, Tm);
     fc_data_fill(&b, cfg, 9, 0, 0);
@@ -409,7 +456,8 @@ static void check_accumulates(const fc_model_config *cfg, int B, int T) {
     for (size_t i = 0; i < n; i++) g0[i] = (float)unif(&s);
     memcpy(g3, g0, n * sizeof(float));
     fc_model_backward(&m, p, &b, &a, g3, 1.0f / (float)a.NT);
-    int wte = cfg->kind == FC_MODEL_GPT2 ? fc_model_find(&m, "transformer.wte.weight") : -1;
+    // the tied embedding (the root's first parameter) has two contributions per element
+    int wte = fc_model_tied(cfg) ? 0 : -1;
     size_t nz = 0;
     for (int pi = 0; pi < m.n_params; pi++) {
         const fc_param *q = &m.params[pi];
@@ -441,6 +489,13 @@ static void check_accumulates(const fc_model_config *cfg, int B, int T) {
 Test(accumulate, backward_adds_mlp) {
     fc_model_config c = preset("mlp-tiny");
     check_accumulates(&c, 5, 0);
+}
+
+Test(accumulate, backward_adds_llama) {
+    fc_model_config c = preset("llama-micro");  // tied: the embedding's two contributions are exempt
+    check_accumulates(&c, 2, 9);
+    fc_model_config u = preset("llama-tiny");   // untied: every tensor exactly 2x
+    check_accumulates(&u, 2, 5);
 }
 
 Test(accumulate, backward_adds_gpt2) {
@@ -488,6 +543,13 @@ static void check_float_vs_double(const fc_model_config *cfg, int B, int T) {
 Test(precision, float_matches_double_mlp) {
     fc_model_config c = preset("mlp-tiny");
     check_float_vs_double(&c, 16, 0);
+}
+
+Test(precision, float_matches_double_llama) {
+    fc_model_config c = preset("llama-tiny");
+    check_float_vs_double(&c, 4, 16);
+    fc_model_config m = preset("llama-micro");
+    check_float_vs_double(&m, 3, 8);
 }
 
 Test(precision, float_matches_double_gpt2) {
@@ -551,7 +613,7 @@ static void check_grad_accum(const char *model, int B, int T) {
     memset(&d, 0, sizeof d);
     fc_model_build(&d.m, &c1.model);
     d.B = B;
-    d.T = c1.model.kind == FC_MODEL_GPT2 ? T : 0;
+    d.T = fc_model_has_tokens(&c1.model) ? T : 0;
     fc_batch_alloc(&d.batch, &c1.model, B, d.T);
     fc_data_fill(&d.batch, &c1.model, c1.seed, 0, 0);
     float *p0 = malloc(n * sizeof(float));
@@ -574,6 +636,7 @@ static void check_grad_accum(const char *model, int B, int T) {
 
 Test(local, grad_accum_identity_mlp) { check_grad_accum("mlp-tiny", 8, 0); }
 Test(local, grad_accum_identity_gpt2) { check_grad_accum("gpt2-tiny", 8, 8); }
+Test(local, grad_accum_identity_llama) { check_grad_accum("llama-tiny", 8, 8); }
 
 Test(local, grad_norm_by_hand) {
     const float g[5] = {3.0f, -4.0f, 0.0f, 1e-3f, -0.5f};

@@ -1,0 +1,220 @@
+// reference/forward_llama.c — Llama (Hugging Face LlamaForCausalLM, eager
+// attention) as stages, see forward.h and forward_internal.h.
+//
+// Activation memory of a micro-batch (NT = B*T rows, C = hidden_size,
+// Q = num_attention_heads * head_dim, KV = num_key_value_heads * head_dim,
+// I = intermediate_size, NH heads):
+//   encoded                                    [NT, C]   embed_tokens[ids]
+//   per decoder layer l (L times):
+//     ln1 [NT,C]  ln1_rstd [NT]                input_layernorm (RMSNorm)
+//     qp [NT,Q]  kp [NT,KV]                    q_proj, k_proj outputs
+//     q [NT,Q]  k [NT,KV]                      the same after RoPE
+//     v [NT,KV]                                v_proj
+//     preatt att [B,NH,T,T]                    scores, softmax
+//     atty [NT,Q]  attproj res2 [NT,C]         heads merged, o_proj, residual
+//     ln2 [NT,C]  ln2_rstd [NT]                post_attention_layernorm
+//     gate up h [NT,I]                         gate_proj, up_proj, silu(gate) * up
+//     down res3 [NT,C]                         down_proj, residual: the layer's output
+//   lnf [NT,C]  lnf_rstd [NT]  logits probs [NT,V]   model.norm, lm_head, softmax
+// The gradient half mirrors it. RoPE is linear, so its backward needs no
+// inputs; qp and kp are kept so that their gradients have their own place
+// (q's gradient is rotated back into qp's).
+#include <string.h>
+
+#include "forward_internal.h"
+#include "layers.h"
+
+typedef struct {
+    real *ln1, *ln1_rstd, *qp, *kp, *q, *k, *v, *preatt, *att, *atty, *attproj, *res2, *ln2, *ln2_rstd, *gate,
+        *up, *h, *down, *res3;
+} layer_acts;
+
+typedef struct {
+    real *encoded, *lnf, *lnf_rstd, *logits, *probs;
+} llama_ends;
+
+size_t RN(fc_llama_block_numel)(const fc_model_config *c, int B, int T) {
+    size_t NT = (size_t)B * T, C = (size_t)c->n_embd, I = (size_t)c->intermediate_size;
+    size_t Q = (size_t)c->n_head * c->head_dim, KV = (size_t)c->n_kv_head * c->head_dim;
+    return NT * (6 * C + 3 * Q + 3 * KV + 3 * I) + 2 * NT + 2 * (size_t)B * c->n_head * T * T;
+}
+
+size_t RN(fc_llama_half_numel)(const fc_model_config *c, int B, int T) {
+    size_t NT = (size_t)B * T, C = (size_t)c->n_embd, V = (size_t)c->vocab_size;
+    return NT * C + (size_t)c->n_layer * RN(fc_llama_block_numel)(c, B, T) + NT * C + NT + 2 * NT * V;
+}
+
+static layer_acts layer_view(const fc_model_config *c, int B, int T, real *half, int l) {
+    size_t NT = (size_t)B * T, C = (size_t)c->n_embd, I = (size_t)c->intermediate_size;
+    size_t Q = (size_t)c->n_head * c->head_dim, KV = (size_t)c->n_kv_head * c->head_dim;
+    size_t att = (size_t)B * c->n_head * T * T;
+    real *p = half + NT * C + (size_t)l * RN(fc_llama_block_numel)(c, B, T);
+    layer_acts v;
+    v.ln1 = p, p += NT * C;
+    v.ln1_rstd = p, p += NT;
+    v.qp = p, p += NT * Q;
+    v.kp = p, p += NT * KV;
+    v.q = p, p += NT * Q;
+    v.k = p, p += NT * KV;
+    v.v = p, p += NT * KV;
+    v.preatt = p, p += att;
+    v.att = p, p += att;
+    v.atty = p, p += NT * Q;
+    v.attproj = p, p += NT * C;
+    v.res2 = p, p += NT * C;
+    v.ln2 = p, p += NT * C;
+    v.ln2_rstd = p, p += NT;
+    v.gate = p, p += NT * I;
+    v.up = p, p += NT * I;
+    v.h = p, p += NT * I;
+    v.down = p, p += NT * C;
+    v.res3 = p;  // the last NT*C of the block: its output (forward.h's region tail)
+    return v;
+}
+
+static llama_ends ends_view(const fc_model_config *c, int B, int T, real *half) {
+    size_t NT = (size_t)B * T, C = (size_t)c->n_embd, V = (size_t)c->vocab_size;
+    llama_ends v;
+    v.encoded = half;
+    real *p = half + NT * C + (size_t)c->n_layer * RN(fc_llama_block_numel)(c, B, T);
+    v.lnf = p, p += NT * C;
+    v.lnf_rstd = p, p += NT;
+    v.logits = p, p += NT * V;
+    v.probs = p;
+    return v;
+}
+
+// The residual stream entering layer l [NT, C]: the embedding or the previous layer's output.
+static real *layer_input(const fc_model_config *c, int B, int T, real *half, int l) {
+    return l == 0 ? ends_view(c, B, T, half).encoded : layer_view(c, B, T, half, l - 1).res3;
+}
+
+// The LM head's weight [V, C]: lm_head.weight, or embed_tokens.weight when tied.
+static const char *head_name(const fc_model_config *c) {
+    return c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+}
+
+// ---------------------------------------------------------------------------
+// forward
+
+static void layer_forward(const fc_model *m, int l, const real *const *up, RN(fc_acts) *a) {
+    const fc_model_config *c = &m->cfg;
+    int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, hd = c->head_dim;
+    int Q = NH * hd, KV = NKV * hd, I = c->intermediate_size;
+    layer_acts v = layer_view(c, B, T, a->acts, l);
+    real *res = layer_input(c, B, T, a->acts, l);  // [NT, C]
+    real eps = (real)c->layer_norm_epsilon;
+    RN(fc_rmsnorm_forward)(v.ln1, v.ln1_rstd, res, P("model.layers.%d.input_layernorm.weight", l), NT, C, eps);
+    RN(fc_matmul_forward)(v.qp, v.ln1, P("model.layers.%d.self_attn.q_proj.weight", l), NULL, NT, C, Q, FC_W_NK);
+    RN(fc_matmul_forward)(v.kp, v.ln1, P("model.layers.%d.self_attn.k_proj.weight", l), NULL, NT, C, KV, FC_W_NK);
+    RN(fc_matmul_forward)(v.v, v.ln1, P("model.layers.%d.self_attn.v_proj.weight", l), NULL, NT, C, KV, FC_W_NK);
+    RN(fc_rope_forward)(v.q, v.qp, B, T, NH, hd, c->rope_theta);
+    RN(fc_rope_forward)(v.k, v.kp, B, T, NKV, hd, c->rope_theta);
+    RN(fc_gqa_attention_forward)(v.atty, v.preatt, v.att, v.q, v.k, v.v, B, T, NH, NKV, hd);
+    RN(fc_matmul_forward)(v.attproj, v.atty, P("model.layers.%d.self_attn.o_proj.weight", l), NULL, NT, Q, C,
+                          FC_W_NK);
+    RN(fc_residual_forward)(v.res2, res, v.attproj, (size_t)NT * C);
+    RN(fc_rmsnorm_forward)(v.ln2, v.ln2_rstd, v.res2, P("model.layers.%d.post_attention_layernorm.weight", l), NT,
+                           C, eps);
+    RN(fc_matmul_forward)(v.gate, v.ln2, P("model.layers.%d.mlp.gate_proj.weight", l), NULL, NT, C, I, FC_W_NK);
+    RN(fc_matmul_forward)(v.up, v.ln2, P("model.layers.%d.mlp.up_proj.weight", l), NULL, NT, C, I, FC_W_NK);
+    RN(fc_swiglu_forward)(v.h, v.gate, v.up, (size_t)NT * I);
+    RN(fc_matmul_forward)(v.down, v.h, P("model.layers.%d.mlp.down_proj.weight", l), NULL, NT, I, C, FC_W_NK);
+    RN(fc_residual_forward)(v.res3, v.res2, v.down, (size_t)NT * C);
+}
+
+void RN(fc_llama_stage_forward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
+                                RN(fc_acts) *a) {
+    const fc_stage *st = &m->stages[s];
+    const fc_model_config *c = &m->cfg;
+    int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, V = c->vocab_size;
+    switch (st->kind) {
+    case FC_STAGE_EMBED:  // no position embedding: RoPE rotates q and k inside each layer
+        RN(fc_encoder_forward)(ends_view(c, B, T, a->acts).encoded, batch->input,
+                               P("%s", "model.embed_tokens.weight"), NULL, B, T, C);
+        break;
+    case FC_STAGE_BLOCK:
+        layer_forward(m, st->layer, up, a);
+        break;
+    case FC_STAGE_HEAD: {
+        llama_ends v = ends_view(c, B, T, a->acts);
+        real *x = layer_view(c, B, T, a->acts, c->n_layer - 1).res3;  // [NT, C]
+        RN(fc_rmsnorm_forward)(v.lnf, v.lnf_rstd, x, P("%s", "model.norm.weight"), NT, C,
+                               (real)c->layer_norm_epsilon);
+        RN(fc_matmul_forward)(v.logits, v.lnf, P("%s", head_name(c)), NULL, NT, C, V, FC_W_NK);
+        a->loss_sum = RN(fc_crossentropy_forward)(v.probs, v.logits, batch->target, NT, V);
+        break;
+    }
+    default:
+        fc_die(FC_EXIT_INTERNAL, "%s:%d: llama has no stage of kind %d", __FILE__, __LINE__, (int)st->kind);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// backward
+
+static void layer_backward(const fc_model *m, int l, const real *const *up, RN(fc_acts) *a, real *const *ug) {
+    const fc_model_config *c = &m->cfg;
+    int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, NH = c->n_head, NKV = c->n_kv_head, hd = c->head_dim;
+    int Q = NH * hd, KV = NKV * hd, I = c->intermediate_size;
+    layer_acts v = layer_view(c, B, T, a->acts, l), d = layer_view(c, B, T, a->grads, l);
+    real *res = layer_input(c, B, T, a->acts, l), *dres = layer_input(c, B, T, a->grads, l);
+    size_t n = (size_t)NT * C;
+    // res3 = res2 + down: the gradient flows unchanged into both
+    RN(fc_residual_forward)(d.res2, d.res2, d.res3, n);
+    RN(fc_residual_forward)(d.down, d.down, d.res3, n);
+    RN(fc_matmul_backward)(d.h, G("model.layers.%d.mlp.down_proj.weight", l), NULL, d.down, v.h,
+                           P("model.layers.%d.mlp.down_proj.weight", l), NT, I, C, FC_W_NK);
+    RN(fc_swiglu_backward)(d.gate, d.up, d.h, v.gate, v.up, (size_t)NT * I);
+    RN(fc_matmul_backward)(d.ln2, G("model.layers.%d.mlp.up_proj.weight", l), NULL, d.up, v.ln2,
+                           P("model.layers.%d.mlp.up_proj.weight", l), NT, C, I, FC_W_NK);
+    RN(fc_matmul_backward)(d.ln2, G("model.layers.%d.mlp.gate_proj.weight", l), NULL, d.gate, v.ln2,
+                           P("model.layers.%d.mlp.gate_proj.weight", l), NT, C, I, FC_W_NK);
+    RN(fc_rmsnorm_backward)(d.res2, G("model.layers.%d.post_attention_layernorm.weight", l), d.ln2, v.res2,
+                            P("model.layers.%d.post_attention_layernorm.weight", l), v.ln2_rstd, NT, C);
+    // res2 = res + attproj
+    RN(fc_residual_forward)(dres, dres, d.res2, n);
+    RN(fc_residual_forward)(d.attproj, d.attproj, d.res2, n);
+    RN(fc_matmul_backward)(d.atty, G("model.layers.%d.self_attn.o_proj.weight", l), NULL, d.attproj, v.atty,
+                           P("model.layers.%d.self_attn.o_proj.weight", l), NT, Q, C, FC_W_NK);
+    RN(fc_gqa_attention_backward)(d.q, d.k, d.v, d.preatt, d.att, d.atty, v.q, v.k, v.v, v.att, B, T, NH, NKV, hd);
+    RN(fc_rope_backward)(d.qp, d.q, B, T, NH, hd, c->rope_theta);
+    RN(fc_rope_backward)(d.kp, d.k, B, T, NKV, hd, c->rope_theta);
+    RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.v_proj.weight", l), NULL, d.v, v.ln1,
+                           P("model.layers.%d.self_attn.v_proj.weight", l), NT, C, KV, FC_W_NK);
+    RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.k_proj.weight", l), NULL, d.kp, v.ln1,
+                           P("model.layers.%d.self_attn.k_proj.weight", l), NT, C, KV, FC_W_NK);
+    RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.q_proj.weight", l), NULL, d.qp, v.ln1,
+                           P("model.layers.%d.self_attn.q_proj.weight", l), NT, C, Q, FC_W_NK);
+    RN(fc_rmsnorm_backward)(dres, G("model.layers.%d.input_layernorm.weight", l), d.ln1, res,
+                            P("model.layers.%d.input_layernorm.weight", l), v.ln1_rstd, NT, C);
+}
+
+void RN(fc_llama_stage_backward)(const fc_model *m, int s, const real *const *up, const fc_batch *batch,
+                                 RN(fc_acts) *a, real *const *ug, real loss_scale) {
+    const fc_stage *st = &m->stages[s];
+    const fc_model_config *c = &m->cfg;
+    int B = a->B, T = a->T, NT = a->NT, C = c->n_embd, V = c->vocab_size;
+    switch (st->kind) {
+    case FC_STAGE_EMBED:  // with a tied head, the second of embed_tokens' two gradient paths
+        RN(fc_encoder_backward)(G("%s", "model.embed_tokens.weight"), NULL, ends_view(c, B, T, a->grads).encoded,
+                                batch->input, B, T, C);
+        break;
+    case FC_STAGE_BLOCK:
+        layer_backward(m, st->layer, up, a, ug);
+        break;
+    case FC_STAGE_HEAD: {
+        llama_ends v = ends_view(c, B, T, a->acts), d = ends_view(c, B, T, a->grads);
+        real *x = layer_view(c, B, T, a->acts, c->n_layer - 1).res3;
+        real *dx = layer_view(c, B, T, a->grads, c->n_layer - 1).res3;
+        RN(fc_crossentropy_backward)(d.logits, v.probs, batch->target, NT, V, loss_scale);
+        RN(fc_matmul_backward)(d.lnf, G("%s", head_name(c)), NULL, d.logits, v.lnf, P("%s", head_name(c)), NT, C, V,
+                               FC_W_NK);
+        RN(fc_rmsnorm_backward)(dx, G("%s", "model.norm.weight"), d.lnf, x, P("%s", "model.norm.weight"), v.lnf_rstd,
+                                NT, C);
+        break;
+    }
+    default:
+        fc_die(FC_EXIT_INTERNAL, "%s:%d: llama has no stage of kind %d", __FILE__, __LINE__, (int)st->kind);
+    }
+}
