@@ -31,7 +31,7 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
     "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail", "clip_eps_per_rank",
     "clip_hsdp_shard_norm", "recompute_dtype", "fsdp2_avg_twice", "fsdp2_even_rows", "fsdp2_padding_norm",
-    "fsdp2_post_forward_group", "dcp_saved_offsets"};
+    "fsdp2_post_forward_group", "dcp_saved_offsets", "rope_half"};
 
 // The property of DESIGN §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
@@ -65,6 +65,7 @@ static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
     [FC_FAULT_FSDP2_PADDING_NORM] = 8,    // only the norm (and the clip coefficient) moves
     [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = 1,  // backward computes with other rows' parameters
     [FC_FAULT_DCP_SAVED_OFFSETS] = 7,     // only a DCP checkpoint's round trip reads the offsets
+    [FC_FAULT_ROPE_HALF] = 1,             // the model's math: every loss against the local model's
 };
 
 int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }
@@ -88,6 +89,7 @@ static const unsigned FAULT_VERSIONS[FC_FAULT_COUNT] = {
     [FC_FAULT_FSDP2_PADDING_NORM] = V2,
     [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = V2,
     [FC_FAULT_DCP_SAVED_OFFSETS] = V2,
+    [FC_FAULT_ROPE_HALF] = V1 | V2,
 };
 
 unsigned fc_fault_versions(fc_fault f) {
@@ -654,6 +656,9 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         return fc_fail(e, "--inject %s is a fault of FSDP%d's layout, not of this --fsdp-version %d run%s",
                        fc_fault_name(c->inject), c->fsdp_version == 1 ? 2 : 1, c->fsdp_version,
                        c->fsdp_version == 1 ? " (FSDP2 needs a sharded strategy)" : "");
+    if (c->inject == FC_FAULT_ROPE_HALF && c->model.kind != FC_MODEL_LLAMA)
+        return fc_fail(e, "--inject rope_half needs a llama model (rotary embeddings); model %s has none",
+                       c->model.name);
     if (c->inject == FC_FAULT_TIED_UNTIED && !fc_model_tied(&c->model))
         return fc_fail(e, "--inject tied_untied needs a tied LM head (gpt2, or llama with tie_word_embeddings); "
                           "model %s has none", c->model.name);

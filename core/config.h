@@ -137,6 +137,7 @@ typedef enum {
     FC_FAULT_FSDP2_PADDING_NORM,   // FSDP2: unzeroed per-parameter padding reduced and counted in the norm
     FC_FAULT_FSDP2_POST_FORWARD_GROUP,  // FSDP2: an integer reshard_after_forward gathers over strided ranks
     FC_FAULT_DCP_SAVED_OFFSETS,    // FSDP2: a DCP checkpoint's saved_offsets one row early
+    FC_FAULT_ROPE_HALF,            // llama: RoPE's rotate_half with the halves swapped (cat(x2, -x1)): q, k rotated by -angle
     FC_FAULT_COUNT
 } fc_fault;
 

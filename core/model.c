@@ -126,6 +126,7 @@ static void build_llama(fc_model *m, int cap) {
 void fc_model_build(fc_model *m, const fc_model_config *cfg) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
+    m->rope_sign = 1;
     int cap = cfg->kind == FC_MODEL_MLP ? 2 * cfg->n_layers : 4 + 12 * cfg->n_layer;
     m->params = callocCheck((size_t)cap, sizeof(fc_param));
     // gpt2's root module holds wte, wpe and ln_f, llama's embed_tokens, norm

@@ -69,6 +69,9 @@ typedef struct {
     fc_stage *stages;
     size_t numel;        // total parameters (the tied wte counted once)
     int root_unit;       // the unit of the root module's own parameters, -1 if none (mlp)
+    // llama: the direction RoPE rotates q and k: +1, as Hugging Face's
+    // rotate_half does. -1 only in the fault catalogue's engine (rope_half).
+    int rope_sign;
 } fc_model;
 
 // Builds the registry of a validated config. Never fails on a valid config.

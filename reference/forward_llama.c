@@ -94,6 +94,29 @@ static const char *head_name(const fc_model_config *c) {
     return c->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
 }
 
+// RoPE of H heads, x [B,T,H,head_dim] -> out. m->rope_sign -1 (the fault
+// catalogue's rope_half) rotates by -angle, the transpose rotation, which is
+// fc_rope_backward's added onto a zeroed out; its backward is then the +angle
+// rotation, written onto the gradient (zero there: only this writes it).
+static void rope(const fc_model *m, real *out, const real *x, int B, int T, int H) {
+    const fc_model_config *c = &m->cfg;
+    if (m->rope_sign > 0) {
+        RN(fc_rope_forward)(out, x, B, T, H, c->head_dim, c->rope_theta);
+        return;
+    }
+    memset(out, 0, (size_t)B * T * H * c->head_dim * sizeof(real));
+    RN(fc_rope_backward)(out, x, B, T, H, c->head_dim, c->rope_theta);
+}
+
+// dx [B,T,H,head_dim] += the gradient through rope(): the transpose rotation.
+static void rope_backward(const fc_model *m, real *dx, const real *dout, int B, int T, int H) {
+    const fc_model_config *c = &m->cfg;
+    if (m->rope_sign > 0)
+        RN(fc_rope_backward)(dx, dout, B, T, H, c->head_dim, c->rope_theta);
+    else
+        RN(fc_rope_forward)(dx, dout, B, T, H, c->head_dim, c->rope_theta);
+}
+
 // ---------------------------------------------------------------------------
 // forward
 
@@ -108,8 +131,8 @@ static void layer_forward(const fc_model *m, int l, const real *const *up, RN(fc
     RN(fc_matmul_forward)(v.qp, v.ln1, P("model.layers.%d.self_attn.q_proj.weight", l), NULL, NT, C, Q, FC_W_NK);
     RN(fc_matmul_forward)(v.kp, v.ln1, P("model.layers.%d.self_attn.k_proj.weight", l), NULL, NT, C, KV, FC_W_NK);
     RN(fc_matmul_forward)(v.v, v.ln1, P("model.layers.%d.self_attn.v_proj.weight", l), NULL, NT, C, KV, FC_W_NK);
-    RN(fc_rope_forward)(v.q, v.qp, B, T, NH, hd, c->rope_theta);
-    RN(fc_rope_forward)(v.k, v.kp, B, T, NKV, hd, c->rope_theta);
+    rope(m, v.q, v.qp, B, T, NH);
+    rope(m, v.k, v.kp, B, T, NKV);
     RN(fc_gqa_attention_forward)(v.atty, v.preatt, v.att, v.q, v.k, v.v, B, T, NH, NKV, hd);
     RN(fc_matmul_forward)(v.attproj, v.atty, P("model.layers.%d.self_attn.o_proj.weight", l), NULL, NT, Q, C,
                           FC_W_NK);
@@ -178,8 +201,8 @@ static void layer_backward(const fc_model *m, int l, const real *const *up, RN(f
     RN(fc_matmul_backward)(d.atty, G("model.layers.%d.self_attn.o_proj.weight", l), NULL, d.attproj, v.atty,
                            P("model.layers.%d.self_attn.o_proj.weight", l), NT, Q, C, FC_W_NK);
     RN(fc_gqa_attention_backward)(d.q, d.k, d.v, d.preatt, d.att, d.atty, v.q, v.k, v.v, v.att, B, T, NH, NKV, hd);
-    RN(fc_rope_backward)(d.qp, d.q, B, T, NH, hd, c->rope_theta);
-    RN(fc_rope_backward)(d.kp, d.k, B, T, NKV, hd, c->rope_theta);
+    rope_backward(m, d.qp, d.q, B, T, NH);
+    rope_backward(m, d.kp, d.k, B, T, NKV);
     RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.v_proj.weight", l), NULL, d.v, v.ln1,
                            P("model.layers.%d.self_attn.v_proj.weight", l), NT, C, KV, FC_W_NK);
     RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.k_proj.weight", l), NULL, d.kp, v.ln1,

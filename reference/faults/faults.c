@@ -46,6 +46,8 @@ typedef struct {
 } fault_state;
 
 void fc_fault_created(struct fc_fsdp *f) {
+    // rope_half (P1): the model's rotary embedding turns the other way
+    if (is(f, FC_FAULT_ROPE_HALF)) f->m.rope_sign = -1;
     if (!is(f, FC_FAULT_STALE_GATHER) && !is(f, FC_FAULT_CLIP_HSDP_SHARD_NORM)) return;
     fault_state *s = callocCheck(1, sizeof *s);
     s->stale = callocCheck((size_t)f->m.n_units, sizeof *s->stale);

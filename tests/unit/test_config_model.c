@@ -883,6 +883,27 @@ static void expect_run_refused(const fc_run_config *a, const char *frag) {
     cr_expect(strstr(e.msg, frag) != NULL, "%s", e.msg);
 }
 
+// A fault that would change nothing in a model is refused there: tied_untied
+// needs a tied head, rope_half rotary embeddings.
+Test(run_config, model_faults_need_their_model) {
+    fc_run_config a;
+    fc_error e;
+    fc_run_config_defaults(&a);
+    a.strategy = FC_STRATEGY_FULL_SHARD;
+    a.inject = FC_FAULT_TIED_UNTIED;
+    expect_run_refused(&a, "--inject tied_untied needs a tied LM head");  // mlp-tiny
+    cr_assert_eq(fc_model_config_load("llama-tiny", &a.model, &e), 0);
+    expect_run_refused(&a, "model llama-tiny has none");                  // untied
+    cr_assert_eq(fc_model_config_load("llama-micro", &a.model, &e), 0);
+    cr_expect_eq(fc_run_config_validate(&a, &e), 0, "%s", e.msg);        // tied
+    a.inject = FC_FAULT_ROPE_HALF;
+    cr_expect_eq(fc_run_config_validate(&a, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_model_config_load("gpt2-tiny", &a.model, &e), 0);
+    expect_run_refused(&a, "--inject rope_half needs a llama model");
+    a.inject = FC_FAULT_TIED_UNTIED;
+    cr_expect_eq(fc_run_config_validate(&a, &e), 0, "%s", e.msg);
+}
+
 // FSDP2 needs a sharded strategy and refuses FSDP1's prefetch options and
 // the faults of FSDP1's layout (fc_fault_versions); FSDP1 refuses FSDP2's.
 Test(run_config, fsdp2_refusals) {
