@@ -529,6 +529,15 @@ int main(int argc, char **argv) {
         check_determinism_offload(models[i]);
         check_act_ckpt(models[i]);
     }
+    // llama's own layers (RMSNorm, RoPE, GQA, SwiGLU, an untied head) under the
+    // same bitwise equalities of sharding, FSDP2, mixed precision and
+    // checkpointing; an implementation without the model skips them
+    if (mt_impl()->features & FC_IMPL_LLAMA) {
+        check_strategies("llama-tiny");
+        check_fsdp2("llama-tiny");
+        check_mixed_precision("llama-tiny");
+        check_act_ckpt("llama-tiny");
+    }
     // 3 -> 2 -> 2: units of 8 and 6 elements, so from W = 4 some ranks own only padding
     fc_model_config micro = {0};
     micro.kind = FC_MODEL_MLP;
