@@ -85,6 +85,8 @@ def model_stub(flags):
             name = flags[i + 1]
     if name.startswith("gpt2"):
         return {"model_type": "gpt2", "n_positions": {"gpt2-micro": 8, "gpt2-tiny": 32}.get(name, 1024)}
+    if name.startswith("llama"):
+        return {"model_type": "llama", "max_position_embeddings": {"llama-micro": 8, "llama-tiny": 32}.get(name, 2048)}
     if name.startswith("mlp"):
         return {"model_type": "fsdpcheck-mlp"}
     try:

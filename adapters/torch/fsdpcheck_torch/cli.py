@@ -28,6 +28,10 @@ BACKEND_DEVICE = {"gloo": ("cpu", "cuda"), "nccl": ("cuda",), "hccl": ("hpu",), 
 USAGE = __doc__
 
 
+# the models whose stages the comm-log recorder places (model.stage_modules:
+# embedding, blocks, head), as the reference's schedule numbers them
+COMM_LOG_MODELS = ("gpt2", "llama")
+
 RUN_OWN = {
     "--api": True,
     "--device": True,
@@ -128,8 +132,11 @@ def parse_run(argv, world):
             "--comm-log with activation checkpointing: the recorder does not place the recompute's forward "
             "(the reference's recompute phase) yet"
         )
-    if a.comm_log and cfg["model"].get("model_type") != "gpt2":
-        raise UsageError("--comm-log: recorded for gpt2 models (their stages are known to the recorder)")
+    if a.comm_log and cfg["model"].get("model_type") not in COMM_LOG_MODELS:
+        raise UsageError(
+            f"--comm-log: recorded for {' and '.join(COMM_LOG_MODELS)} models (their stages are known to the "
+            f"recorder), not {cfg['model'].get('model_type')}"
+        )
     if a.comm_log:
         from .commlog import refusal
 

@@ -208,7 +208,9 @@ def validate(cfg, world):
         raise UsageError("--lr, --weight-decay, --momentum and --clip-grad-norm must be >= 0")
     m = cfg["model"]
     n = m.get("n_positions") if isinstance(m, dict) else None
-    # a model file with no usable n_positions (true is no integer) is the reference's to refuse, by name
+    # a model file with no usable n_positions (true is no integer) is the reference's to refuse, by name.
+    # llama's max_position_embeddings bounds nothing: RoPE has no position table, and neither
+    # LlamaForCausalLM nor the reference (core/config.c) refuses a longer --seq-len
     if m.get("model_type") == "gpt2" and type(n) is int and not 1 <= cfg["seq_len"] <= n:
         raise UsageError(f"--seq-len {cfg['seq_len']} is outside 1..n_positions ({n})")
 

@@ -319,7 +319,7 @@ class Run:
         state = osd.get("state", {})
         for n in self.names:
             st = state.get(n)
-            if st is None and n == "transformer.wte.weight":
+            if st is None and n == M.embed_name(self.mcfg):  # a tied head's state may be keyed by its name
                 st = state.get("lm_head.weight")
             for s in self.state_names:
                 if st is None or s not in st:
@@ -459,7 +459,7 @@ class Run:
         if self.rank == 0:
             tracefile.write_init(out, {n: init[n] for n in self.names})
         self.timing["trace_write"] += time.perf_counter() - t0
-        gpt2 = self.mcfg.get("model_type") == "gpt2"
+        token_ids = M.takes_token_ids(self.mcfg)  # gpt2, llama: the input is token ids (long)
         rec = getattr(self, "commlog", None)  # --comm-log: the step's schedule (commlog.py)
         phase = rec.set_phase if rec else (lambda p: None)
         for step in range(self.first_step, self.first_step + c["steps"]):
@@ -477,7 +477,7 @@ class Run:
                     rec.begin_micro(k)
                 x = inp[k * mb : (k + 1) * mb].to(self.device)
                 y = tgt[k * mb : (k + 1) * mb].long().to(self.device)
-                if gpt2:
+                if token_ids:
                     x = x.long()
                 sync = not c["no_sync"] or k == K - 1
                 if self.api == "fsdp1":

@@ -39,7 +39,7 @@ DTYPE = {
     "half": "fp16",
     "torch.float16": "fp16",
 }
-WRAP_CLASSES = {"gpt2": "GPT2Block", "fsdpcheck-mlp": "Linear"}
+WRAP_CLASSES = {"gpt2": "GPT2Block", "llama": "LlamaDecoderLayer", "fsdpcheck-mlp": "Linear"}
 # keys that cannot change the results (accepted and ignored)
 NEUTRAL = ("use_orig_params", "sync_module_states", "cpu_ram_efficient_loading", "min_num_params")
 
@@ -120,7 +120,7 @@ def apply_file(cfg, extras, path, device):
                     path,
                     raw_key,
                     v,
-                    "is not supported: fsdpcheck's units are one per transformer block (gpt2) "
+                    "is not supported: fsdpcheck's units are one per transformer block (gpt2, llama) "
                     "or Linear layer (mlp): use TRANSFORMER_BASED_WRAP",
                 )
         elif key == "transformer_layer_cls_to_wrap":

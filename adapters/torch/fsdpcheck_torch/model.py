@@ -1,15 +1,29 @@
 """The reference's models as the PyTorch code users train.
 
 gpt2: `transformers.GPT2LMHeadModel` (the Hugging Face model code), eager
-attention, gelu_new, every dropout 0, the LM head tied to wte. Loss: the
-model's own causal-LM loss (`loss_function`, which upcasts logits to fp32) on
-the trace's targets passed as `shift_labels`, so every one of the B*T targets
-counts, as in the reference (DESIGN §2: input = tokens[0:T], target =
-tokens[1:T+1]).
+attention, gelu_new, every dropout 0, the LM head tied to wte.
+
+llama: `transformers.LlamaForCausalLM`, eager attention, SiLU MLP, RMSNorm,
+RoPE (default, rope_theta from the trace), grouped-query attention
+(num_key_value_heads) with head_dim as the trace says (it need not be
+hidden_size / num_attention_heads), no biases, no dropout; the LM head tied to
+embed_tokens or not, as tie_word_embeddings says.
+
+Both: the loss is the model's own causal-LM loss (`loss_function`, which
+upcasts logits to fp32) on the trace's targets passed as `shift_labels`, so
+every one of the B*T targets counts, as in the reference (DESIGN §2: input =
+tokens[0:T], target = tokens[1:T+1]).
 
 mlp: nn.Linear layers named `layers.{i}`, tanh-form GELU between them,
 cross-entropy on the last layer's logits.
+
+What differs between the Hugging Face models (their modules, classes and
+attribute names) is one row of HF, keyed by model_type; the tie is the built
+config's tie_word_embeddings.
 """
+
+import importlib
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -55,77 +69,211 @@ def gpt2_config(m):
     return c
 
 
+# what the reference's llama is, beyond its sizes: a trace saying otherwise
+# describes a model this adapter does not build (refused by name)
+LLAMA_FIXED = {
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "attention_dropout": 0,
+    "rope_scaling": None,
+}
+
+
+def llama_config(m):
+    import inspect
+
+    import transformers
+    from transformers import LlamaConfig
+
+    for k, want in LLAMA_FIXED.items():
+        if m.get(k, want) != want:
+            raise ValueError(f"llama {k} {m[k]!r}: the reference's llama has {want!r}")
+    kw = {
+        k: m[k]
+        for k in (
+            "vocab_size",
+            "max_position_embeddings",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "rms_norm_eps",
+        )
+    }
+    theta = float(m["rope_theta"])
+    # transformers 5 keeps RoPE's settings in rope_parameters (a top-level
+    # rope_theta is converted into it); 4.x reads rope_theta
+    if "rope_parameters" in inspect.signature(LlamaConfig.__init__).parameters:
+        kw["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    else:
+        kw.update(rope_theta=theta, rope_scaling=None)
+    kw.update(
+        initializer_range=m.get("initializer_range", 0.02),
+        tie_word_embeddings=bool(m["tie_word_embeddings"]),
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
+        attention_dropout=0.0,
+        pretraining_tp=1,
+        use_cache=False,
+        pad_token_id=None,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    try:
+        c = LlamaConfig(**kw)
+    except Exception as e:  # transformers 5 validates: huggingface_hub's StrictDataclassError, no ValueError
+        # e.g. 5.x refuses a hidden_size that is no multiple of num_attention_heads
+        # even with head_dim given, which 4.x and the reference accept
+        why = (str(e).strip().splitlines() or [type(e).__name__])[-1].strip()
+        raise ValueError(f"transformers {transformers.__version__} refuses this llama config: {why}") from e
+    c._attn_implementation = "eager"
+    return c
+
+
+@dataclass(frozen=True)
+class HFModel:
+    """A Hugging Face causal LM as fsdpcheck numbers it: the root unit holds
+    the embedding, the final norm and the LM head; each block is a unit."""
+
+    module: str  # the modeling module (imported before building on meta)
+    cls: str  # the causal-LM class
+    block: str  # the decoder block class: FSDP's unit
+    config: object  # the trace's model dict -> the transformers config
+    body: str  # the base model's attribute on the causal LM
+    blocks: str  # the block list's attribute on the body
+    embed: str  # the token embedding's attribute on the body
+    norm: str  # the final norm's attribute on the body (the head stage starts there)
+    attn: str  # the attention's attribute on a block (counts recomputed forwards)
+
+    def model_class(self):
+        return getattr(importlib.import_module(self.module), self.cls)
+
+    def block_class(self):
+        return getattr(importlib.import_module(self.module), self.block)
+
+    def body_of(self, model):
+        return getattr(model, self.body)
+
+
+HF = {
+    "gpt2": HFModel(
+        "transformers.models.gpt2.modeling_gpt2",
+        "GPT2LMHeadModel",
+        "GPT2Block",
+        gpt2_config,
+        "transformer",
+        "h",
+        "wte",
+        "ln_f",
+        "attn",
+    ),
+    "llama": HFModel(
+        "transformers.models.llama.modeling_llama",
+        "LlamaForCausalLM",
+        "LlamaDecoderLayer",
+        llama_config,
+        "model",
+        "layers",
+        "embed_tokens",
+        "norm",
+        "self_attn",
+    ),
+}
+
+
+def hf(model_cfg):
+    """model_cfg's Hugging Face row, or None (the mlp)."""
+    return HF.get(model_cfg.get("model_type"))
+
+
+def takes_token_ids(model_cfg):
+    """Whether the model's input is token ids (an embedding), not features."""
+    return hf(model_cfg) is not None
+
+
+def embed_name(model_cfg):
+    """The token embedding's parameter name (the tied LM head's), or None."""
+    h = hf(model_cfg)
+    return f"{h.body}.{h.embed}.weight" if h else None
+
+
 def build(model_cfg):
     """A freshly constructed model (fp32, CPU); weights come from load_init."""
-    kind = model_cfg.get("model_type")
-    if kind == "gpt2":
-        from transformers import GPT2LMHeadModel
-
-        model = GPT2LMHeadModel(gpt2_config(model_cfg))
+    h = hf(model_cfg)
+    if h is not None:
+        model = h.model_class()(h.config(model_cfg))
         model.config._attn_implementation = "eager"
         return model
-    if kind == "fsdpcheck-mlp":
+    if model_cfg.get("model_type") == "fsdpcheck-mlp":
         return MLP(model_cfg["dims"])
-    raise ValueError(f"unsupported model_type {kind!r}")
+    raise ValueError(f"unsupported model_type {model_cfg.get('model_type')!r}")
 
 
 def build_meta(model_cfg):
     """build() on the meta device: the parameters' names and shapes, no memory.
     What it imports is imported first: torch 2.7 fails an import made under the
-    meta device (transformers' GPT-2 modeling, torch._dynamo through it)."""
-    if model_cfg.get("model_type") == "gpt2":
-        import transformers.models.gpt2.modeling_gpt2  # noqa: F401
+    meta device (transformers' modeling code, torch._dynamo through it)."""
+    h = hf(model_cfg)
+    if h is not None:
+        importlib.import_module(h.module)
     with torch.device("meta"):
         return build(model_cfg)
 
 
 def unit_class(model_cfg):
     """The module class FSDP wraps as a unit (DESIGN §2 units)."""
-    if model_cfg.get("model_type") == "gpt2":
-        from transformers.models.gpt2.modeling_gpt2 import GPT2Block
-
-        return GPT2Block
-    return nn.Linear
+    h = hf(model_cfg)
+    return h.block_class() if h else nn.Linear
 
 
 def unit_modules(model, model_cfg):
     """The unit submodules, in forward order."""
-    if model_cfg.get("model_type") == "gpt2":
-        return list(model.transformer.h)
+    h = hf(model_cfg)
+    if h is not None:
+        return list(getattr(h.body_of(model), h.blocks))
     return list(model.layers)
 
 
 def count_block_forwards(model, model_cfg):
-    """A one-element list counting the forward calls inside every unit (gpt2:
-    each block's attention; mlp: each layer), the evidence that activation
-    checkpointing ran: every count doubles when the recompute runs the block
-    again. A module inside the block, because transformers checkpoints the
-    block's forward, not its __call__ (whose hooks would not run again)."""
+    """A one-element list counting the forward calls inside every unit (a
+    transformer: each block's attention; mlp: each layer), the evidence that
+    activation checkpointing ran: every count doubles when the recompute runs
+    the block again. A module inside the block, because transformers
+    checkpoints the block's forward, not its __call__ (whose hooks would not
+    run again)."""
     calls = [0]
 
     def count(module, args):
         calls[0] += 1
 
+    h = hf(model_cfg)
     for u in unit_modules(model, model_cfg):
-        (u.attn if model_cfg.get("model_type") == "gpt2" else u).register_forward_pre_hook(count)
+        (getattr(u, h.attn) if h else u).register_forward_pre_hook(count)
     return calls
 
 
 def stage_modules(model, model_cfg):
     """(module, unit) per stage of the forward pass, as the reference numbers
-    them (core/model.h): gpt2's embedding (the root unit 0), its blocks (units
-    1..L), its head (the root again); mlp's layers (units 0..). A stage's
-    forward starts when its module's does."""
-    if model_cfg.get("model_type") == "gpt2":
-        t = model.transformer
-        return [(t.wte, 0), *((b, i + 1) for i, b in enumerate(t.h)), (t.ln_f, 0)]
+    them (core/model.h): a transformer's embedding (the root unit 0), its
+    blocks (units 1..L), its head (the root again, from the final norm); mlp's
+    layers (units 0..). A stage's forward starts when its module's does."""
+    h = hf(model_cfg)
+    if h is not None:
+        body = h.body_of(model)
+        blocks = getattr(body, h.blocks)
+        return [(getattr(body, h.embed), 0), *((b, i + 1) for i, b in enumerate(blocks)), (getattr(body, h.norm), 0)]
     return [(m, i) for i, m in enumerate(model.layers)]
 
 
 def load_init(model, init, names):
     """Copies the trace's initial weights (name -> fp32 tensor) into the model.
-    Every model parameter must be in `names` (the tied lm_head is wte)."""
-    params = dict(model.named_parameters())  # deduplicated: lm_head.weight is wte
+    Every model parameter must be in `names` (a tied lm_head is the embedding,
+    listed once under the embedding's name)."""
+    params = dict(model.named_parameters())  # deduplicated: a tied lm_head.weight is the embedding
     missing = [n for n in names if n not in params]
     extra = [n for n in params if n not in names]
     if missing or extra:
@@ -137,13 +285,18 @@ def load_init(model, init, names):
             if tuple(p.shape) != tuple(t.shape):
                 raise ValueError(f"{n}: shape {tuple(t.shape)} in the trace, {tuple(p.shape)} in the model")
             p.copy_(t)
-    if hasattr(model, "lm_head"):
-        assert model.lm_head.weight is model.transformer.wte.weight, "the LM head is not tied to wte"
+    h = HF.get(getattr(getattr(model, "config", None), "model_type", None))
+    if h is not None:  # the head is the embedding exactly when the config ties them (gpt2: always)
+        emb = getattr(h.body_of(model), h.embed).weight
+        if model.config.tie_word_embeddings:
+            assert model.lm_head.weight is emb, f"the LM head is not tied to {h.embed}"
+        else:
+            assert model.lm_head.weight is not emb, f"the LM head is tied to {h.embed}, the trace's is its own"
 
 
 def loss_of(model, model_cfg, inp, target):
     """The per-rank mean loss of one micro-batch, as the model computes it."""
-    if model_cfg.get("model_type") == "gpt2":
+    if takes_token_ids(model_cfg):
         out = model(input_ids=inp, labels=target, shift_labels=target)
         return out.loss
     logits = model(inp)

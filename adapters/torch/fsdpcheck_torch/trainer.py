@@ -1,4 +1,4 @@
-"""The Hugging Face Trainer path: a real `Trainer.train()` on GPT-2 with
+"""The Hugging Face Trainer path: a real `Trainer.train()` on GPT-2 or Llama with
 `fsdp="full_shard auto_wrap"` and an `fsdp_config.json`, traced by a
 `TrainerCallback`.
 
@@ -6,7 +6,8 @@
       [--fsdp "full_shard auto_wrap"] [--fsdp-config FILE] [--device cpu|cuda|hpu]
 
 What makes the Trainer train exactly the reference's steps:
-  - the model: GPT2LMHeadModel from the trace's initial weights (model.py);
+  - the model: GPT2LMHeadModel or LlamaForCausalLM from the trace's initial
+    weights (model.py);
   - the data: the trace's batches as a map-style dataset read in order
     (`train_sampling_strategy="sequential"`), laid out so that Accelerate's
     batch sharding (process p takes batches p, p+W, p+2W, ... of the
@@ -45,8 +46,11 @@ def parse(argv, world):
     device = opts.get("--device", "cpu")
     ref = RefTrace(opts["--like"])
     cfg, extras = like_config(ref.meta, flags, device)
-    if cfg["model"].get("model_type") != "gpt2":
-        raise UsageError("trainer: the Trainer path trains GPT-2 (the reference trace's model is an mlp)")
+    if cfg["model"].get("model_type") not in ("gpt2", "llama"):
+        raise UsageError(
+            "trainer: the Trainer path trains Hugging Face models, gpt2 and llama "
+            f"(the reference trace's model is {cfg['model'].get('model_type')})"
+        )
     import dataclasses
 
     import transformers

@@ -40,7 +40,11 @@ def refs(tmp_path_factory):
 @pytest.mark.parametrize(
     ("ref", "flags", "needle"),
     [
-        ("mlp", [], "the Trainer path trains GPT-2 (the reference trace's model is an mlp)"),
+        (
+            "mlp",
+            [],
+            "the Trainer path trains Hugging Face models, gpt2 and llama (the reference trace's model is fsdpcheck-mlp)",
+        ),
         ("sgd", [], "the Trainer path uses optim=adamw_torch (the reference trace uses sgd)"),
         ("decay", [], "run the reference with --weight-decay 0"),
         ("good", ["--fsdp", "full_shard shard_grad_op auto_wrap"], "expected one of full_shard, shard_grad_op"),

@@ -393,6 +393,8 @@ def files(tmp_path_factory):
     for name, extra in (
         ("mlp", ["--model", "mlp-micro", "--strategy", "full_shard"]),
         ("gpt2", ["--model", "gpt2-micro", "--seq-len", "8", "--strategy", "full_shard"]),
+        ("llama", ["--model", "llama-micro", "--strategy", "full_shard"]),  # tied head
+        ("llama-untied", ["--model", "llama-tiny", "--strategy", "full_shard"]),
         ("local", ["--model", "mlp-micro"]),
     ):
         subprocess.run(
@@ -420,6 +422,8 @@ def files(tmp_path_factory):
         "dir": d,
         "mlp": str(d / "mlp"),
         "gpt2": str(d / "gpt2"),
+        "llama": str(d / "llama"),
+        "llama-untied": str(d / "llama-untied"),
         "local": str(d / "local"),
         "fsdp_valid": [str(f) for f in fsdp],
         "--fsdp-config": [
@@ -494,8 +498,28 @@ def test_model_file_check_parse(request, files):
 @st.composite
 def model_configs(draw):
     """A valid model config of each kind the adapter trains (DESIGN §2)."""
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["mlp", "gpt2", "llama"]))
+    if kind == "mlp":
         return {"model_type": "fsdpcheck-mlp", "dims": draw(st.lists(st.integers(1, 9), min_size=2, max_size=6))}
+    if kind == "llama":
+        # grouped-query attention (H a multiple of KV), an even head_dim (RoPE rotates halves)
+        # not tied to hidden / heads; transformers 5 wants hidden a multiple of the heads
+        KV = draw(st.integers(1, 3))
+        H = KV * draw(st.integers(1, 2))
+        return {
+            "model_type": "llama",
+            "vocab_size": draw(st.integers(2, 64)),
+            "max_position_embeddings": draw(st.integers(1, 32)),
+            "hidden_size": H * draw(st.integers(1, 4)),
+            "intermediate_size": draw(st.integers(1, 24)),
+            "num_hidden_layers": draw(st.integers(1, 3)),
+            "num_attention_heads": H,
+            "num_key_value_heads": KV,
+            "head_dim": 2 * draw(st.integers(1, 4)),
+            "rms_norm_eps": draw(st.floats(1e-12, 1e-2)),
+            "rope_theta": draw(st.floats(1.0, 1e6)),
+            "tie_word_embeddings": draw(st.booleans()),
+        }
     H, L = draw(st.integers(1, 4)), draw(st.integers(1, 3))
     return {
         "model_type": "gpt2",
@@ -517,6 +541,8 @@ def meta_build(m):
 
 def layout(m):
     """DESIGN §2: name -> shape of every parameter (the tied LM head is wte), units in order."""
+    if m["model_type"] == "llama":
+        return llama_layout(m)
     if m["model_type"] == "fsdpcheck-mlp":
         d = m["dims"]
         shapes = {}
@@ -548,14 +574,42 @@ def layout(m):
     return shapes, m["n_layer"]
 
 
+def llama_layout(m):
+    """Hugging Face's LlamaForCausalLM names and shapes ([out, in] Linear weights, no
+    biases); lm_head only when untied (tied, it is embed_tokens)."""
+    V, C, I = m["vocab_size"], m["hidden_size"], m["intermediate_size"]
+    q, kv = m["num_attention_heads"] * m["head_dim"], m["num_key_value_heads"] * m["head_dim"]
+    shapes = {"model.embed_tokens.weight": (V, C)}
+    for i in range(m["num_hidden_layers"]):
+        h = f"model.layers.{i}."
+        shapes.update(
+            {
+                h + "self_attn.q_proj.weight": (q, C),
+                h + "self_attn.k_proj.weight": (kv, C),
+                h + "self_attn.v_proj.weight": (kv, C),
+                h + "self_attn.o_proj.weight": (C, q),
+                h + "mlp.gate_proj.weight": (I, C),
+                h + "mlp.up_proj.weight": (I, C),
+                h + "mlp.down_proj.weight": (C, I),
+                h + "input_layernorm.weight": (C,),
+                h + "post_attention_layernorm.weight": (C,),
+            }
+        )
+    shapes["model.norm.weight"] = (C,)
+    if not m["tie_word_embeddings"]:
+        shapes["lm_head.weight"] = (V, C)
+    return shapes, m["num_hidden_layers"]
+
+
 def test_model_config_builds_the_design_layout(request, files):
     """model.py: a valid model config builds the model of DESIGN §2 (the
     parameter names and shapes the reference's traces hold: checked on the
-    mlp-micro and gpt2-micro ones first), one unit per layer (mlp) or block
-    (gpt2), the Hugging Face config carrying the file's values."""
+    mlp-micro, gpt2-micro, llama-micro (tied) and llama-tiny (untied) ones
+    first), one unit per layer (mlp) or block (gpt2, llama), the Hugging Face
+    config carrying the file's values."""
     from fsdpcheck_torch import model as M
 
-    for t in ("mlp", "gpt2"):
+    for t in ("mlp", "gpt2", "llama", "llama-untied"):
         with open(os.path.join(files[t], "trace.json")) as f:
             m = json.load(f)["config"]["model"]
         h = tracefile.header(os.path.join(files[t], "init.safetensors"))
@@ -577,6 +631,19 @@ def test_model_config_builds_the_design_layout(request, files):
                 assert getattr(c, k) == m[k], k
             assert c.resid_pdrop == c.embd_pdrop == c.attn_pdrop == 0 and c.tie_word_embeddings
             assert net.lm_head.weight is net.transformer.wte.weight
+        if m["model_type"] == "llama":
+            c = net.config
+            for k in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "head_dim"):
+                assert getattr(c, k) == m[k], k
+            assert (c.num_attention_heads, c.num_key_value_heads) == (
+                m["num_attention_heads"],
+                m["num_key_value_heads"],
+            )
+            rope = getattr(c, "rope_parameters", None) or {"rope_theta": c.rope_theta}  # transformers 5 / 4
+            assert rope["rope_theta"] == m["rope_theta"] and c.rms_norm_eps == m["rms_norm_eps"]
+            assert c._attn_implementation == "eager" and c.attention_dropout == 0
+            tied = net.lm_head.weight is net.model.embed_tokens.weight
+            assert tied == m["tie_word_embeddings"]
 
     prop()
     ran(request, count, 60)

@@ -27,10 +27,12 @@ from fsdpcheck_torch.tracefile import RefTrace
 def tensor_class(n):
     if n.endswith("attn.c_attn.bias"):
         return "c_attn.bias"
-    if ".ln_" in n:
-        return "layernorm"
-    if "wte" in n or "wpe" in n:
+    if ".ln_" in n or n.endswith("layernorm.weight") or n == "model.norm.weight":
+        return "layernorm"  # gpt2's LayerNorm, llama's RMSNorm
+    if "wte" in n or "wpe" in n or "embed_tokens" in n:
         return "embedding"
+    if n == "lm_head.weight":  # llama's untied head
+        return "lm head"
     if n.endswith("bias"):
         return "linear bias"
     return "linear weight"
@@ -42,7 +44,7 @@ def exact_grads(ref):
     M.load_init(model, ref.init(), ref.names)
     model = model.double()
     x, y = ref.batch(0)
-    x = x.long() if cfg["model"].get("model_type") == "gpt2" else x.double()
+    x = x.long() if M.takes_token_ids(cfg["model"]) else x.double()
     loss = M.loss_of(model, cfg["model"], x, y.long())
     loss.backward()
     return {n: p.grad.detach().numpy() for n, p in model.named_parameters()}

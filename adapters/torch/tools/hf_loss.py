@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""A FULL checkpoint read by its real reader: GPT2LMHeadModel.from_pretrained.
+"""A FULL checkpoint read by its real reader: the Hugging Face class its
+config.json's model_type names (GPT2LMHeadModel, LlamaForCausalLM), through
+from_pretrained.
 
   hf_loss.py CKPT_DIR TRACE_DIR [--device cpu|cuda] [--rtol R]
 
@@ -19,10 +21,9 @@ import os
 import sys
 
 import torch
-from transformers import GPT2LMHeadModel
 
 from fsdpcheck_torch.config import UsageError
-from fsdpcheck_torch.model import loss_of
+from fsdpcheck_torch.model import HF, loss_of
 from fsdpcheck_torch.tracefile import RefTrace
 
 
@@ -44,6 +45,13 @@ def main(argv):
             step = int(json.load(f)["step"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"{ckpt}/fsdpcheck.json: not a checkpoint manifest ({e})")
+    try:
+        with open(os.path.join(ckpt, "config.json")) as f:
+            mtype = json.load(f)["model_type"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UsageError(f"{ckpt}/config.json: not a Hugging Face model config ({e})")
+    if mtype not in HF:
+        raise UsageError(f"{ckpt}/config.json: model_type {mtype!r} (this reads {', '.join(HF)})")
     ref = RefTrace(trace)
     inp, target = ref.batch(step)
     path = os.path.join(trace, f"step-{step:06d}.safetensors")
@@ -51,13 +59,14 @@ def main(argv):
 
     with safe_open(path, "pt") as f:
         want = float(f.get_tensor("loss"))
-    model = GPT2LMHeadModel.from_pretrained(ckpt, torch_dtype=torch.float32).to(device).eval()
+    cls = HF[mtype].model_class()
+    model = cls.from_pretrained(ckpt, torch_dtype=torch.float32).to(device).eval()
     with torch.no_grad():
-        got = float(loss_of(model, {"model_type": "gpt2"}, inp.long().to(device), target.long().to(device)))
+        got = float(loss_of(model, {"model_type": mtype}, inp.long().to(device), target.long().to(device)))
     rel = abs(got - want) / abs(want)
     verdict = "PASS" if rel <= rtol else "FAIL"
     print(
-        f"hf_loss: {verdict} from_pretrained({ckpt}) step {step}: loss {got:.7f}, trace {want:.7f}, |rel| {rel:.2e} (rtol {rtol:g})"
+        f"hf_loss: {verdict} {cls.__name__}.from_pretrained({ckpt}) step {step}: loss {got:.7f}, trace {want:.7f}, |rel| {rel:.2e} (rtol {rtol:g})"
     )
     return 0 if verdict == "PASS" else 1
 
