@@ -243,7 +243,7 @@ stage_scale() {
       grep -E "PASS|FAIL|diverge|max|worst" "$RESULTS/last.out" | tail -n 6
     done
   done
-  skip "the 135M llama: the model registry has no llama yet (issue 19)"
+  skip "the 135M llama: the CUDA port has no llama kernels yet (issue 19, part 5: it refuses the model; the reference and the torch adapter have it)"
   local work
   work=$(mktemp -d) || exit 2
   step "the port saves FULL after step 2 of 3 ($model, W=1)" $limit "$MPIEXEC" -n 1 "$FC" run --impl "$IMPL" --model $model \
