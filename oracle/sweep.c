@@ -274,7 +274,7 @@ int fc_cmd_sweep(int argc, char **argv) {
         fc_case_ckpt ck;
         int W;
         unsigned versions = x.tested->fsdp_versions & (x.inject ? fc_fault_versions(x.inject) : ~0u);
-        fc_sweep_draw(&s, x.W, versions, x.tested->features, &c, &W, &ck);
+        fc_sweep_draw(&s, x.W, versions, x.tested->features, x.inject, &c, &W, &ck);
         fc_case_result *r = &rep->cases[i];
         r->W = W;
         fc_sweep_case_spec(&c, &ck, r->spec, sizeof r->spec);

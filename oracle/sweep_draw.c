@@ -48,8 +48,8 @@ int fc_sweep_draw_starved(char *msg, size_t cap) {
     return 0;
 }
 
-void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_run_config *c, int *W,
-                   fc_case_ckpt *k) {
+void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_fault inject,
+                   fc_run_config *c, int *W, fc_case_ckpt *k) {
     for (;;) {
         memset(k, 0, sizeof *k);
         fc_run_config_defaults(c);
@@ -126,7 +126,9 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
         if ((features & FC_IMPL_ACT_CKPT) && pick(s, 5) == 0)
             c->act_ckpt = pick(s, 2) ? FC_ACT_CKPT_INSIDE : FC_ACT_CKPT_OUTSIDE;
         fc_error e;
-        if (fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0) {
+        fc_run_config run = *c;  // as the case will run: with the fault, which may not apply to it
+        run.inject = inject;
+        if (fc_run_config_validate(&run, &e) == 0 && fc_run_config_validate_world(&run, *W, &e) == 0) {
             g_kept[c->strategy]++;
             return;
         }

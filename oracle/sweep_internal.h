@@ -32,9 +32,11 @@ double fc_sweep_now(void);
 // fsdp_versions, features: the tested implementation's (core/impl.h), the
 // versions narrowed to an injected fault's (fc_fault_versions); FSDP2 and
 // activation checkpointing are drawn only when it has them, FSDP1 only when
-// it is among the versions.
-void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_run_config *c, int *W,
-                   fc_case_ckpt *k);
+// it is among the versions. inject: the fault the case will run with
+// (FC_FAULT_NONE for none): a case it does not apply to (its model, its
+// layout) is redrawn, as the validator refuses it. c->inject stays NONE.
+void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_fault inject,
+                   fc_run_config *c, int *W, fc_case_ckpt *k);
 // After the draws: 1, with msg saying which, when a strategy was drawn at least
 // FC_SWEEP_STARVED_DRAWS times and the config validator refused every draw.
 #define FC_SWEEP_STARVED_DRAWS 20

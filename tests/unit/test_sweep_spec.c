@@ -33,7 +33,7 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), FC_IMPL_ACT_CKPT, &c, &W, &k);
+        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), FC_IMPL_ACT_CKPT, FC_FAULT_NONE, &c, &W, &k);
         char spec[1024], again[1024];
         fc_sweep_case_spec(&c, &k, spec, sizeof spec);
         fc_run_args ra;
@@ -77,8 +77,32 @@ Test(sweep_spec, no_checkpointing_case_for_a_port_without_it) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1), 0, &c, &W, &k);
+        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1), 0, FC_FAULT_NONE, &c, &W, &k);
         cr_assert_eq(c.act_ckpt, FC_ACT_CKPT_NONE, "case %d", i);
         cr_assert_eq(c.fsdp_version, 1, "case %d", i);
+        cr_assert_neq(c.model.kind, FC_MODEL_LLAMA, "case %d: a port without FC_IMPL_LLAMA", i);
     }
+}
+
+// With a fault injected, every case drawn is one the fault applies to (its
+// model: a tied head for tied_untied, rotary embeddings for rope_half), and
+// without one, all the models are drawn.
+Test(sweep_spec, a_fault_sweep_draws_only_cases_of_the_fault) {
+    const unsigned all = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), feat = FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA;
+    uint64_t s = 11;
+    int kinds[3] = {0};
+    for (int i = 0; i < 600; i++) {
+        fc_run_config c;
+        fc_case_ckpt k;
+        int W;
+        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_ROPE_HALF, &c, &W, &k);
+        cr_assert_eq(c.model.kind, FC_MODEL_LLAMA, "rope_half case %d: %s", i, c.model.name);
+        cr_assert_eq(c.inject, FC_FAULT_NONE);
+        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_TIED_UNTIED, &c, &W, &k);
+        cr_assert(fc_model_tied(&c.model), "tied_untied case %d: %s", i, c.model.name);
+        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_NONE, &c, &W, &k);
+        kinds[c.model.kind]++;
+    }
+    cr_expect(kinds[FC_MODEL_MLP] > 100 && kinds[FC_MODEL_GPT2] > 100 && kinds[FC_MODEL_LLAMA] > 100,
+              "mlp %d, gpt2 %d, llama %d", kinds[0], kinds[1], kinds[2]);
 }
