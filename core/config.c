@@ -2,10 +2,12 @@
 // validation and JSON round trip. See config.h.
 #include "config.h"
 #include "layout.h"
+#include "model.h"
 
 #include <cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +33,8 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "clip_double_count", "ckpt_drop_optim", "ckpt_swap", "tied_untied", "bf16_truncate",
     "reduce_dtype_ignored", "adam_step_reset", "data_overlap", "avg_tail", "clip_eps_per_rank",
     "clip_hsdp_shard_norm", "recompute_dtype", "fsdp2_avg_twice", "fsdp2_even_rows", "fsdp2_padding_norm",
-    "fsdp2_post_forward_group", "dcp_saved_offsets", "rope_half"};
+    "fsdp2_post_forward_group", "dcp_saved_offsets", "rope_half", "frozen_decay",
+    "frozen_in_norm", "frozen_stepped", "lora_alpha"};
 
 // The property of DESIGN §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
@@ -66,6 +69,10 @@ static const int FAULT_PROPERTY[FC_FAULT_COUNT] = {
     [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = 1,  // backward computes with other rows' parameters
     [FC_FAULT_DCP_SAVED_OFFSETS] = 7,     // only a DCP checkpoint's round trip reads the offsets
     [FC_FAULT_ROPE_HALF] = 1,             // the model's math: every loss against the local model's
+    [FC_FAULT_FROZEN_DECAY] = 1,          // a frozen parameter moves: the parameters against the local model's
+    [FC_FAULT_FROZEN_IN_NORM] = 8,        // only the norm (and the clip coefficient) moves
+    [FC_FAULT_FROZEN_STEPPED] = 1,        // a frozen parameter gets a gradient and moves
+    [FC_FAULT_LORA_ALPHA] = 1,            // the model's math: LoRA's gradients r times the local model's
 };
 
 int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_PROPERTY[f] : 0; }
@@ -90,6 +97,10 @@ static const unsigned FAULT_VERSIONS[FC_FAULT_COUNT] = {
     [FC_FAULT_FSDP2_POST_FORWARD_GROUP] = V2,
     [FC_FAULT_DCP_SAVED_OFFSETS] = V2,
     [FC_FAULT_ROPE_HALF] = V1 | V2,
+    [FC_FAULT_FROZEN_DECAY] = V1 | V2,
+    [FC_FAULT_FROZEN_IN_NORM] = V1 | V2,
+    [FC_FAULT_FROZEN_STEPPED] = V1 | V2,
+    [FC_FAULT_LORA_ALPHA] = V1 | V2,
 };
 
 unsigned fc_fault_versions(fc_fault f) {
@@ -164,6 +175,9 @@ void fc_model_config_describe(const fc_model_config *m, char *buf, size_t cap) {
                  m->name, m->vocab_size, m->n_positions, m->n_embd, m->n_layer, m->n_head, m->n_kv_head, m->head_dim,
                  m->intermediate_size, m->tie_word_embeddings ? "tied" : "untied", (double)m->layer_norm_epsilon,
                  m->rope_theta);
+        size_t k = strlen(buf);
+        if (m->lora_r && k < cap)
+            snprintf(buf + k, cap - k, ", LoRA r %d alpha %g on '%.100s'", m->lora_r, m->lora_alpha, m->lora_target);
     } else {
         snprintf(buf, cap, "%.64s: gpt2 vocab %d, positions %d, n_embd %d, n_layer %d, n_head %d, eps %g", m->name,
                  m->vocab_size, m->n_positions, m->n_embd, m->n_layer, m->n_head, (double)m->layer_norm_epsilon);
@@ -432,6 +446,20 @@ int fc_model_config_parse(const char *json, const char *path, fc_model_config *o
                 path, mt->valuestring);
         goto done;
     }
+    const cJSON *lora = cJSON_GetObjectItemCaseSensitive(j, "fsdpcheck_lora");
+    if (lora) {  // written by fc_model_config_to_json for a LoRA model
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(lora, "r"), *al = cJSON_GetObjectItemCaseSensitive(lora, "lora_alpha"),
+                    *tg = cJSON_GetObjectItemCaseSensitive(lora, "target");
+        if (!cJSON_IsObject(lora) || !cJSON_IsNumber(r) || r->valuedouble != floor(r->valuedouble) ||
+            r->valuedouble < 1 || r->valuedouble > 4096 || !cJSON_IsNumber(al) || !cJSON_IsString(tg) ||
+            strlen(tg->valuestring) >= sizeof out->lora_target) {
+            fc_fail(e, "%s: \"fsdpcheck_lora\" must be {\"r\": 1..4096, \"lora_alpha\": number, \"target\": regex}", path);
+            goto done;
+        }
+        out->lora_r = (int)r->valuedouble;
+        out->lora_alpha = al->valuedouble;
+        snprintf(out->lora_target, sizeof out->lora_target, "%s", tg->valuestring);
+    }
     rc = fc_model_config_validate(out, e);
 done:
     cJSON_Delete(j);
@@ -450,7 +478,63 @@ int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b) {
            a->n_layer == b->n_layer && a->n_head == b->n_head && a->layer_norm_epsilon == b->layer_norm_epsilon &&
            a->n_kv_head == b->n_kv_head && a->head_dim == b->head_dim &&
            a->intermediate_size == b->intermediate_size && a->tie_word_embeddings == b->tie_word_embeddings &&
-           a->rope_theta == b->rope_theta && a->initializer_range == b->initializer_range;
+           a->rope_theta == b->rope_theta && a->initializer_range == b->initializer_range &&
+           a->lora_r == b->lora_r && (!a->lora_r || (a->lora_alpha == b->lora_alpha &&
+                                                      !strcmp(a->lora_target, b->lora_target)));
+}
+
+// The decoder-layer linears LoRA may adapt, as module names under
+// model.layers.N (core/model.c registers them in this order).
+static const char *const LORA_MODULES[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                           "self_attn.o_proj", "mlp.gate_proj",     "mlp.up_proj",
+                                           "mlp.down_proj"};
+
+// The LoRA target's checks: a llama, r >= 1, alpha > 0, a regex that compiles
+// and matches a decoder-layer linear of layer 0 (every layer has the same).
+static int validate_lora(const fc_model_config *c, fc_error *e) {
+    if (c->kind != FC_MODEL_LLAMA)
+        return fc_fail(e, "LoRA applies to llama's decoder-layer linears; model %s is %s", c->name,
+                       fc_model_kind_name(c->kind));
+    if (c->lora_r < 1 || c->lora_r > 4096) return fc_fail(e, "LoRA rank r %d is outside 1..4096", c->lora_r);
+    if (!(c->lora_alpha > 0) || !isfinite(c->lora_alpha))
+        return fc_fail(e, "LoRA alpha %g must be a finite number above 0", c->lora_alpha);
+    regex_t re;
+    int rc = regcomp(&re, c->lora_target, REG_EXTENDED | REG_NOSUB);
+    if (rc) {
+        char why[128];
+        regerror(rc, &re, why, sizeof why);
+        return fc_fail(e, "LoRA target '%s' is not a POSIX extended regex: %s", c->lora_target, why);
+    }
+    int hits = 0;
+    for (size_t i = 0; i < sizeof LORA_MODULES / sizeof LORA_MODULES[0]; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "model.layers.0.%s", LORA_MODULES[i]);
+        hits += regexec(&re, name, 0, NULL, 0) == 0;
+    }
+    regfree(&re);
+    if (!hits)
+        return fc_fail(e, "LoRA target '%s' matches no decoder-layer linear (q_proj, k_proj, v_proj, o_proj, "
+                          "gate_proj, up_proj, down_proj under model.layers.N)", c->lora_target);
+    return 0;
+}
+
+int fc_model_config_set_lora(fc_model_config *c, const char *spec, fc_error *e) {
+    char *end;
+    errno = 0;
+    long r = strtol(spec, &end, 10);
+    if (errno || end == spec || *end != ':') return fc_fail(e, "--lora %s: expected R:ALPHA:REGEX (4:8:q_proj)", spec);
+    const char *a = end + 1;
+    double alpha = strtod(a, &end);
+    if (end == a || *end != ':' || !end[1]) return fc_fail(e, "--lora %s: expected R:ALPHA:REGEX (4:8:q_proj)", spec);
+    if (strlen(end + 1) >= sizeof c->lora_target)
+        return fc_fail(e, "--lora: the target regex is longer than %zu characters", sizeof c->lora_target - 1);
+    fc_model_config t = *c;
+    t.lora_r = r < 0 || r > 1000000 ? -1 : (int)r;
+    t.lora_alpha = alpha;
+    snprintf(t.lora_target, sizeof t.lora_target, "%s", end + 1);
+    if (validate_lora(&t, e)) return -1;
+    *c = t;
+    return 0;
 }
 
 static int validate_llama(const fc_model_config *c, fc_error *e) {
@@ -483,6 +567,7 @@ int fc_model_config_validate(const fc_model_config *c, fc_error *e) {
             return fc_fail(e, "model %s: mlp needs at least 2 classes", c->name);
         return 0;
     }
+    if (c->lora_r && validate_lora(c, e)) return -1;
     if (c->kind == FC_MODEL_LLAMA) return validate_llama(c, e);
     if (c->vocab_size < 2 || c->n_positions < 1 || c->n_embd < 1 || c->n_layer < 1 ||
         c->n_head < 1)
@@ -558,6 +643,12 @@ cJSON *fc_model_config_to_json(const fc_model_config *c) {
         cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
     }
     cJSON_AddStringToObject(j, "fsdpcheck_name", c->name);
+    if (c->lora_r) {  // PEFT's LoraConfig fields; its target is fsdpcheck's regex
+        cJSON *l = cJSON_AddObjectToObject(j, "fsdpcheck_lora");
+        cJSON_AddNumberToObject(l, "r", c->lora_r);
+        cJSON_AddNumberToObject(l, "lora_alpha", c->lora_alpha);
+        cJSON_AddStringToObject(l, "target", c->lora_target);
+    }
     return j;
 }
 
@@ -662,6 +753,25 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
     if (c->inject == FC_FAULT_TIED_UNTIED && !fc_model_tied(&c->model))
         return fc_fail(e, "--inject tied_untied needs a tied LM head (gpt2, or llama with tie_word_embeddings); "
                           "model %s has none", c->model.name);
+    if (c->freeze[0]) {
+        fc_model m;
+        fc_model_build(&m, &c->model);
+        int rc = fc_model_freeze(&m, c->freeze, e);
+        fc_model_free(&m);
+        if (rc) return -1;
+    }
+    if (c->freeze[0] && c->model.lora_r)
+        return fc_fail(e, "--freeze with --lora: LoRA freezes every base parameter itself (PEFT's default)");
+    if (c->inject == FC_FAULT_LORA_ALPHA && !c->model.lora_r)
+        return fc_fail(e, "--inject lora_alpha needs LoRA adapters: give --lora R:ALPHA:REGEX with R > 1");
+    if (c->inject == FC_FAULT_LORA_ALPHA && c->model.lora_r == 1)
+        return fc_fail(e, "--inject lora_alpha needs --lora with R > 1 (at r = 1, alpha and alpha / r agree)");
+    int frozen_fault = c->inject == FC_FAULT_FROZEN_DECAY || c->inject == FC_FAULT_FROZEN_IN_NORM ||
+                       c->inject == FC_FAULT_FROZEN_STEPPED;
+    if (frozen_fault && !c->freeze[0] && !c->model.lora_r)
+        return fc_fail(e, "--inject %s needs frozen parameters: give --freeze REGEX or --lora", fc_fault_name(c->inject));
+    if (c->inject == FC_FAULT_FROZEN_DECAY && !(c->optim.weight_decay > 0))
+        return fc_fail(e, "--inject frozen_decay needs a --weight-decay above 0 (there is no decay to misapply)");
     if (c->reshard_after_forward) {
         if (c->fsdp_version != 2)
             return fc_fail(e, "--reshard-after-forward %d is FSDP2's integer reshard_after_forward: give "
@@ -754,6 +864,7 @@ cJSON *fc_run_config_to_json(const fc_run_config *c) {
     cJSON_AddStringToObject(j, "seed", seed);
     cJSON_AddStringToObject(j, "init", c->init_path);
     cJSON_AddStringToObject(j, "inject", fc_fault_name(c->inject));
+    cJSON_AddStringToObject(j, "freeze", c->freeze);
     return j;
 }
 
@@ -859,5 +970,12 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
     snprintf(c->init_path, sizeof c->init_path, "%s", init);
     // "inject" is optional: configs written before the fault catalogue have none
     if (cJSON_GetObjectItemCaseSensitive(j, "inject")) JENUM(j, fault, "inject", &c->inject);
+    // "freeze" is optional: configs written before frozen parameters have none
+    if (cJSON_GetObjectItemCaseSensitive(j, "freeze")) {
+        const char *fz = jstr(j, "freeze", e);
+        if (!fz) return -1;
+        if (snprintf(c->freeze, sizeof c->freeze, "%s", fz) >= (int)sizeof c->freeze)
+            return fc_fail(e, "config: \"freeze\" is longer than %zu characters", sizeof c->freeze - 1);
+    }
     return fc_run_config_validate(c, e);
 }

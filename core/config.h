@@ -39,6 +39,14 @@ typedef struct {
     int n_kv_head, head_dim, intermediate_size, tie_word_embeddings;
     double rope_theta;
     float initializer_range;
+    // LoRA (PEFT, DESIGN §2; --lora R:ALPHA:REGEX), llama only: lora_r > 0
+    // adds adapters A [r, in] and B [out, r] to every decoder-layer linear
+    // (q/k/v/o_proj, gate/up/down_proj) whose module path lora_target matches
+    // (POSIX extended, searched as re.search), scaled by lora_alpha / lora_r,
+    // and freezes every other parameter of the model.
+    int lora_r;
+    double lora_alpha;
+    char lora_target[128];
 } fc_model_config;
 
 // "mlp", "gpt2", "llama".
@@ -65,6 +73,9 @@ int fc_model_config_load(const char *name_or_path, fc_model_config *out, fc_erro
 int fc_model_config_parse(const char *json, const char *path, fc_model_config *out, fc_error *e);
 // Whether two configs describe the same model (kind and every size; not the name).
 int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b);
+// Parses --lora R:ALPHA:REGEX into c (llama only; the regex must match a
+// decoder-layer linear). Returns -1 with e set on bad input.
+int fc_model_config_set_lora(fc_model_config *c, const char *spec, fc_error *e);
 // Checks the sizes make a model (positive, heads divide n_embd, ...).
 int fc_model_config_validate(const fc_model_config *c, fc_error *e);
 // The config as Hugging Face config.json fields (gpt2, llama) or fsdpcheck-mlp fields.
@@ -138,6 +149,10 @@ typedef enum {
     FC_FAULT_FSDP2_POST_FORWARD_GROUP,  // FSDP2: an integer reshard_after_forward gathers over strided ranks
     FC_FAULT_DCP_SAVED_OFFSETS,    // FSDP2: a DCP checkpoint's saved_offsets one row early
     FC_FAULT_ROPE_HALF,            // llama: RoPE's rotate_half with the halves swapped (cat(x2, -x1)): q, k rotated by -angle
+    FC_FAULT_FROZEN_DECAY,         // weight decay applied to frozen parameters
+    FC_FAULT_FROZEN_IN_NORM,       // frozen parameters' gradients counted in the clip norm
+    FC_FAULT_FROZEN_STEPPED,       // a frozen parameter's stale gradient reduced and stepped
+    FC_FAULT_LORA_ALPHA,           // LoRA scaled by alpha instead of alpha / r
     FC_FAULT_COUNT
 } fc_fault;
 
@@ -173,6 +188,11 @@ typedef struct {
     int seq_len;               // T (gpt2 only)
     uint64_t seed;
     char init_path[1024];      // --init FILE.safetensors, "" = counter-based init
+    // --freeze REGEX: parameters whose name it matches (POSIX extended regex,
+    // searched anywhere in the name, as Python's re.search) are frozen
+    // (requires_grad=False, DESIGN §2): no gradient, no optimizer state, no
+    // weight decay, no part in the clip norm. "" = every parameter trains.
+    char freeze[256];
     fc_fault inject;           // --inject NAME: a known bug, FC_FAULT_NONE for a correct run
 } fc_run_config;
 

@@ -61,7 +61,7 @@ FC_BEGIN_DECLS
 // template pins the version it implements (a static assertion in plugin.c and
 // a check of fsdpcheck_IMPL_ABI_VERSION in its CMakeLists.txt), so the build
 // itself says which contract it was written for.
-#define FC_IMPL_ABI_VERSION 3
+#define FC_IMPL_ABI_VERSION 4
 #define FC_IMPL_ENTRY "fsdpcheck_impl_v1"
 
 typedef struct fc_impl fc_impl;  // an implementation's own state, opaque here
@@ -70,7 +70,8 @@ typedef struct fc_impl fc_impl;  // an implementation's own state, opaque here
 // (m->numel floats, the unpadded full flat buffer).
 typedef enum {
     FC_EXPORT_PARAMS,   // parameters after the last optimizer step
-    FC_EXPORT_GRADS,    // gradients of the last step: reduced, divided, accumulated, before clipping
+    FC_EXPORT_GRADS,    // gradients of the last step: reduced, divided, accumulated, before clipping;
+                        // 0 for a frozen parameter, which has none (as its optimizer state)
     FC_EXPORT_STATE0,   // optimizer state 0 (exp_avg | momentum_buffer)
     FC_EXPORT_STATE1    // optimizer state 1 (exp_avg_sq)
 } fc_export;
@@ -85,6 +86,7 @@ typedef struct {
 // Optional features a port implements, as bits of fc_impl_ops.features.
 #define FC_IMPL_ACT_CKPT (1u << 0)  // fc_run_config.act_ckpt: activation checkpointing (DESIGN §5)
 #define FC_IMPL_LLAMA (1u << 1)     // model kind llama: RMSNorm, RoPE, grouped-query attention, SwiGLU
+#define FC_IMPL_FREEZE (1u << 2)    // fc_run_config.freeze: frozen parameters (fc_param.frozen)
 
 typedef struct {
     int abi_version;     // FC_IMPL_ABI_VERSION

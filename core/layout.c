@@ -155,6 +155,24 @@ fc_unit_layout fc_unit_layout_in(const fc_layout_ops *lay, const fc_model *m, in
     return l;
 }
 
+size_t fc_unit_frozen_store(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g) {
+    if (!m->n_frozen) return 0;
+    size_t N = m->units[u].numel;
+    if (!g->sharded) return N - fc_model_trainable_in(m, u, 0, N);
+    if (lay->wire_is_natural) {
+        fc_unit_layout l = fc_unit_layout_of(N, g);
+        return fc_unit_trains(m, u) ? l.own_valid - fc_model_trainable_in(m, u, l.own_off, l.own_valid) : l.store;
+    }
+    size_t n = 0;
+    const fc_unit *un = &m->units[u];
+    for (int i = 0; i < un->n_params; i++) {
+        const fc_param *p = &m->params[m->unit_params[un->first_param + i]];
+        size_t d0 = (size_t)p->shape[0];
+        if (p->frozen) n += fc_chunk_size(d0, g->G) * (p->numel / d0);
+    }
+    return n;
+}
+
 // natural <-> wire over every chunk's pieces; to the wire, padding is zeroed first
 static void copy_pieces(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *src, float *dst,
                         int to_wire) {

@@ -106,6 +106,16 @@ int fc_layout_max_pieces(const fc_model *m, int u);
 // the chunk's first piece (the chunk is not one range: use the pieces).
 fc_unit_layout fc_unit_layout_in(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g);
 
+// Elements of what this rank stores of unit u (fc_unit_layout_in's store)
+// that have no optimizer state because they are frozen: the frozen
+// parameters' real elements in its flat chunk (FSDP1, whose FlatParameter
+// keeps them beside trainable ones), or all of it when no parameter of the
+// unit trains (the FlatParameter itself is frozen); the frozen parameters'
+// padded rows (FSDP2, one tensor per parameter). Optimizer state, and under
+// FSDP2 the gradient too, exist for the rest only; FSDP1 keeps a gradient
+// for the whole store of a unit that trains (fc_unit_trains), none otherwise.
+size_t fc_unit_frozen_store(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g);
+
 // Copies between one unit's natural order [N] and its wire order [P]:
 // wire[j*S + piece.chunk_off + k] <-> natural[piece.unit_off + k] for every
 // chunk j. Gathering leaves padding alone; scattering writes zeros there.

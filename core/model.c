@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <regex.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,7 +87,23 @@ static void build_gpt2(fc_model *m, int cap) {
     m->stages[L + 1] = (fc_stage){FC_STAGE_HEAD, 0, 0};
 }
 
-static void build_llama(fc_model *m, int cap) {
+// LoRA (PEFT's LoraLayer, DESIGN §2) on layer l's linear `module` [out, in]
+// when the target regex re matches its path: lora_A [r, in], initialised as
+// PEFT's kaiming_uniform_(a=sqrt(5)) (uniform in +-1/sqrt(in)), and lora_B
+// [out, r], zeros, registered right after the base weight (named_parameters'
+// order inside the wrapped module). lora[] maps the base weight to lora_A.
+static void lora_adapt(fc_model *m, int cap, const regex_t *re, int u, int l, const char *module, int out, int in) {
+    char path[96];
+    snprintf(path, sizeof path, "model.layers.%d.%s", l, module);
+    if (!re || regexec(re, path, 0, NULL, 0) != 0) return;
+    int r = m->cfg.lora_r;
+    m->lora[m->n_params - 1] = m->n_params;
+    add_param(m, cap, u, FC_INIT_UNIFORM, (float)(1.0 / sqrt((double)in)), r, in, "%s.lora_A.default.weight", path);
+    add_param(m, cap, u, FC_INIT_ZEROS, 0, out, r, "%s.lora_B.default.weight", path);
+    m->params[m->n_params - 2].lora = m->params[m->n_params - 1].lora = 1;
+}
+
+static void build_llama(fc_model *m, int cap, const regex_t *re) {
     const fc_model_config *c = &m->cfg;
     int V = c->vocab_size, C = c->n_embd, L = c->n_layer, I = c->intermediate_size;
     int Q = c->n_head * c->head_dim, KV = c->n_kv_head * c->head_dim;
@@ -105,13 +122,17 @@ static void build_llama(fc_model *m, int cap) {
         int u = 1 + i;
         snprintf(m->units[u].name, sizeof m->units[u].name, "model.layers.%d", i);
         // LlamaDecoderLayer.__init__'s order: self_attn, mlp, then the two norms
-        add_param(m, cap, u, FC_INIT_NORMAL, std, Q, C, "model.layers.%d.self_attn.q_proj.weight", i);
-        add_param(m, cap, u, FC_INIT_NORMAL, std, KV, C, "model.layers.%d.self_attn.k_proj.weight", i);
-        add_param(m, cap, u, FC_INIT_NORMAL, std, KV, C, "model.layers.%d.self_attn.v_proj.weight", i);
-        add_param(m, cap, u, FC_INIT_NORMAL, std, C, Q, "model.layers.%d.self_attn.o_proj.weight", i);
-        add_param(m, cap, u, FC_INIT_NORMAL, std, I, C, "model.layers.%d.mlp.gate_proj.weight", i);
-        add_param(m, cap, u, FC_INIT_NORMAL, std, I, C, "model.layers.%d.mlp.up_proj.weight", i);
-        add_param(m, cap, u, FC_INIT_NORMAL, std, C, I, "model.layers.%d.mlp.down_proj.weight", i);
+        const struct {
+            const char *module;
+            int out, in;
+        } lin[7] = {{"self_attn.q_proj", Q, C},  {"self_attn.k_proj", KV, C}, {"self_attn.v_proj", KV, C},
+                    {"self_attn.o_proj", C, Q},  {"mlp.gate_proj", I, C},     {"mlp.up_proj", I, C},
+                    {"mlp.down_proj", C, I}};
+        for (int k = 0; k < 7; k++) {
+            add_param(m, cap, u, FC_INIT_NORMAL, std, lin[k].out, lin[k].in, "model.layers.%d.%s.weight", i,
+                      lin[k].module);
+            lora_adapt(m, cap, re, u, i, lin[k].module, lin[k].out, lin[k].in);
+        }
         add_param(m, cap, u, FC_INIT_ONES, 0, C, 0, "model.layers.%d.input_layernorm.weight", i);
         add_param(m, cap, u, FC_INIT_ONES, 0, C, 0, "model.layers.%d.post_attention_layernorm.weight", i);
         m->stages[1 + i] = (fc_stage){FC_STAGE_BLOCK, i, u};
@@ -127,8 +148,13 @@ void fc_model_build(fc_model *m, const fc_model_config *cfg) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->rope_sign = 1;
-    int cap = cfg->kind == FC_MODEL_MLP ? 2 * cfg->n_layers : 4 + 12 * cfg->n_layer;
+    int cap = cfg->kind == FC_MODEL_MLP ? 2 * cfg->n_layers : 4 + 26 * cfg->n_layer;
     m->params = callocCheck((size_t)cap, sizeof(fc_param));
+    m->lora = mallocCheck((size_t)cap * sizeof *m->lora);
+    for (int i = 0; i < cap; i++) m->lora[i] = -1;
+    m->lora_scale = cfg->lora_r ? cfg->lora_alpha / cfg->lora_r : 0;
+    regex_t re;  // a validated config's target compiles
+    int lora = cfg->lora_r > 0 && regcomp(&re, cfg->lora_target, REG_EXTENDED | REG_NOSUB) == 0;
     // gpt2's root module holds wte, wpe and ln_f, llama's embed_tokens, norm
     // and lm_head; mlp's root holds nothing.
     m->root_unit = cfg->kind == FC_MODEL_MLP ? -1 : 0;
@@ -137,7 +163,10 @@ void fc_model_build(fc_model *m, const fc_model_config *cfg) {
     else if (cfg->kind == FC_MODEL_GPT2)
         build_gpt2(m, cap);
     else
-        build_llama(m, cap);
+        build_llama(m, cap, lora ? &re : NULL);
+    if (lora) regfree(&re);
+    // PEFT freezes every parameter but the adapters
+    for (int i = 0; i < m->n_params && cfg->lora_r; i++) m->n_frozen += m->params[i].frozen = !m->params[i].lora;
     // Group parameters by unit (stable: registration order inside a unit) and
     // lay the units out one after another in the full flat buffer.
     m->unit_params = mallocCheck((size_t)m->n_params * sizeof(int));
@@ -161,8 +190,76 @@ void fc_model_build(fc_model *m, const fc_model_config *cfg) {
     m->numel = offset;
 }
 
+void fc_model_build_run(fc_model *m, const fc_run_config *c) {
+    fc_model_build(m, &c->model);
+    fc_error e;
+    if (c->freeze[0] && fc_model_freeze(m, c->freeze, &e))
+        fc_die(FC_EXIT_INTERNAL, "%s:%d: a validated --freeze failed: %s", __FILE__, __LINE__, e.msg);
+}
+
+int fc_model_freeze(fc_model *m, const char *regex, fc_error *e) {
+    regex_t re;
+    int rc = regcomp(&re, regex, REG_EXTENDED | REG_NOSUB);
+    if (rc) {
+        char why[128];
+        regerror(rc, &re, why, sizeof why);
+        return fc_fail(e, "--freeze '%s' is not a POSIX extended regex: %s", regex, why);
+    }
+    int *hit = callocCheck((size_t)m->n_params, sizeof *hit), n = 0;
+    for (int i = 0; i < m->n_params; i++) n += hit[i] = regexec(&re, m->params[i].name, 0, NULL, 0) == 0;
+    regfree(&re);
+    const char *why = n == 0 ? "matches no parameter of" : n == m->n_params ? "freezes every parameter of" : NULL;
+    if (why) {
+        free(hit);
+        return fc_fail(e, "--freeze '%s' %s model %s (its names are Hugging Face's, e.g. '%s')", regex, why,
+                       m->cfg.name, m->params[0].name);
+    }
+    for (int i = 0; i < m->n_params; i++) m->params[i].frozen = hit[i];
+    m->n_frozen = n;
+    free(hit);
+    return 0;
+}
+
+// The parameter of unit u holding its element off: the last one starting at or before it.
+static const fc_param *param_at(const fc_model *m, int u, size_t off) {
+    const fc_unit *U = &m->units[u];
+    int lo = 0, hi = U->n_params - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (m->params[m->unit_params[U->first_param + mid]].unit_offset <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    return &m->params[m->unit_params[U->first_param + lo]];
+}
+
+size_t fc_model_run_at(const fc_model *m, int u, size_t off, size_t n, int *frozen) {
+    const fc_param *p = param_at(m, u, off);
+    *frozen = p->frozen;
+    size_t left = p->unit_offset + p->numel - off;
+    return left < n ? left : n;
+}
+
+int fc_unit_trains(const fc_model *m, int u) {
+    for (int k = 0; k < m->units[u].n_params; k++)
+        if (!m->params[m->unit_params[m->units[u].first_param + k]].frozen) return 1;
+    return 0;
+}
+
+size_t fc_model_trainable_in(const fc_model *m, int u, size_t off, size_t n) {
+    if (!m->n_frozen) return n;
+    size_t t = 0;
+    for (size_t i = 0; i < n;) {
+        int fz;
+        size_t r = fc_model_run_at(m, u, off + i, n - i, &fz);
+        if (!fz) t += r;
+        i += r;
+    }
+    return t;
+}
+
 void fc_model_free(fc_model *m) {
     free(m->params);
+    free(m->lora);
     free(m->unit_params);
     free(m->units);
     free(m->stages);

@@ -35,6 +35,8 @@ typedef struct {
     size_t unit_offset;  // element offset inside its unit's FlatParameter
     fc_init_kind init;
     float init_scale;    // std (normal) or bound (uniform)
+    int frozen;          // requires_grad=False (--freeze): no gradient, optimizer state, decay or norm
+    int lora;            // a LoRA adapter's lora_A or lora_B (fc_model_config.lora_r)
 } fc_param;
 
 typedef struct {
@@ -69,6 +71,12 @@ typedef struct {
     fc_stage *stages;
     size_t numel;        // total parameters (the tied wte counted once)
     int root_unit;       // the unit of the root module's own parameters, -1 if none (mlp)
+    int n_frozen;        // parameters with fc_param.frozen set
+    // LoRA: lora[i] is the index of base weight i's lora_A (its lora_B is the
+    // next one), -1 for a weight without an adapter; lora_scale is alpha / r
+    // (alpha in the fault catalogue's engine: lora_alpha).
+    int *lora;           // [n_params]
+    double lora_scale;
     // llama: the direction RoPE rotates q and k: +1, as Hugging Face's
     // rotate_half does. -1 only in the fault catalogue's engine (rope_half).
     int rope_sign;
@@ -77,6 +85,30 @@ typedef struct {
 // Builds the registry of a validated config. Never fails on a valid config.
 void fc_model_build(fc_model *m, const fc_model_config *cfg);
 void fc_model_free(fc_model *m);
+
+// The registry of a validated run config: fc_model_build, then the
+// parameters --freeze names frozen. Never fails on a config that
+// fc_run_config_validate accepted.
+void fc_model_build_run(fc_model *m, const fc_run_config *c);
+
+// Marks frozen every parameter whose name `regex` matches (POSIX extended
+// regex, searched anywhere in the name, as Python's re.search does;
+// "[0-9]" where Python writes "\d"). Refuses (-1, e set, nothing marked) a
+// regex that does not compile, one that matches no parameter or every one
+// (torch.optim refuses an empty parameter list).
+int fc_model_freeze(fc_model *m, const char *regex, fc_error *e);
+
+// The run of unit u's natural order that starts at element `off` and stays
+// in one parameter, at most n elements: returns its length and sets *frozen
+// to that parameter's. Loops over a shard's pieces step through these runs.
+size_t fc_model_run_at(const fc_model *m, int u, size_t off, size_t n, int *frozen);
+// Whether unit u has a trainable parameter. One without (LoRA's root: every
+// base parameter frozen) has no gradient at all: FSDP reduces nothing for it
+// (FSDP1's FlatParameter has requires_grad=False, FSDP2 has no gradient to
+// reduce) and keeps neither a gradient nor optimizer state.
+int fc_unit_trains(const fc_model *m, int u);
+// Trainable (not frozen) elements of unit u's natural-order range [off, off + n).
+size_t fc_model_trainable_in(const fc_model *m, int u, size_t off, size_t n);
 
 // Index of a parameter by exact name, -1 if none.
 int fc_model_find(const fc_model *m, const char *name);

@@ -21,6 +21,8 @@ int fc_cuda_config_check(const fc_run_config *cfg, int W, fc_error *e) {
     if (cfg->inject != FC_FAULT_NONE)
         return fc_fail(e, "--inject %s: the fault catalogue is a build of the reference; the CUDA port has no injected faults",
                        fc_fault_name(cfg->inject));
+    if (cfg->freeze[0])
+        return fc_fail(e, "--freeze: the CUDA port does not skip frozen parameters yet (the reference does)");
     if (cfg->model.kind == FC_MODEL_LLAMA)
         return fc_fail(e, "--model %s: the CUDA port has no llama kernels yet (RMSNorm, RoPE, SwiGLU, GQA: the "
                           "reference has them)", cfg->model.name);
@@ -29,7 +31,7 @@ int fc_cuda_config_check(const fc_run_config *cfg, int W, fc_error *e) {
                        FC_CUDA_MAX_SEQ);
     // the MPI backend's counts are ints: every unit's padded size must fit
     fc_model m;
-    fc_model_build(&m, &cfg->model);
+    fc_model_build_run(&m, cfg);
     fc_groups g = fc_groups_of(cfg, W, 0);
     int rc = 0;
     for (int u = 0; u < m.n_units && rc == 0; u++) {
@@ -44,7 +46,7 @@ int fc_cuda_config_check(const fc_run_config *cfg, int W, fc_error *e) {
 
 size_t fc_cuda_device_bytes(const fc_run_config *cfg, int W, int rank) {
     fc_model m;
-    fc_model_build(&m, &cfg->model);
+    fc_model_build_run(&m, cfg);
     fc_groups g = fc_groups_of(cfg, W, rank);
     size_t pb = cfg->param_dtype == FC_PREC_FP32 ? 4 : 2, rb = cfg->reduce_dtype == FC_PREC_FP32 ? 4 : 2;
     const char *names[2];

@@ -401,7 +401,7 @@ fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
     fc_divide_factors(cfg->divide, f->g.W, &pre, &post);
     f->pre = (float)pre;
     f->post = (float)post;
-    fc_model_build(&f->m, &cfg->model);
+    fc_model_build_run(&f->m, cfg);
     const fc_model *m = &f->m;
     f->n_state = fc_optim_state_names(&cfg->optim, f->state_names);
     float *from_file = NULL;

@@ -308,7 +308,7 @@ fcx *fcx_cuda_create(const fc_run_config *cfg, const fce_comms *c, int dev, fc_c
     x->g = c->g;
     x->dev = dev;
     x->shared = shared;
-    fc_model_build(&x->m, &cfg->model);
+    fc_model_build_run(&x->m, cfg);
     cudaCheck(cudaSetDevice(dev));
     for (int s = 0; s < FCX_NSTREAMS; s++) cudaCheck(cudaStreamCreateWithFlags(&x->st[s], cudaStreamNonBlocking));
     struct cudaMemPoolProps props;

@@ -92,7 +92,7 @@ int fc_cmd_check(int argc, char **argv) {
     if (!ei) die_all(rank, e.msg);
 
     fc_model m;
-    fc_model_build(&m, &a.cfg.model);
+    fc_model_build_run(&m, &a.cfg);
     const char *names[2];
     int n_state = fc_optim_state_names(&a.cfg.optim, names);
     full_set ts = {0}, es = {0};

@@ -38,6 +38,8 @@ static const flag_spec FLAGS[] = {
     {"--clip-grad-norm", ARG_DOUBLE, NULL},
     {"--norm-type", ARG_STR, NULL},
     {"--init", ARG_STR, NULL},
+    {"--freeze", ARG_STR, NULL},
+    {"--lora", ARG_STR, NULL},
     {"--trace", ARG_STR, NULL},
     {"--quiet", ARG_NONE, NULL},
     {"--help", ARG_NONE, NULL},
@@ -87,6 +89,10 @@ void fc_cli_usage(FILE *f) {
           "  --optimizer adamw|sgd  --lr X (1e-3)  --weight-decay X (0.01)  --momentum X (0.9, sgd)\n"
           "  --grad-accum K (1)  --clip-grad-norm X (off)  --norm-type 1|2|inf (2)\n"
           "  --init FILE.safetensors   start from these weights instead of the seeded init\n"
+          "  --lora R:ALPHA:REGEX      LoRA (PEFT) of rank R, scaling ALPHA/R, on llama's decoder-layer linears\n"
+          "                            whose module path REGEX matches ('[qv]_proj'); every base parameter frozen\n"
+          "  --freeze REGEX            freeze (requires_grad=False) the parameters whose name it matches (POSIX\n"
+          "                            extended regex, searched as re.search: 'embed_tokens|wte'; [0-9], not \\d)\n"
           "  --trace DIR               write trace.json, init.safetensors, step-NNNNNN.safetensors\n"
           "  --save DIR [--save-at K] [--state-dict full|sharded]\n"
           "                            checkpoint after step K of this run (default: the last; full)\n"
@@ -192,6 +198,10 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
         FILE *f = fopen(v, "rb");
         if (!f) return fc_fail(e, "--init %s: cannot open: %s", v, strerror(errno));
         fclose(f);
+    } else if (!strcmp(flag, "--freeze")) {
+        if (!*v) return fc_fail(e, "--freeze: give a regex of parameter names");
+        if (snprintf(c->freeze, sizeof c->freeze, "%s", v) >= (int)sizeof c->freeze)
+            return fc_fail(e, "--freeze: regex longer than %zu characters", sizeof c->freeze - 1);
     } else if (!strcmp(flag, "--trace")) {
         if (snprintf(a->trace_dir, sizeof a->trace_dir, "%s", v) >= (int)sizeof a->trace_dir)
             return fc_fail(e, "--trace: path too long");
@@ -271,6 +281,7 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     fc_run_config_defaults(&out->cfg);
     out->timeout = FC_DEFAULT_TIMEOUT;
     int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0, seen_reduce = 0, seen_divide = 0;
+    const char *lora = NULL;
     for (int i = 0; i < argc; i++) {
         const char *arg = argv[i];
         const char *eq = strchr(arg, '=');
@@ -297,6 +308,10 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
             value = argv[++i];
         }
         if (value && !*value) return fc_fail(e, "%s: empty value", name);
+        if (!strcmp(name, "--lora")) {  // the adapters of the model finally chosen: applied after --model
+            lora = value;
+            continue;
+        }
         if (apply(out, name, value ? value : "", e)) return -1;
         seen_momentum |= !strcmp(name, "--momentum");
         seen_seq_len |= !strcmp(name, "--seq-len");
@@ -305,6 +320,7 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
         seen_divide |= !strcmp(name, "--divide");
         seen_reduce |= !strcmp(name, "--fsdp-config") && out->fsdp.has_reduce_dtype;  // mixed_precision_policy
     }
+    if (lora && fc_model_config_set_lora(&out->cfg.model, lora, e)) return -1;
     // As torch's MixedPrecision: without a reduce_dtype, gradients are reduced in param_dtype.
     if (!seen_reduce) out->cfg.reduce_dtype = out->cfg.param_dtype;
     // FSDP2 reduces with ReduceOp.AVG, except in fp16 (DESIGN §5)

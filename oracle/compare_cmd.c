@@ -232,6 +232,12 @@ int fc_cmd_compare(int argc, char **argv) {
         fc_die(FC_EXIT_USAGE, "%s and %s trained different models (%s vs %s): nothing to compare", dirs[0], dirs[1],
                ma, mb);
     }
+    // the same parameters must train on both sides: a frozen one is judged exactly
+    for (int i = 0; i < ta.model.n_params; i++)
+        if (ta.model.params[i].frozen != tb.model.params[i].frozen)
+            fc_die(FC_EXIT_USAGE, "%s and %s froze different parameters (--freeze '%s' vs '%s': %s is %s in the first): "
+                   "nothing to compare", dirs[0], dirs[1], ta.cfg.freeze, tb.cfg.freeze, ta.model.params[i].name,
+                   ta.model.params[i].frozen ? "frozen" : "trained");
     long lo = ta.first_step > tb.first_step ? ta.first_step : tb.first_step;
     long hi_a = ta.first_step + ta.steps, hi_b = tb.first_step + tb.steps;
     long hi = hi_a < hi_b ? hi_a : hi_b;

@@ -49,13 +49,16 @@ static void describe(const fc_cmp_divergence *d, char *buf, size_t cap) {
     if (d->is_float == 2)
         snprintf(buf, cap, "step %ld, %.120s: %.17g vs %.17g (error %.3g of its scale, allowed %.3g), owned by %.200s", d->step,
                  d->tensor, d->b, d->a, d->scaled, d->scale > 0 ? d->allowed / d->scale : 0.0, d->owner_text);
-    else
+    else {
+        char allowed[32];
+        if (d->tol.exact) snprintf(allowed, sizeof allowed, "exact");
+        else snprintf(allowed, sizeof allowed, "%.3g", d->scale > 0 ? d->allowed / d->scale : 0.0);
         snprintf(buf, cap,
                  "step %ld, %.120s%s: %.9g (0x%08x) vs %.9g (0x%08x), error %.3g of the tensor's scale %.3g "
-                 "(%.3g ULP there; allowed %.3g)%s, owned by %.200s",
-                 d->step, d->tensor, where, d->b, d->b_bits, d->a, d->a_bits, d->scaled, d->scale, d->ulp,
-                 d->scale > 0 ? d->allowed / d->scale : 0.0,
+                 "(%.3g ULP there; allowed %s)%s, owned by %.200s",
+                 d->step, d->tensor, where, d->b, d->b_bits, d->a, d->a_bits, d->scaled, d->scale, d->ulp, allowed,
                  d->whole_tensor ? "; the tensor fails as a whole" : "", d->owner_text);
+    }
 }
 
 int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run_result *tested, int t0,
@@ -67,7 +70,7 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
         return 0;
     }
     fc_model m;
-    fc_model_build(&m, &pair->cfg->model);
+    fc_model_build_run(&m, pair->cfg);
     fc_cmp_policy pol;
     if (pair->same_compute) fc_cmp_policy_same_compute(&pol, pair->cfg, pair->against);
     else fc_cmp_policy_defaults(&pol, fc_cmp_precision(pair->cfg, pair->against));

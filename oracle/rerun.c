@@ -55,7 +55,7 @@ static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *op
     }
     r->n_state = fc_optim_state_names(&c.optim, r->state_names);
     fc_model m;
-    fc_model_build(&m, &c.model);
+    fc_model_build_run(&m, &c);
     r->numel = m.numel;
     fc_model_free(&m);
     return 0;

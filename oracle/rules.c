@@ -108,6 +108,30 @@ size_t fc_rule_fsdp2_valid(const fc_model *m, int u, int F, int j) {
     return n;
 }
 
+size_t fc_rule_frozen_store(const fc_model *m, int u, const fc_groups *g, int per_param, int padded) {
+    const fc_unit *un = &m->units[u];
+    fc_unit_layout l = fc_rule_layout(un->numel, g);
+    size_t lo = g->sharded ? l.own_off : 0, hi = g->sharded ? l.own_off + l.own_valid : un->numel, n = 0;
+    int trains = 0;
+    for (int i = 0; i < un->n_params; i++) trains |= !m->params[m->unit_params[un->first_param + i]].frozen;
+    if (!trains && padded && !per_param) return l.store;  // a frozen FlatParameter: padding and all
+    for (int i = 0; i < un->n_params; i++) {
+        const fc_param *p = &m->params[m->unit_params[un->first_param + i]];
+        if (!p->frozen) continue;
+        size_t d0 = (size_t)p->shape[0];
+        if (per_param && g->sharded) {  // torch.chunk's rows of this rank, or all of them padded
+            size_t c = (d0 + (size_t)g->F - 1) / (size_t)g->F, r0 = (size_t)g->shard_rank * c;
+            size_t r1 = r0 + c < d0 ? r0 + c : d0;
+            n += (padded ? c : r0 < r1 ? r1 - r0 : 0) * (p->numel / d0);
+        } else {  // the parameter's range of the unit, inside this rank's chunk
+            size_t a = p->unit_offset > lo ? p->unit_offset : lo;
+            size_t b = p->unit_offset + p->numel < hi ? p->unit_offset + p->numel : hi;
+            if (a < b) n += b - a;
+        }
+    }
+    return n;
+}
+
 int fc_rule_keeps_through_no_sync(fc_sched_api api, fc_strategy s) {
     const fc_rule_row *r = fc_rule_row_of(s);
     return api == FC_API_TORCH_FSDP1 && r->gathers && !r->frees_after_fwd;
@@ -250,7 +274,7 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
                         sname, W, rank, gc.F, gc.R, gc.G, gc.idx, gc.shard_rank, gc.replica, gr.F, gr.R, gr.G, gr.idx,
                         gr.shard_rank, gr.replica);
     fc_model m;
-    fc_model_build(&m, &cfg->model);
+    fc_model_build_run(&m, cfg);
     int nu = m.n_units, *fo = mallocCheck((size_t)nu * sizeof *fo), *bo = mallocCheck((size_t)nu * sizeof *bo);
     fc_unit_stages *st = mallocCheck((size_t)nu * sizeof *st);
     for (int u = 0; u < nu; u++) st[u] = fc_unit_stages_of(&m, u);
@@ -270,6 +294,12 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
             size_t sc = fc_unit_layout_in(fc_layout_of(FC_LAYOUT_PER_PARAM), &m, u, &gc).shard,
                    sr = fc_rule_fsdp2_shard(&m, u, gr.F);
             if (sc != sr) DIFFER(what, "FSDP2 chunk of %zu elements", sc, sr);
+        }
+        for (int k = 0; k < FC_LAYOUT_COUNT; k++) {  // what a rank stores of frozen parameters, both layouts
+            size_t fc = fc_unit_frozen_store(fc_layout_of((fc_layout_kind)k), &m, u, &gc),
+                   fr = fc_rule_frozen_store(&m, u, &gr, k == FC_LAYOUT_PER_PARAM, 1);
+            if (fc != fr && k == FC_LAYOUT_PER_PARAM) DIFFER(what, "FSDP2 frozen store of %zu elements", fc, fr);
+            if (fc != fr && k == FC_LAYOUT_FLAT) DIFFER(what, "FSDP1 frozen store of %zu elements", fc, fr);
         }
         size_t first = 0, count = 0;
         fc_flat_chunk(m.units[u].numel, gr.G, gr.idx, &first, &count);

@@ -63,6 +63,14 @@ size_t fc_rule_fsdp2_shard(const fc_model *m, int u, int F);
 //    Of them, shard rank j's real elements are its torch.chunk rows, [j*c,
 //    min((j+1)*c, d0)) with c = ceil(d0 / F), of every parameter.
 size_t fc_rule_fsdp2_valid(const fc_model *m, int u, int F, int j);
+// Elements of unit u that rank g->idx holds for frozen parameters: their
+// real elements in its flat chunk (FSDP1; the whole unit unsharded), or
+// their rows (per_param, FSDP2): padded (what it stores: for FSDP1 the whole
+// chunk, padding included, when no parameter of the unit trains) or real
+// (what it would step). Optimizer state counts the rest of the padded count;
+// FSDP2's gradient too. core/layout.c's fc_unit_frozen_store is checked
+// against the padded count.
+size_t fc_rule_frozen_store(const fc_model *m, int u, const fc_groups *g, int per_param, int padded);
 //  - FSDP1 keeps the parameters of a strategy that does not free after forward
 //    (SHARD_GRAD_OP, _HYBRID_SHARD_ZERO2) gathered through a no_sync
 //    micro-batch's backward: no free there, and no all-gather in the next

@@ -205,7 +205,7 @@ int fc_cmd_run(int argc, char **argv) {
     fc_impl *im = ops ? ops->create(&a.cfg, MPI_COMM_WORLD, &e) : NULL;
     if (!im) fail_all(rank, "", &e);
     fc_model m;  // the shared registry: names, shapes and layout of the trace
-    fc_model_build(&m, &a.cfg.model);
+    fc_model_build_run(&m, &a.cfg);
     if (a.load_dir[0] && load_checkpoint(ops, im, &a, &m, rank, W, &e)) {
         ops->destroy(im);  // refused: nothing was written, nothing is left
         fail_all(rank, "--load: ", &e);

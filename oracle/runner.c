@@ -47,7 +47,7 @@ int fc_lockstep_handover(const fc_impl_ops *ops, fc_impl *im, const fc_run_confi
     mpiCheck(MPI_Comm_rank(comm, &rank));
     if (rank == 0) {
         fc_model m;
-        fc_model_build(&m, &cfg->model);
+        fc_model_build_run(&m, cfg);
         fc_ckpt_info info = {cfg, &m, step, 1, FC_STRATEGY_LOCAL};
         ok = fc_ckpt_save_full(dir, &info, params, state, e) == 0;
         fc_model_free(&m);
@@ -88,7 +88,7 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
         return;
     }
     fc_model m;
-    fc_model_build(&m, &cfg->model);
+    fc_model_build_run(&m, cfg);
     r->numel = m.numel;
     r->steps = cfg->steps;
     r->n_state = fc_optim_state_names(&cfg->optim, r->state_names);
@@ -240,6 +240,11 @@ const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg,
     if (ops && cfg->model.kind == FC_MODEL_LLAMA && !(ops->features & FC_IMPL_LLAMA)) {
         fc_fail(e, "--model %s: %s does not implement llama (its table's features lack FC_IMPL_LLAMA)",
                 cfg->model.name, ops->name);
+        return NULL;
+    }
+    if (ops && cfg->freeze[0] && !(ops->features & FC_IMPL_FREEZE)) {
+        fc_fail(e, "--freeze: %s does not implement frozen parameters (its table's features lack FC_IMPL_FREEZE)",
+                ops->name);
         return NULL;
     }
     if (cfg->inject == FC_FAULT_NONE) return ops;

@@ -35,7 +35,7 @@ static void memory_profile(const fc_sweep_ctx *x, fc_sweep_report *rep) {
             c.seq_len = 8;
             fc_sweep_set_batch(&c, W, 1);
             fc_model m;
-            fc_model_build(&m, &c.model);
+            fc_model_build_run(&m, &c);
             rep->plot_numel = m.numel;
             fc_model_free(&m);
             MPI_Comm sub = x->sub[W];

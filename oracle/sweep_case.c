@@ -262,7 +262,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 if (is0) {
                     int ok = judge(res, 1, cfg, W, &lc, 1, &t, 0, &e.run, 0, lock_of(&e), n, 0, 0, "local");
                     fc_model m;
-                    fc_model_build(&m, &cfg->model);
+                    fc_model_build_run(&m, cfg);
                     int uneven = 0;
                     for (int u = 0; u < m.n_units; u++) uneven |= m.units[u].numel % (size_t)W != 0;
                     fc_model_free(&m);

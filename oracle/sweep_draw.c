@@ -125,6 +125,20 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
         // activation checkpointing, inside or outside the unit (P15, and P10's recompute events)
         if ((features & FC_IMPL_ACT_CKPT) && pick(s, 5) == 0)
             c->act_ckpt = pick(s, 2) ? FC_ACT_CKPT_INSIDE : FC_ACT_CKPT_OUTSIDE;
+        // frozen parameters beside trainable ones in a unit (FSDP1 use_orig_params, FSDP2): the
+        // embedding, a part of every unit, or every parameter of one unit (the root's, layers.0):
+        // a unit that reduces nothing. No pattern has a '|' or a space: repro lines stay shell-safe.
+        // LoRA (r 2, alpha 4) on llama's attention or on every linear: the base model frozen
+        if ((features & FC_IMPL_FREEZE) && c->model.kind == FC_MODEL_LLAMA && pick(s, 4) == 0) {
+            fc_error le;
+            if (fc_model_config_set_lora(&c->model, pick(s, 2) ? "2:4:[qv]_proj" : "2:4:proj", &le))
+                fc_die(FC_EXIT_INTERNAL, "%s:%d: %s", __FILE__, __LINE__, le.msg);
+        } else if ((features & FC_IMPL_FREEZE) && pick(s, 5) == 0) {
+            static const char *freeze[3][3] = {{"bias", "weight", "layers[.]0[.]"},
+                                               {"wte", "ln_", "transformer[.][wl][tpn]"},
+                                               {"embed_tokens", "proj", "^model[.][en]"}};
+            snprintf(c->freeze, sizeof c->freeze, "%s", freeze[c->model.kind][pick(s, 3)]);
+        }
         fc_error e;
         fc_run_config run = *c;  // as the case will run: with the fault, which may not apply to it
         run.inject = inject;
@@ -152,6 +166,8 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
     if (c->clip_grad_norm > 0) ADD(" --clip-grad-norm %g --norm-type %s", (double)c->clip_grad_norm, fc_norm_name(c->norm_type));
     if (c->cpu_offload) ADD(" --cpu-offload");
     if (c->act_ckpt != FC_ACT_CKPT_NONE) ADD(" --activation-checkpointing %s", fc_act_ckpt_name(c->act_ckpt));
+    if (c->freeze[0]) ADD(" --freeze %s", c->freeze);
+    if (c->model.lora_r) ADD(" --lora %d:%g:%s", c->model.lora_r, c->model.lora_alpha, c->model.lora_target);
     if (c->divide != fc_default_divide(c)) ADD(" --divide %s", fc_divide_name(c->divide));
     ADD(" --optimizer %s --lr %g", fc_opt_name(c->optim.kind), c->optim.lr);
     // always: the CLI's default (0.01) is not the sweep's SGD (0), and a replay must be the case

@@ -58,12 +58,16 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
         if (c->strategy != FC_STRATEGY_HYBRID_SHARD_ZERO2 && c->strategy != FC_STRATEGY_SHARD_GRAD_OP) return 0;
         c->strategy = c->strategy == FC_STRATEGY_SHARD_GRAD_OP ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_HYBRID_SHARD;
         break;
-    case 10:  // fewer layers and smaller dims
+    case 10: {  // fewer layers and smaller dims, the same LoRA
+        fc_model_config was = c->model;
         if (!strcmp(c->model.name, "gpt2-tiny")) fc_sweep_set_model(c, "gpt2-micro");
         else if (!strcmp(c->model.name, "mlp-tiny")) fc_sweep_set_model(c, "mlp-micro");
         else if (!strcmp(c->model.name, "llama-tiny")) fc_sweep_set_model(c, "llama-micro");
         else return 0;
+        c->model.lora_r = was.lora_r, c->model.lora_alpha = was.lora_alpha;
+        memcpy(c->model.lora_target, was.lora_target, sizeof c->model.lora_target);
         break;
+    }
     case 11:
         if (fc_model_has_tokens(&c->model)) return 0;  // some faults live in the tied embedding or the sequence
         if (!strcmp(c->model.name, "mlp-micro")) return 0;
@@ -101,6 +105,16 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     case 19:
         if (!c->reshard_after_forward) return 0;
         c->reshard_after_forward = 0;
+        break;
+    case 20:
+        if (!c->freeze[0]) return 0;
+        c->freeze[0] = '\0';
+        break;
+    case 21:
+        if (!c->model.lora_r) return 0;
+        c->model.lora_r = 0;
+        c->model.lora_alpha = 0;
+        c->model.lora_target[0] = '\0';
         break;
     case 16:  // the checkpoint round trip, or its other world size
         if (!ck->on) return 0;

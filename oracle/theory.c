@@ -80,7 +80,7 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
     t->bwd_prefetch = fc_rule_backward_prefetch_as(api, cfg);
     t->per_param = api == FC_API_TORCH_FSDP2 || cfg->fsdp_version == 2;
     t->out = out;
-    fc_model_build(&t->m, &cfg->model);
+    fc_model_build_run(&t->m, cfg);
     // the oracle's own rules (rules.h), never core/layout.c's: see rules.h
     t->g = fc_rule_groups(cfg, W, rank);
     t->nu = t->m.n_units;
@@ -94,6 +94,9 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
     t->bwd_opp = callocCheck((size_t)t->nu, sizeof *t->bwd_opp);
     t->ckpt = callocCheck((size_t)t->nu, sizeof *t->ckpt);
     t->rec_gathers = callocCheck((size_t)t->nu, sizeof *t->rec_gathers);
+    t->frozen_store = callocCheck((size_t)t->nu, sizeof *t->frozen_store);
+    t->frozen_real = callocCheck((size_t)t->nu, sizeof *t->frozen_real);
+    t->trains = callocCheck((size_t)t->nu, sizeof *t->trains);
     for (int u = 0; u < t->nu; u++) {
         t->st[u] = fc_rule_stages(&t->m, u);
         t->ckpt[u] = fc_rule_checkpointed(cfg, &t->m, u);
@@ -107,6 +110,10 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
             t->lay[u].padded = S * (size_t)t->g.F;
             t->lay[u].own_off = (size_t)t->g.shard_rank * S;
         }
+        t->frozen_store[u] = fc_rule_frozen_store(&t->m, u, &t->g, t->per_param, 1);
+        t->frozen_real[u] = fc_rule_frozen_store(&t->m, u, &t->g, t->per_param, 0);
+        for (int k = 0; k < t->m.units[u].n_params; k++)
+            t->trains[u] |= !t->m.params[t->m.unit_params[t->m.units[u].first_param + k]].frozen;
     }
     // each unit's prefetch opportunity, in each pass's own order
     fc_rule_opportunities(&t->m, t->fwd_opp, t->bwd_opp);
@@ -119,6 +126,9 @@ void theory_free(theory *t) {
     free(t->bwd_opp);
     free(t->ckpt);
     free(t->rec_gathers);
+    free(t->frozen_store);
+    free(t->frozen_real);
+    free(t->trains);
     fc_model_free(&t->m);
 }
 

@@ -295,8 +295,9 @@ static int expect_optim(event_scan *sc, int i, const fc_event *v) {
     // chunk's (FSDP2: its torch.chunk rows of every parameter), or the whole
     // unit under no_shard. 0 is "not measured": a torch loop's log (one
     // optimizer.step() for every unit) has no per-unit figure to give.
+    // A frozen parameter's elements are not stepped (DESIGN §2).
     const fc_unit_layout *l = &t->lay[u];
-    size_t want = fp32_bytes(t->g.sharded ? l->own_valid : l->numel);
+    size_t want = fp32_bytes((t->g.sharded ? l->own_valid : l->numel) - t->frozen_real[u]);
     EXPECT(t, v->bytes == want || v->bytes == 0,
            "step %ld #%d: optim of unit %d: expected %zu bytes (the fp32 elements this rank owns), got %zu", sc->step,
            i, u, want, v->bytes);
@@ -402,10 +403,11 @@ int theory_check_counts(step_view *x) {
             want[AG_FWD] = gathers_in_forward(t, k);
             want[AG_BWD] = want[FREE_FWD] = reshards(t, u);
             want[FREE_BWD] = frees_in_backward(t, k);
-            want[RS] = t->g.sharded && syncs;
-            want[AR_WORLD] = !t->g.sharded && syncs;
-            want[AR_REPL] = t->g.hybrid && t->g.R > 1 && syncs;
-            want[D2H] = c->cpu_offload && syncs;
+            int reduces = syncs && t->trains[u];  // a unit with no trainable parameter has no gradient
+            want[RS] = t->g.sharded && reduces;
+            want[AR_WORLD] = !t->g.sharded && reduces;
+            want[AR_REPL] = t->g.hybrid && t->g.R > 1 && reduces;
+            want[D2H] = c->cpu_offload && reduces;
             want[AG_REC] = want[FREE_REC] = t->rec_gathers[u];
             for (int q = 0; q < N_PER_UNIT; q++)
                 if (unit_slot(x, k, u, q)->n != want[q]) {

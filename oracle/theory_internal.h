@@ -35,6 +35,9 @@ typedef struct {
     int per_param;             // FSDP2's per-parameter rows (the API, or the run's fsdp_version 2)
     int *ckpt;                 // [nu] activation checkpointing recomputes the unit in backward
     int *rec_gathers;          // [nu] ... and that recompute all-gathers and frees it itself
+    size_t *frozen_store;      // [nu] elements of its store that are frozen parameters' (rules.h)
+    size_t *frozen_real;       // [nu] ... of them real, not padding: the optimizer skips these
+    int *trains;               // [nu] a parameter of the unit trains: else no gradient, no reduction
     long first_step;           // the log's first step: the process's first iteration
     fc_findings *out;
 } theory;

@@ -136,12 +136,19 @@ int fc_theory_check_memory(const fc_run_config *cfg, int W, int rank, const fc_c
 
     // shards: exact, fp32, where the strategy keeps them
     const char *names[2];
-    size_t shard = 0;
-    for (int u = 0; u < t.nu; u++) shard += fp32_bytes(t.lay[u].store);
+    // A frozen parameter keeps no optimizer state; under FSDP2 no gradient
+    // either, while FSDP1's FlatParameter keeps its whole gradient shard
+    // unless no parameter of it trains.
+    size_t shard = 0, frozen = 0, untrained = 0;  // untrained: the stores of units that do not train
+    for (int u = 0; u < t.nu; u++) {
+        shard += fp32_bytes(t.lay[u].store), frozen += fp32_bytes(t.frozen_store[u]);
+        if (!t.trains[u]) untrained += fp32_bytes(t.lay[u].store);
+    }
     fc_mem_loc on = cfg->cpu_offload ? FC_LOC_HOST : FC_LOC_DEVICE,
                off = cfg->cpu_offload ? FC_LOC_DEVICE : FC_LOC_HOST;
     fc_mem_cat cats[3] = {FC_MEM_PARAM_SHARD, FC_MEM_GRAD_SHARD, FC_MEM_OPTIM_STATE};
-    size_t want[3] = {shard, shard, (size_t)fc_optim_state_names(&cfg->optim, names) * shard};
+    size_t want[3] = {shard, t.per_param ? shard - frozen : shard - untrained,
+                      (size_t)fc_optim_state_names(&cfg->optim, names) * (shard - frozen)};
     for (int i = 0; i < 3; i++) {
         EXPECT(&t, peak[on][cats[i]] == want[i], "peak %s %s: expected %zu bytes (the sharded formula), got %zu",
                fc_mem_loc_name(on), fc_mem_cat_name(cats[i]), want[i], peak[on][cats[i]]);

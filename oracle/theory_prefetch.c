@@ -49,7 +49,7 @@ static void check_compute_and_reduce_order(step_view *x, int k) {
                step, k + 1, k);
     for (int u = 0; u < t->nu; u++) {
         int lastb = bwd_slot(x, k, t->st[u].last_bwd)->at, fin = -1;
-        if (syncs) {
+        if (syncs && t->trains[u]) {  // a unit with no trainable parameter reduces nothing
             int red = unit_slot(x, k, u, t->g.sharded ? RS : AR_WORLD)->at;
             EXPECT(t, red > lastb, "step %ld micro %d: %s of unit %d (#%d) before its last backward compute (#%d)",
                    step, k, t->g.sharded ? "reduce_scatter" : "all_reduce", u, red, lastb);

@@ -112,7 +112,7 @@ int fc_trace_parse(const char *text, size_t len, const char *where, fc_trace *t,
         fc_fail(e, "%s: %s", where, ce.msg);
         goto done;
     }
-    fc_model_build(&t->model, &t->cfg.model);
+    fc_model_build_run(&t->model, &t->cfg);
     built = 1;
     if (check_units(cJSON_GetObjectItemCaseSensitive(j, "units"), &t->model, where, e)) goto done;
     t->n_state = fc_optim_state_names(&t->cfg.optim, t->state_names);

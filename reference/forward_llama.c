@@ -19,6 +19,7 @@
 // The gradient half mirrors it. RoPE is linear, so its backward needs no
 // inputs; qp and kp are kept so that their gradients have their own place
 // (q's gradient is rotated back into qp's).
+#include <stdlib.h>
 #include <string.h>
 
 #include "forward_internal.h"
@@ -118,6 +119,49 @@ static void rope_backward(const fc_model *m, real *dx, const real *dout, int B, 
 }
 
 // ---------------------------------------------------------------------------
+// the decoder layer's linears, with LoRA where the model has an adapter
+
+// Parameter i's values and gradient in its unit's buffers.
+#define PI(i) ((real *)up[m->params[i].unit] + m->params[i].unit_offset)
+#define GI(i) (ug[m->params[i].unit] + m->params[i].unit_offset)
+
+// Layer l's linear `module` (its weight W [N, K]): out [NT, N] = x [NT, K] W^T,
+// plus, with a LoRA adapter (A [r, K], B [N, r]), PEFT's
+// result + lora_B(lora_A(x)) * scaling: u = x A^T [NT, r], out += (u B^T) s.
+static void linear_forward(const fc_model *m, const real *const *up, real *out, const real *x, int NT, int K, int N,
+                           int l, const char *module) {
+    int w = fc_model_param_index(m, "model.layers.%d.%s.weight", l, module), a = m->lora[w], r = m->cfg.lora_r;
+    RN(fc_matmul_forward)(out, x, PI(w), NULL, NT, K, N, FC_W_NK);
+    if (a < 0) return;
+    real *u = mallocCheck((size_t)NT * r * sizeof(real)), *t = mallocCheck((size_t)NT * N * sizeof(real));
+    RN(fc_matmul_forward)(u, x, PI(a), NULL, NT, K, r, FC_W_NK);
+    RN(fc_matmul_forward)(t, u, PI(a + 1), NULL, NT, r, N, FC_W_NK);
+    real s = (real)m->lora_scale;
+    for (size_t i = 0; i < (size_t)NT * N; i++) out[i] += t[i] * s;
+    free(u);
+    free(t);
+}
+
+// Its backward: dx [NT, K] += dout W and dW += dout^T x; with LoRA, u = x A^T
+// recomputed from x, dB += (s dout)^T u, du = (s dout) B, dA += du^T x, dx += du A.
+static void linear_backward(const fc_model *m, const real *const *up, real *const *ug, real *dx, const real *dout,
+                            const real *x, int NT, int K, int N, int l, const char *module) {
+    int w = fc_model_param_index(m, "model.layers.%d.%s.weight", l, module), a = m->lora[w], r = m->cfg.lora_r;
+    RN(fc_matmul_backward)(dx, GI(w), NULL, dout, x, PI(w), NT, K, N, FC_W_NK);
+    if (a < 0) return;
+    size_t nu = (size_t)NT * r, nd = (size_t)NT * N;
+    real *u = mallocCheck(nu * sizeof(real)), *du = callocCheck(nu, sizeof(real)), *ds = mallocCheck(nd * sizeof(real));
+    real s = (real)m->lora_scale;
+    RN(fc_matmul_forward)(u, x, PI(a), NULL, NT, K, r, FC_W_NK);
+    for (size_t i = 0; i < nd; i++) ds[i] = dout[i] * s;
+    RN(fc_matmul_backward)(du, GI(a + 1), NULL, ds, u, PI(a + 1), NT, r, N, FC_W_NK);
+    RN(fc_matmul_backward)(dx, GI(a), NULL, du, x, PI(a), NT, K, r, FC_W_NK);
+    free(u);
+    free(du);
+    free(ds);
+}
+
+// ---------------------------------------------------------------------------
 // forward
 
 static void layer_forward(const fc_model *m, int l, const real *const *up, RN(fc_acts) *a) {
@@ -128,21 +172,20 @@ static void layer_forward(const fc_model *m, int l, const real *const *up, RN(fc
     real *res = layer_input(c, B, T, a->acts, l);  // [NT, C]
     real eps = (real)c->layer_norm_epsilon;
     RN(fc_rmsnorm_forward)(v.ln1, v.ln1_rstd, res, P("model.layers.%d.input_layernorm.weight", l), NT, C, eps);
-    RN(fc_matmul_forward)(v.qp, v.ln1, P("model.layers.%d.self_attn.q_proj.weight", l), NULL, NT, C, Q, FC_W_NK);
-    RN(fc_matmul_forward)(v.kp, v.ln1, P("model.layers.%d.self_attn.k_proj.weight", l), NULL, NT, C, KV, FC_W_NK);
-    RN(fc_matmul_forward)(v.v, v.ln1, P("model.layers.%d.self_attn.v_proj.weight", l), NULL, NT, C, KV, FC_W_NK);
+    linear_forward(m, up, v.qp, v.ln1, NT, C, Q, l, "self_attn.q_proj");
+    linear_forward(m, up, v.kp, v.ln1, NT, C, KV, l, "self_attn.k_proj");
+    linear_forward(m, up, v.v, v.ln1, NT, C, KV, l, "self_attn.v_proj");
     rope(m, v.q, v.qp, B, T, NH);
     rope(m, v.k, v.kp, B, T, NKV);
     RN(fc_gqa_attention_forward)(v.atty, v.preatt, v.att, v.q, v.k, v.v, B, T, NH, NKV, hd);
-    RN(fc_matmul_forward)(v.attproj, v.atty, P("model.layers.%d.self_attn.o_proj.weight", l), NULL, NT, Q, C,
-                          FC_W_NK);
+    linear_forward(m, up, v.attproj, v.atty, NT, Q, C, l, "self_attn.o_proj");
     RN(fc_residual_forward)(v.res2, res, v.attproj, (size_t)NT * C);
     RN(fc_rmsnorm_forward)(v.ln2, v.ln2_rstd, v.res2, P("model.layers.%d.post_attention_layernorm.weight", l), NT,
                            C, eps);
-    RN(fc_matmul_forward)(v.gate, v.ln2, P("model.layers.%d.mlp.gate_proj.weight", l), NULL, NT, C, I, FC_W_NK);
-    RN(fc_matmul_forward)(v.up, v.ln2, P("model.layers.%d.mlp.up_proj.weight", l), NULL, NT, C, I, FC_W_NK);
+    linear_forward(m, up, v.gate, v.ln2, NT, C, I, l, "mlp.gate_proj");
+    linear_forward(m, up, v.up, v.ln2, NT, C, I, l, "mlp.up_proj");
     RN(fc_swiglu_forward)(v.h, v.gate, v.up, (size_t)NT * I);
-    RN(fc_matmul_forward)(v.down, v.h, P("model.layers.%d.mlp.down_proj.weight", l), NULL, NT, I, C, FC_W_NK);
+    linear_forward(m, up, v.down, v.h, NT, I, C, l, "mlp.down_proj");
     RN(fc_residual_forward)(v.res3, v.res2, v.down, (size_t)NT * C);
 }
 
@@ -186,29 +229,22 @@ static void layer_backward(const fc_model *m, int l, const real *const *up, RN(f
     // res3 = res2 + down: the gradient flows unchanged into both
     RN(fc_residual_forward)(d.res2, d.res2, d.res3, n);
     RN(fc_residual_forward)(d.down, d.down, d.res3, n);
-    RN(fc_matmul_backward)(d.h, G("model.layers.%d.mlp.down_proj.weight", l), NULL, d.down, v.h,
-                           P("model.layers.%d.mlp.down_proj.weight", l), NT, I, C, FC_W_NK);
+    linear_backward(m, up, ug, d.h, d.down, v.h, NT, I, C, l, "mlp.down_proj");
     RN(fc_swiglu_backward)(d.gate, d.up, d.h, v.gate, v.up, (size_t)NT * I);
-    RN(fc_matmul_backward)(d.ln2, G("model.layers.%d.mlp.up_proj.weight", l), NULL, d.up, v.ln2,
-                           P("model.layers.%d.mlp.up_proj.weight", l), NT, C, I, FC_W_NK);
-    RN(fc_matmul_backward)(d.ln2, G("model.layers.%d.mlp.gate_proj.weight", l), NULL, d.gate, v.ln2,
-                           P("model.layers.%d.mlp.gate_proj.weight", l), NT, C, I, FC_W_NK);
+    linear_backward(m, up, ug, d.ln2, d.up, v.ln2, NT, C, I, l, "mlp.up_proj");
+    linear_backward(m, up, ug, d.ln2, d.gate, v.ln2, NT, C, I, l, "mlp.gate_proj");
     RN(fc_rmsnorm_backward)(d.res2, G("model.layers.%d.post_attention_layernorm.weight", l), d.ln2, v.res2,
                             P("model.layers.%d.post_attention_layernorm.weight", l), v.ln2_rstd, NT, C);
     // res2 = res + attproj
     RN(fc_residual_forward)(dres, dres, d.res2, n);
     RN(fc_residual_forward)(d.attproj, d.attproj, d.res2, n);
-    RN(fc_matmul_backward)(d.atty, G("model.layers.%d.self_attn.o_proj.weight", l), NULL, d.attproj, v.atty,
-                           P("model.layers.%d.self_attn.o_proj.weight", l), NT, Q, C, FC_W_NK);
+    linear_backward(m, up, ug, d.atty, d.attproj, v.atty, NT, Q, C, l, "self_attn.o_proj");
     RN(fc_gqa_attention_backward)(d.q, d.k, d.v, d.preatt, d.att, d.atty, v.q, v.k, v.v, v.att, B, T, NH, NKV, hd);
     rope_backward(m, d.qp, d.q, B, T, NH);
     rope_backward(m, d.kp, d.k, B, T, NKV);
-    RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.v_proj.weight", l), NULL, d.v, v.ln1,
-                           P("model.layers.%d.self_attn.v_proj.weight", l), NT, C, KV, FC_W_NK);
-    RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.k_proj.weight", l), NULL, d.kp, v.ln1,
-                           P("model.layers.%d.self_attn.k_proj.weight", l), NT, C, KV, FC_W_NK);
-    RN(fc_matmul_backward)(d.ln1, G("model.layers.%d.self_attn.q_proj.weight", l), NULL, d.qp, v.ln1,
-                           P("model.layers.%d.self_attn.q_proj.weight", l), NT, C, Q, FC_W_NK);
+    linear_backward(m, up, ug, d.ln1, d.v, v.ln1, NT, C, KV, l, "self_attn.v_proj");
+    linear_backward(m, up, ug, d.ln1, d.kp, v.ln1, NT, C, KV, l, "self_attn.k_proj");
+    linear_backward(m, up, ug, d.ln1, d.qp, v.ln1, NT, C, Q, l, "self_attn.q_proj");
     RN(fc_rmsnorm_backward)(dres, G("model.layers.%d.input_layernorm.weight", l), d.ln1, res,
                             P("model.layers.%d.input_layernorm.weight", l), v.ln1_rstd, NT, C);
 }

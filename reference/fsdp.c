@@ -435,9 +435,11 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
             if (own_recompute) recompute(f, u, mb);  // checkpoint(FSDP(unit)): before the unit's pre-backward
             ensure_gathered(f, u, FC_PHASE_BACKWARD);
             seam_backward_begin(f, u);
-            if (!U->full_grad)  // survives across micro-batches under no_sync
+            // survives across micro-batches under no_sync; a unit that does not
+            // train computes into it only as scratch (no framework holds it)
+            if (!U->full_grad)
                 U->full_grad = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->gathered_numel * sizeof(float),
-                                         U->gathered_numel * pb);
+                                         U->trains ? U->gathered_numel * pb : 0);
             // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_PRE)
                 prefetch(f, fc_next_backward_unit(&f->m, f->st, s), FC_PHASE_BACKWARD);
@@ -458,7 +460,12 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_POST)
                 prefetch(f, fc_next_backward_unit(&f->m, f->st, s), FC_PHASE_BACKWARD);
             free_gathered(f, u, FC_PHASE_BACKWARD);
-            if (sync && !seam_skip_reduce(f, u)) issue_reduce(f, u);
+            if (!U->trains) {  // no gradient to reduce: FSDP skips the unit's reduction
+                mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, 0);
+                U->full_grad = NULL;
+            } else if (sync && !seam_skip_reduce(f, u)) {
+                issue_reduce(f, u);
+            }
         }
     }
     complete_reduce(f);
@@ -500,25 +507,51 @@ static double grad_norm(fc_fsdp *f) {
     return total;
 }
 
+// A frozen parameter has no gradient (DESIGN §2): what its unit's backward
+// computed for it is dropped once reduced (FSDP1 reduces the whole
+// FlatParameter), before the clip norm, so none is normed or stepped.
+static void drop_frozen_grads(fc_fsdp *f) {
+    for (int u = 0; u < f->m.n_units && f->m.n_frozen; u++) {
+        unit_state *U = &f->u[u];
+        for (int p = 0; p < U->n_own; p++) {
+            const fc_piece *pc = &U->own[p];
+            for (size_t i = 0, r; i < pc->count; i += r) {
+                int frozen;
+                r = fc_model_run_at(&f->m, u, pc->unit_off + i, pc->count - i, &frozen);
+                if (frozen) memset(U->grad + pc->chunk_off + i, 0, r * sizeof(float));
+            }
+        }
+    }
+}
+
 // The optimizer over this rank's own elements, with the clip coefficient
 // applied on the way in (the stored gradient stays unclipped for export).
+// Frozen parameters are not the optimizer's: they are skipped, elements and
+// decay alike, and the log counts what was stepped.
 static void optimizer_step(fc_fsdp *f, float coef) {
     enum { CHUNK = 1024 };
     float g[CHUNK];
     int clip = fc_clip_applies(f->cfg.clip_grad_norm, coef);
     for (int u = 0; u < f->m.n_units; u++) {
         unit_state *U = &f->u[u];
-        size_t n = f->g.sharded ? U->own_valid : U->numel;
-        log_ev(f, FC_OP_OPTIM, FC_OP_OPTIM, u, -1, FC_GROUP_NONE, n * sizeof(float), FC_PREC_FP32, FC_PHASE_OPTIM, 0);
+        size_t stepped = 0;
         for (int p = 0; p < U->n_own; p++) {  // the chunk's pieces (no_shard: all of it, one piece)
-            size_t a = U->own[p].chunk_off, b = a + (f->g.sharded ? U->own[p].count : U->numel);
-            for (size_t i = a; i < b; i += CHUNK) {
-                size_t c = b - i < CHUNK ? b - i : CHUNK;
-                for (size_t k = 0; k < c; k++) g[k] = clip ? U->grad[i + k] * coef : U->grad[i + k];
-                fc_optim_update(&f->cfg.optim, f->step, U->param + i, g, U->state[0] ? U->state[0] + i : NULL,
-                                U->state[1] ? U->state[1] + i : NULL, c);
+            const fc_piece *pc = &U->own[p];
+            for (size_t j = 0, r; j < pc->count; j += r) {  // runs of one parameter each
+                int frozen;
+                r = fc_model_run_at(&f->m, u, pc->unit_off + j, pc->count - j, &frozen);
+                size_t a = pc->chunk_off + j, b = a + r;
+                if (frozen && !seam_step_frozen(f, U->param + a, r)) continue;
+                stepped += r;
+                for (size_t i = a; i < b; i += CHUNK) {
+                    size_t c = b - i < CHUNK ? b - i : CHUNK;
+                    for (size_t k = 0; k < c; k++) g[k] = clip ? U->grad[i + k] * coef : U->grad[i + k];
+                    fc_optim_update(&f->cfg.optim, f->step, U->param + i, g, U->state[0] ? U->state[0] + i : NULL,
+                                    U->state[1] ? U->state[1] + i : NULL, c);
+                }
             }
         }
+        log_ev(f, FC_OP_OPTIM, FC_OP_OPTIM, u, -1, FC_GROUP_NONE, stepped * sizeof(float), FC_PREC_FP32, FC_PHASE_OPTIM, 0);
     }
 }
 
@@ -540,7 +573,9 @@ int fc_fsdp_step(fc_fsdp *f, fc_step_info *out, fc_error *e) {
         // with no_sync, only the last micro-batch communicates gradients
         backward(f, &mb, !c->no_sync || k == c->grad_accum - 1);
     }
+    if (!seam_keep_frozen_grads(f, FC_PHASE_CLIP)) drop_frozen_grads(f);
     double norm = grad_norm(f);
+    if (!seam_keep_frozen_grads(f, FC_PHASE_OPTIM)) drop_frozen_grads(f);
     float coef = c->clip_grad_norm > 0 ? fc_clip_coef(c->clip_grad_norm, norm) : 1.0f;
     f->step++;
     optimizer_step(f, coef);
@@ -587,7 +622,7 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     f->pre = (float)pre;
     f->post = (float)post;
     seam_divide(f);
-    fc_model_build(&f->m, &cfg->model);
+    fc_model_build_run(&f->m, cfg);
     const fc_model *m = &f->m;
     f->n_state = fc_optim_state_names(&cfg->optim, f->state_names);
     float *from_file = NULL;
@@ -622,10 +657,17 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
         // empty piece at its offset, so the seams still see where it is
         if (!f->g.sharded) U->own[0] = (fc_piece){0, 0, U->numel}, U->n_own = 1;
         if (!U->n_own && f->lay->wire_is_natural) U->own[0] = (fc_piece){U->own_off, 0, 0}, U->n_own = 1;
+        // A frozen parameter has no optimizer state; under FSDP2 no gradient
+        // either (FSDP1's FlatParameter keeps its whole gradient shard). The
+        // arrays stay whole, so every index is the layout's; only what a
+        // framework would hold is counted.
+        U->trains = fc_unit_trains(m, u);
         size_t bytes = U->store * sizeof(float);
+        size_t trained = (U->store - fc_unit_frozen_store(f->lay, m, u, &f->g)) * sizeof(float);
         U->param = mem_alloc(f, loc, FC_MEM_PARAM_SHARD, bytes, bytes);
-        U->grad = mem_alloc(f, loc, FC_MEM_GRAD_SHARD, bytes, bytes);
-        for (int i = 0; i < f->n_state; i++) U->state[i] = mem_alloc(f, loc, FC_MEM_OPTIM_STATE, bytes, bytes);
+        U->grad = mem_alloc(f, loc, FC_MEM_GRAD_SHARD, bytes,
+                            !f->lay->wire_is_natural ? trained : U->trains ? bytes : 0);
+        for (int i = 0; i < f->n_state; i++) U->state[i] = mem_alloc(f, loc, FC_MEM_OPTIM_STATE, bytes, trained);
         f->st[u] = fc_unit_stages_of(m, u);
         U->reshard_after_forward = fc_reshard_after_forward(cfg->strategy, m, u);
         U->ckpt = fc_unit_checkpointed(cfg, m, u);

@@ -40,6 +40,7 @@ typedef struct {
     float *full_grad;    // [gathered_numel] unsharded gradient, alive from first backward stage to reduce
     int reshard_after_forward;
     int ckpt;            // activation checkpointing recomputes its forward in backward
+    int trains;          // a parameter of the unit trains: else it has no gradient and reduces nothing
 } unit_state;
 
 struct fc_fsdp {

@@ -15,7 +15,7 @@ int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     memset(L, 0, sizeof *L);
     if (fc_run_config_validate(cfg, e) || fc_run_config_validate_world(cfg, 1, e)) return -1;
     L->cfg = *cfg;
-    fc_model_build(&L->model, &cfg->model);
+    fc_model_build_run(&L->model, cfg);
     size_t n = L->model.numel;
     int T = fc_model_has_tokens(&cfg->model) ? cfg->seq_len : 0;
     int micro = cfg->global_batch / cfg->grad_accum;
@@ -64,6 +64,10 @@ void RN(fc_local_step)(fc_local *L) {
         loss += l;
     }
     L->loss = (float)(loss / K);
+    // A frozen parameter has no gradient (DESIGN §2): none is kept, so none is
+    // normed or stepped.
+    for (int i = 0; i < L->model.n_params && L->model.n_frozen; i++)
+        if (L->model.params[i].frozen) memset(L->grads + L->model.params[i].offset, 0, L->model.params[i].numel * sizeof(float));
     // clip_grad_norm: coefficient max_norm / (total + 1e-6), clamped to 1.
     memcpy(L->clipped, L->grads, n * sizeof(float));
     L->grad_norm = fc_grad_norm(L->grads, n, c->norm_type);
@@ -71,7 +75,13 @@ void RN(fc_local_step)(fc_local *L) {
     if (fc_clip_applies(c->clip_grad_norm, coef))
         for (size_t i = 0; i < n; i++) L->clipped[i] *= coef;
     L->step++;
-    fc_optim_update(&c->optim, L->step, L->params, L->clipped, L->state[0], L->state[1], n);
+    for (int i = 0; i < L->model.n_params; i++) {  // the optimizer's parameters: the trainable ones
+        const fc_param *p = &L->model.params[i];
+        if (p->frozen) continue;
+        size_t o = p->offset;
+        fc_optim_update(&c->optim, L->step, L->params + o, L->clipped + o, L->state[0] ? L->state[0] + o : NULL,
+                        L->state[1] ? L->state[1] + o : NULL, p->numel);
+    }
 }
 
 void RN(fc_local_free)(fc_local *L) {

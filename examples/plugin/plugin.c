@@ -21,7 +21,7 @@
 // The contract this port implements. A new fsdpcheck with another ABI version
 // stops the build here (and CMakeLists.txt stops the configure): read what
 // changed (core/impl.h lists what bumps it), adapt, then change the number.
-_Static_assert(FC_IMPL_ABI_VERSION == 3, "this port implements fsdpcheck's implementation contract ABI 3");
+_Static_assert(FC_IMPL_ABI_VERSION == 4, "this port implements fsdpcheck's implementation contract ABI 4");
 
 // The port's own state; fsdpcheck only ever holds the pointer.
 struct fc_impl {
@@ -48,7 +48,7 @@ static fc_impl *port_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e
     const char *bug = getenv("FSDPCHECK_TEMPLATE_BUG");
     im->bug = bug && !strcmp(bug, "1");
     fc_model m;  // the parameter registry: names, shapes, units, the flat layout
-    fc_model_build(&m, &cfg->model);
+    fc_model_build_run(&m, cfg);
     im->numel = m.numel;
     fc_model_free(&m);
     im->ref = ref()->create(cfg, comm, e);

@@ -286,7 +286,7 @@ fcx *fcx_host_create(const fc_run_config *cfg, const fce_comms *c) {
     x->g = c->g;
     mpiCheck(MPI_Comm_dup(c->shard, &x->shard));
     mpiCheck(MPI_Comm_dup(c->replica, &x->replica));
-    fc_model_build(&x->m, &cfg->model);
+    fc_model_build_run(&x->m, cfg);
     fc_book_init(&x->book);
     int first, local;
     fc_rank_samples(cfg, c->g.W, c->g.rank, &first, &local);

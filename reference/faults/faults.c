@@ -48,6 +48,8 @@ typedef struct {
 void fc_fault_created(struct fc_fsdp *f) {
     // rope_half (P1): the model's rotary embedding turns the other way
     if (is(f, FC_FAULT_ROPE_HALF)) f->m.rope_sign = -1;
+    // lora_alpha (P1): PEFT's scaling taken as lora_alpha, not lora_alpha / r
+    if (is(f, FC_FAULT_LORA_ALPHA)) f->m.lora_scale = f->cfg.model.lora_alpha;
     if (!is(f, FC_FAULT_STALE_GATHER) && !is(f, FC_FAULT_CLIP_HSDP_SHARD_NORM)) return;
     fault_state *s = callocCheck(1, sizeof *s);
     s->stale = callocCheck((size_t)f->m.n_units, sizeof *s->stale);
@@ -299,6 +301,27 @@ long fc_fault_loaded(struct fc_fsdp *f, long step) {
         for (int u = 0; u < f->m.n_units; u++)
             for (int i = 0; i < f->n_state; i++) memset(f->u[u].state[i], 0, f->u[u].store * sizeof(float));
     return is(f, FC_FAULT_ADAM_STEP_RESET) ? 0 : step;
+}
+
+// frozen_in_norm (P8): the frozen parameters' gradients, which FSDP1 computes
+// and reduces for a FlatParameter that also holds trainable ones, are dropped
+// only after clip_grad_norm has counted them (the norm taken over the
+// FlatParameter's gradient instead of the original parameters'). frozen_stepped
+// (P1): they are never dropped, and the optimizer steps them (the views'
+// requires_grad=False ignored: a frozen parameter trains on its own gradient).
+int fc_fault_keep_frozen_grads(const struct fc_fsdp *f, fc_phase phase) {
+    return (is(f, FC_FAULT_FROZEN_IN_NORM) && phase == FC_PHASE_CLIP) || is(f, FC_FAULT_FROZEN_STEPPED);
+}
+
+// frozen_decay (P1): AdamW's decoupled weight decay, p *= 1 - lr*wd, applied
+// to every parameter of the group, frozen ones included (decay applied over
+// the FlatParameter's shard, or a parameter group built from all parameters).
+int fc_fault_step_frozen(const struct fc_fsdp *f, float *p, size_t n) {
+    if (is(f, FC_FAULT_FROZEN_DECAY)) {
+        float decay = (float)(1.0 - f->cfg.optim.lr * f->cfg.optim.weight_decay);
+        for (size_t i = 0; i < n; i++) p[i] *= decay;
+    }
+    return is(f, FC_FAULT_FROZEN_STEPPED);
 }
 
 // dcp_saved_offsets (P7): a DCP checkpoint records every block that does not

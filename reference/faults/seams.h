@@ -18,6 +18,7 @@
 #include "data.h"
 #include "dtype.h"
 #include "layout.h"
+#include "schedule.h"
 
 #define fc_fsdp_create fc_faulty_fsdp_create
 #define fc_fsdp_step fc_faulty_fsdp_step
@@ -56,6 +57,8 @@ void fc_fault_pre_replicate(struct fc_fsdp *f, int u, const float *acc, size_t n
 fc_ckpt_source_fn fc_fault_ckpt_source(const struct fc_fsdp *f);
 long fc_fault_loaded(struct fc_fsdp *f, long step);
 int fc_fault_saved_offsets(const struct fc_fsdp *f);
+int fc_fault_keep_frozen_grads(const struct fc_fsdp *f, fc_phase phase);
+int fc_fault_step_frozen(const struct fc_fsdp *f, float *p, size_t n);
 const float *fc_fault_recompute_params(struct fc_fsdp *f, int u);
 void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 
@@ -83,6 +86,8 @@ void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 #define seam_ckpt_source(f) fc_fault_ckpt_source(f)
 #define seam_loaded(f, step) fc_fault_loaded((f), (step))
 #define seam_saved_offsets(f) fc_fault_saved_offsets(f)
+#define seam_keep_frozen_grads(f, phase) fc_fault_keep_frozen_grads((f), (phase))
+#define seam_step_frozen(f, p, n) fc_fault_step_frozen((f), (p), (n))
 #define seam_recompute_params(f, u) fc_fault_recompute_params((f), (u))
 #define seam_recompute_done(f, u, p) fc_fault_recompute_done((f), (u), (p))
 

@@ -64,5 +64,10 @@
 // the step count a load continues from
 #define seam_loaded(f, step) ((void)(f), (step))
 #define seam_saved_offsets(f) ((void)(f), 0)
+// whether frozen parameters' gradients are still kept at this phase (clip,
+// optimizer) rather than dropped: never
+#define seam_keep_frozen_grads(f, phase) ((void)(f), (void)(phase), 0)
+// whether the optimizer steps the frozen elements p[0..n) (it leaves them alone)
+#define seam_step_frozen(f, p, n) ((void)(f), (void)(p), (void)(n), 0)
 
 #endif

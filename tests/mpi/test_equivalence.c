@@ -95,6 +95,51 @@ static void check_strategies(const char *model) {
     }
 }
 
+// Frozen parameters (DESIGN §2) beside trainable ones in a unit: the local
+// model (which never touches them) against DDP, and every FSDP1 and FSDP2
+// strategy against DDP bit for bit, with decay and clipping on, so a frozen
+// element that is decayed, normed or stepped anywhere shows (the comparison
+// judges frozen tensors exactly). An implementation without FC_IMPL_FREEZE
+// skips it.
+// With lora (R:ALPHA:REGEX instead of a freeze), the same for LoRA adapters
+// on a frozen base model, whose root unit then trains nothing.
+static void check_frozen(const char *model, const char *freeze, const char *lora) {
+    if (!(mt_impl()->features & FC_IMPL_FREEZE)) return;
+    for (int opt = 0; opt < 2; opt++) {
+        fc_run_config d = mt_config(model, FC_STRATEGY_NO_SHARD, W, 3), lc;
+        fc_error e;
+        if (lora && fc_model_config_set_lora(&d.model, lora, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+        if (lora) freeze = lora;  // for the messages
+        else snprintf(d.freeze, sizeof d.freeze, "%s", freeze);
+        d.clip_grad_norm = 0.05f;  // below the tiny models' norms: every step clips
+        if (opt) d.optim.kind = FC_OPT_SGD, d.optim.lr = 0.05, d.optim.weight_decay = 0.01;
+        mt_result local, ddp;
+        run_local(&d, &lc, &local);
+        run(&d, &ddp);
+        char what[200];
+        const char *flag = lora ? "--lora" : "--freeze";
+        snprintf(what, sizeof what, "local (no_shard W=%d, %s, %s %s)", W, fc_opt_name(d.optim.kind), flag, freeze);
+        judge(1, what, &d, &ddp, &lc, &local, MT_POLICY, 0);
+        d.divide = FC_DIVIDE_AVG;  // FSDP2's: one divide for both layouts, so they agree bit for bit
+        mt_result_free(&ddp);
+        run(&d, &ddp);
+        const fc_strategy strategies[] = {FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
+        for (int v = 1; v <= 2; v++)
+            for (int si = 0; si < 2; si++) {
+                fc_run_config c = d;
+                c.strategy = strategies[si];
+                c.fsdp_version = v;
+                mt_result r;
+                run(&c, &r);
+                snprintf(what, sizeof what, "no_shard (FSDP%d %s W=%d, %s, %s %s)", v, fc_strategy_name(c.strategy), W,
+                         fc_opt_name(d.optim.kind), flag, freeze);
+                judge(2, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
+                mt_result_free(&r);
+            }
+        mt_result_free(&local), mt_result_free(&ddp);
+    }
+}
+
 // Runs tc and ec and judges tc against ec under property p, bitwise in the reference.
 static void run_and_judge_bitwise(int p, const char *what, const fc_run_config *tc, const fc_run_config *ec) {
     mt_result t, e;
@@ -529,6 +574,9 @@ int main(int argc, char **argv) {
         check_determinism_offload(models[i]);
         check_act_ckpt(models[i]);
     }
+    check_frozen("gpt2-tiny", "wte|ln_1|c_fc[.]bias", NULL);  // the tied embedding: both gradient paths dropped
+    check_frozen("gpt2-tiny", "transformer[.](wte|wpe|ln_f)", NULL);  // a root unit that trains nothing
+    check_frozen("mlp-tiny", "bias", NULL);
     // llama's own layers (RMSNorm, RoPE, GQA, SwiGLU, an untied head) under the
     // same bitwise equalities of sharding, FSDP2, mixed precision and
     // checkpointing; an implementation without the model skips them
@@ -537,6 +585,8 @@ int main(int argc, char **argv) {
         check_fsdp2("llama-tiny");
         check_mixed_precision("llama-tiny");
         check_act_ckpt("llama-tiny");
+        check_frozen("llama-tiny", "embed_tokens|q_proj|v_proj", NULL);
+        check_frozen("llama-tiny", NULL, "4:8:[qv]_proj");
     }
     // 3 -> 2 -> 2: units of 8 and 6 elements, so from W = 4 some ranks own only padding
     fc_model_config micro = {0};

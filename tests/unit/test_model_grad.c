@@ -276,6 +276,24 @@ Test(fd, llama_gqa_4_to_1_seq_len_2) {
     check_fd("llama GQA 4:1 T=2", &c, 4, 2, 12);
 }
 
+// LoRA adapters (lora_A, lora_B) beside their base weights: every tensor,
+// adapters included, against finite differences (the base weights still get
+// their gradient here: freezing is the trainer's, not the model's). The
+// init's zero lora_B is made generic, so lora_A's gradient is not 0.
+Test(fd, llama_micro_lora_on_attention) {
+    fc_model_config c = preset("llama-micro");
+    fc_error e;
+    cr_assert_eq(fc_model_config_set_lora(&c, "2:5:[qv]_proj", &e), 0, "%s", e.msg);
+    check_fd("llama-micro LoRA r=2 alpha=5 q,v", &c, 3, 8, 5);
+}
+
+Test(fd, llama_tiny_lora_on_every_linear) {
+    fc_model_config c = preset("llama-tiny");
+    fc_error e;
+    cr_assert_eq(fc_model_config_set_lora(&c, "3:4:proj", &e), 0, "%s", e.msg);
+    check_fd("llama-tiny LoRA r=3 alpha=4 all", &c, 2, 8, 9);
+}
+
 // The tied wte's gradient is the sum of the head path and the embedding path:
 // on a row of a token in the batch, the embedding path alone (the gradient of
 // `encoded`, summed over the token's positions) must be non-negligible, so a

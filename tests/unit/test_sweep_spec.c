@@ -28,12 +28,13 @@ static int parse_spec(const char *spec, fc_run_args *ra, fc_error *e) {
 
 Test(sweep_spec, every_drawn_case_replays_as_itself) {
     uint64_t s = 20261123;
-    int sgd = 0, act_ckpt[3] = {0}, rf = 0;
+    int sgd = 0, act_ckpt[3] = {0}, rf = 0, frozen[3] = {0}, lora = 0;
     for (int i = 0; i < 5000; i++) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), FC_IMPL_ACT_CKPT, FC_FAULT_NONE, &c, &W, &k);
+        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA | FC_IMPL_FREEZE,
+                      FC_FAULT_NONE, &c, &W, &k);
         char spec[1024], again[1024];
         fc_sweep_case_spec(&c, &k, spec, sizeof spec);
         fc_run_args ra;
@@ -57,14 +58,21 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
                       c.norm_type == ra.cfg.norm_type && c.act_ckpt == ra.cfg.act_ckpt &&
                       c.fsdp_version == ra.cfg.fsdp_version && c.reshard_after_forward == ra.cfg.reshard_after_forward &&
                       (c.model.kind != FC_MODEL_GPT2 || c.seq_len == ra.cfg.seq_len) &&  // an MLP has no sequence
-                      !strcmp(c.model.name, ra.cfg.model.name),
+                      !strcmp(c.model.name, ra.cfg.model.name) && !strcmp(c.freeze, ra.cfg.freeze) &&
+                      fc_model_config_equal(&c.model, &ra.cfg.model),
                   "case %d replays as another: %s", i, spec);
+        frozen[c.model.kind] += c.freeze[0] != 0;
+        lora += c.model.lora_r != 0;
         sgd += c.optim.kind == FC_OPT_SGD;
         act_ckpt[c.act_ckpt]++;
         rf += c.reshard_after_forward != 0;
     }
     cr_assert_gt(sgd, 100, "the draw makes SGD cases (%d)", sgd);
     cr_assert_gt(rf, 20, "the draw makes integer reshard_after_forward cases (%d)", rf);
+    cr_assert_gt(lora, 100, "the draw makes LoRA cases (%d)", lora);
+    for (int m = 0; m < 3; m++)
+        cr_assert_gt(frozen[m], 100, "the draw freezes parameters of %s (%d cases)", fc_model_kind_name((fc_model_kind)m),
+                     frozen[m]);
     cr_assert(act_ckpt[FC_ACT_CKPT_INSIDE] > 100 && act_ckpt[FC_ACT_CKPT_OUTSIDE] > 100,
               "the draw checkpoints activations inside (%d) and outside (%d) the unit", act_ckpt[1], act_ckpt[2]);
 }
@@ -81,14 +89,16 @@ Test(sweep_spec, no_checkpointing_case_for_a_port_without_it) {
         cr_assert_eq(c.act_ckpt, FC_ACT_CKPT_NONE, "case %d", i);
         cr_assert_eq(c.fsdp_version, 1, "case %d", i);
         cr_assert_neq(c.model.kind, FC_MODEL_LLAMA, "case %d: a port without FC_IMPL_LLAMA", i);
+        cr_assert_eq(c.freeze[0], 0, "case %d: a port without FC_IMPL_FREEZE", i);
     }
 }
 
 // With a fault injected, every case drawn is one the fault applies to (its
-// model: a tied head for tied_untied, rotary embeddings for rope_half), and
+// model: a tied head for tied_untied, rotary embeddings for rope_half; frozen
+// parameters and a decay for frozen_decay; LoRA of r > 1 for lora_alpha), and
 // without one, all the models are drawn.
 Test(sweep_spec, a_fault_sweep_draws_only_cases_of_the_fault) {
-    const unsigned all = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), feat = FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA;
+    const unsigned all = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), feat = FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA | FC_IMPL_FREEZE;
     uint64_t s = 11;
     int kinds[3] = {0};
     for (int i = 0; i < 600; i++) {
@@ -100,6 +110,11 @@ Test(sweep_spec, a_fault_sweep_draws_only_cases_of_the_fault) {
         cr_assert_eq(c.inject, FC_FAULT_NONE);
         fc_sweep_draw(&s, 4, all, feat, FC_FAULT_TIED_UNTIED, &c, &W, &k);
         cr_assert(fc_model_tied(&c.model), "tied_untied case %d: %s", i, c.model.name);
+        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_FROZEN_DECAY, &c, &W, &k);
+        cr_assert((c.freeze[0] || c.model.lora_r) && c.optim.weight_decay > 0, "frozen_decay case %d: '%s', decay %g",
+                  i, c.freeze, c.optim.weight_decay);
+        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_LORA_ALPHA, &c, &W, &k);
+        cr_assert(c.model.lora_r > 1, "lora_alpha case %d: %s", i, c.model.name);
         fc_sweep_draw(&s, 4, all, feat, FC_FAULT_NONE, &c, &W, &k);
         kinds[c.model.kind]++;
     }
