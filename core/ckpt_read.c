@@ -261,7 +261,7 @@ static int check_full(fc_ckpt *c, fc_error *e) {
     if (!have_step) return fc_fail(e, "%s: no \"step\" tensor", path);
     for (int s = 1; s < c->n_tensors; s++)
         for (int p = 0; p < np; p++)
-            if (!c->full[s * np + p])
+            if (!c->full[s * np + p] && !m->params[p].frozen)  // a frozen parameter has none (it reads as 0)
                 return fc_fail(e, "%s: optimizer state %s.%s is missing", path, c->tensor_names[s], m->params[p].name);
     return 0;
 }
@@ -345,6 +345,10 @@ static int tile(fc_ckpt *c, int n_keys, fc_error *e) {
         int key = g / c->n_tensors, t = g % c->n_tensors;
         c->piece_at[g] = k;
         uint64_t next = 0, numel = key_numel(c, key);
+        // DCP: a frozen parameter has no optimizer state (it reads as 0), or a whole one
+        if (c->man.kind == FC_STATE_DICT_DCP && t > 0 && c->model.params[key].frozen &&
+            (k >= c->n_pieces || c->pieces[k].key != key || c->pieces[k].t != t))
+            continue;
         for (; k < c->n_pieces && c->pieces[k].key == key && c->pieces[k].t == t; k++) {
             const piece *p = &c->pieces[k];
             if (p->first > next)
@@ -507,7 +511,7 @@ static int check_dcp(fc_ckpt *c, fc_error *e) {
         cJSON_Delete(j);
     }
     for (int p = 0; !rc && p < m->n_params; p++)
-        if (c->man.cfg.optim.kind == FC_OPT_ADAMW && !step_seen[p])
+        if (c->man.cfg.optim.kind == FC_OPT_ADAMW && !step_seen[p] && !m->params[p].frozen)
             rc = fc_fail(e, "%s: no shard file holds state.%s.step", c->src[0] ? c->src : "checkpoint",
                          m->params[p].name);
     free(step_seen);
@@ -535,7 +539,7 @@ static int open_common(fc_ckpt *c, int check_hashes, fc_error *e) {
     int rc = fc_ckpt_manifest_parse(text, len, path, &c->man, e);
     free(text);
     if (rc) return -1;
-    fc_model_build(&c->model, &c->man.cfg.model);
+    fc_model_build_run(&c->model, &c->man.cfg);
     c->model_built = 1;
     c->n_tensors = 1 + c->man.n_state;
     c->tensor_names[0] = "param";
@@ -643,6 +647,14 @@ int fc_ckpt_read(fc_ckpt *c, int p, int t, uint64_t first, uint64_t n, float *ds
     if (first > P->numel || n > P->numel - first)
         return fc_fail(e, "checkpoint read: %s elements [%" PRIu64 ", +%" PRIu64 ") out of range", P->name, first, n);
     if (n == 0) return 0;
+    // a frozen parameter saved without optimizer state (as torch saves it)
+    int absent = c->man.kind == FC_STATE_DICT_FULL ? !c->full[t * c->model.n_params + p]
+               : c->man.kind == FC_STATE_DICT_DCP  ? c->piece_at[p * c->n_tensors + t] == c->piece_at[p * c->n_tensors + t + 1]
+                                                   : 0;
+    if (t > 0 && absent) {
+        memset(dst, 0, n * sizeof *dst);
+        return 0;
+    }
     if (c->man.kind == FC_STATE_DICT_FULL)
         return st_read(c, t == 0 ? c->model_file : c->optim_file, c->full[t * c->model.n_params + p], first, n, dst, e);
     if (c->man.kind == FC_STATE_DICT_DCP) return read_pieces(c, p, t, first, n, dst, e);
@@ -682,5 +694,18 @@ int fc_ckpt_check_compatible(const fc_ckpt *c, const fc_run_config *cfg, fc_erro
     if (!same)
         return fc_fail(e, "%s: saved with optimizer %s keeping %d state tensor(s); this run's %s keeps %d",
                        src, fc_opt_name(saved->optim.kind), c->man.n_state, fc_opt_name(cfg->optim.kind), n);
+    // a parameter frozen when saved has no optimizer state to continue from
+    fc_model now;
+    fc_model_build_run(&now, cfg);
+    int bad = -1;
+    for (int i = 0; i < now.n_params && bad < 0; i++)
+        if (c->model.params[i].frozen && !now.params[i].frozen) bad = i;
+    if (bad >= 0) {
+        fc_fail(e, "%s: %s was frozen when saved (--freeze '%s'), so the checkpoint has no optimizer state for it; "
+                   "this run trains it", src, now.params[bad].name, saved->freeze);
+        fc_model_free(&now);
+        return -1;
+    }
+    fc_model_free(&now);
     return 0;
 }

@@ -110,12 +110,14 @@ int fc_ckpt_write_full_files(const char *dir, const fc_ckpt_info *info, const fl
     snprintf(path, sizeof path, "%s/%s", dir, FC_CKPT_MODEL);
     int rc = fc_st_write(path, ent, m->n_params, pt, 1, e);
     if (!rc) rc = describe_file(dir, FC_CKPT_MODEL, &out[0], e);
-    // optimizer.safetensors: the step, then "<state>.<name>" per state and parameter
+    // optimizer.safetensors: the step, then "<state>.<name>" per state and
+    // trainable parameter (a frozen one has no state: torch writes none)
     int64_t step = info->step;
     int n = 0, k = 0;
     ent[n++] = (fc_st_entry){"step", FC_DT_I64, 0, {0}, &step};
     for (int s = 0; s < n_state; s++)
         for (int i = 0; i < m->n_params; i++) {
+            if (m->params[i].frozen) continue;
             char name[160];
             snprintf(name, sizeof name, "%s.%s", names[s], m->params[i].name);
             owned[k] = strdupCheck(name);
@@ -242,7 +244,7 @@ int fc_ckpt_write_dcp(const char *dir, int rank, const fc_ckpt_info *info, const
         const fc_param *p = &m->params[B->param];
         uint64_t cols = p->numel / (uint64_t)p->shape[0];
         size_t r0 = B->row0 && skew_offsets ? B->row0 - (size_t)skew_offsets : B->row0;
-        for (int t = 0; t <= n_state; t++) {
+        for (int t = 0; t <= (p->frozen ? 0 : n_state); t++) {  // a frozen parameter: no optimizer state
             char *name = t == 0 ? strdupCheck(p->name) : state_name(p, names[t - 1]);
             owned[ne] = name;
             ent[ne] = (fc_st_entry){name, FC_DT_F32, p->ndim, {B->rows, cols}, t == 0 ? B->data : B->state[t - 1]};
@@ -257,6 +259,7 @@ int fc_ckpt_write_dcp(const char *dir, int rank, const fc_ckpt_info *info, const
         }
     }
     for (int i = 0; with_steps && adam && i < m->n_params; i++) {
+        if (m->params[i].frozen) continue;
         char *name = state_name(&m->params[i], "step");
         owned[ne] = name;
         ent[ne++] = (fc_st_entry){name, FC_DT_F32, 0, {0}, &step};
