@@ -45,6 +45,8 @@ MUTANTS=(
   'divide sum-then-divide: pre-divides@@*pre = 1.0, *post = W;\n        return;@@*pre = W, *post = 1.0;\n        return;'
   'rank samples: reversed@@*first = rank * *count;@@*first = (W - 1 - rank) * *count;'
   'checkpointing: the root recomputes too@@return c->act_ckpt != FC_ACT_CKPT_NONE && u != m->root_unit;@@return c->act_ckpt != FC_ACT_CKPT_NONE && u != m->n_units;'
+  'frozen store: a frozen FlatParameter keeps its padding@@fc_model_trainable_in(m, u, l.own_off, l.own_valid) : l.store;@@fc_model_trainable_in(m, u, l.own_off, l.own_valid) : l.own_valid;'
+  'frozen store: FSDP2 counts real rows@@if (p->frozen) n += fc_chunk_size(d0, g->G) * (p->numel / d0);@@if (p->frozen) n += d0 / (size_t)g->G * (p->numel / d0);'
   'recompute: outside never gathers@@c->act_ckpt == FC_ACT_CKPT_OUTSIDE && c->fsdp_version == 1 &&@@c->act_ckpt == FC_ACT_CKPT_OUTSIDE && c->fsdp_version == 0 &&'
 )
 
