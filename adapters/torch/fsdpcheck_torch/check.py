@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from . import strictjson
-from .config import APIS, FAULTS, UsageError, apply_flags, default_config, validate
+from .config import APIS, FAULTS, UsageError, apply_flags, default_config, freeze_unsupported, inject_refusal, validate
 
 OWN = {
     "--api": True,
@@ -169,6 +169,11 @@ def parse(argv):
     why = unsupported(api, cfg, opts.get("--device", "cpu"))
     if why:
         raise UsageError(f"{api}: {why}")
+    # refused before the reference runs, as the torch run would refuse them
+    ckpt = "--ckpt-at" if "--ckpt-at" in opts else None
+    why = freeze_unsupported(cfg, bool(opts.get("--schedule")), ckpt, api) or inject_refusal(inject, cfg)
+    if why:
+        raise UsageError(why)
     return opts, flags, cfg, world, api
 
 

@@ -17,7 +17,20 @@ Exit codes as fsdpcheck's: 0 pass, 1 a comparison failed, 2 bad input or usage
 import os
 import sys
 
-from .config import APIS, BACKENDS, DEVICES, FAULTS, UsageError, like_config, validate
+from .config import (
+    APIS,
+    BACKENDS,
+    DEVICES,
+    FAULTS,
+    FROZEN_CHECKPOINT,
+    UsageError,
+    freeze_unsupported,
+    frozen_names,
+    frozen_units,
+    inject_refusal,
+    like_config,
+    validate,
+)
 from .errors import refuse
 from .flags import split_args
 
@@ -143,6 +156,11 @@ def parse_run(argv, world):
         why = refusal(api)
         if why:
             raise UsageError(why)
+    whole = frozen_units(frozen_names(cfg.get("freeze", ""), ref.names), ref.units)
+    why = freeze_unsupported(cfg, a.comm_log, "--ckpt-at" if ckpt_at else "--load" if load else None, api, whole)
+    why = why or inject_refusal(inject, cfg)
+    if why:
+        raise UsageError(why)
     return a, cfg, ref
 
 
@@ -155,9 +173,15 @@ def load_check(load, ckpt_at, ref, cfg):
     path = os.path.join(load, "fsdpcheck.json")
     try:
         with open(path) as f:
-            step = json.load(f)["step"]
+            man = json.load(f)
+        step = man["step"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UsageError(f"--load {load}: no readable fsdpcheck checkpoint manifest ({type(e).__name__}: {e})")
+    saved = man.get("config") if isinstance(man.get("config"), dict) else {}
+    if saved.get("freeze"):
+        raise UsageError(
+            f"--load {load}: the checkpoint froze parameters (--freeze {saved['freeze']!r}): {FROZEN_CHECKPOINT}"
+        )
     first, n = ref.meta["first_step"], ref.meta["steps"]
     if not isinstance(step, int) or step < first or step + cfg["steps"] > first + n:
         raise UsageError(
@@ -259,7 +283,7 @@ def _train(parsed, several, rank):
 
 RUN_HELP = """torchrun --nproc-per-node W -m fsdpcheck_torch run --api fsdp1|fsdp2 --like REF_TRACE --trace OUT
     [--device cpu|cuda|hpu|xla] [--backend gloo|nccl|hccl|xla] [run flags]
-    [--inject data_overlap|no_divide|ckpt_drop_optim] [--ckpt-at K [--ckpt-state-dict full|sharded]]
+    [--inject data_overlap|no_divide|ckpt_drop_optim|frozen_decay] [--ckpt-at K [--ckpt-state-dict full|sharded]]
     [--load CKPT_DIR] [--force-sum-reduction] [--optim-state-offload]
 torchrun --nproc-per-node W -m fsdpcheck_torch run --jobs JOBS.json
 

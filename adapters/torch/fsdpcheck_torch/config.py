@@ -12,6 +12,7 @@ the C CLI: `--fsdp-config FILE` sets what the file sets, at its position.
 import copy
 import math
 import os
+import re
 
 from . import fsdp_config, strictjson
 from .errors import UsageError
@@ -33,7 +34,12 @@ BACKENDS = ("gloo", "nccl", "hccl", "xla")
 # written, the failure a trace on disk must not hide); and hang (the last rank
 # sleeps in step 0's backward, the others wait in its collective: check must
 # end it at --timeout with exit 3 and leave no worker behind)
-FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim", "segv", "abort_at_exit", "hang")
+# frozen_decay (fsdpcheck's fault of that name): AdamW's decoupled decay applied
+# to the frozen parameters too, as an optimizer loop over every parameter would
+FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim", "segv", "abort_at_exit", "hang", "frozen_decay")
+
+# the longest --freeze the reference keeps (core/config.h: char freeze[256])
+FREEZE_MAX = 255
 
 # Flags that change what the run trains on: with --like they must equal the
 # reference's (the batches and the initial weights come from its trace).
@@ -63,6 +69,15 @@ def _int(flag, v, lo=1):
 def _choice(flag, v, choices):
     if v not in choices:
         raise UsageError(f"{flag}: {v!r} is not one of {', '.join(choices)}")
+    return v
+
+
+def _freeze_flag(v):
+    """--freeze REGEX as the reference's parser takes it (oracle/cli.c)."""
+    if not v:
+        raise UsageError("--freeze: give a regex of parameter names")
+    if len(v) > FREEZE_MAX:
+        raise UsageError(f"--freeze: regex longer than {FREEZE_MAX} characters")
     return v
 
 
@@ -105,6 +120,7 @@ RUN_FLAGS = {
     "--global-batch": (True, lambda c, v: c.__setitem__("global_batch", _int("--global-batch", v))),
     "--seq-len": (True, lambda c, v: c.__setitem__("seq_len", _int("--seq-len", v))),
     "--seed": (True, lambda c, v: c.__setitem__("seed", str(_int("--seed", v, lo=0)))),
+    "--freeze": (True, lambda c, v: c.__setitem__("freeze", _freeze_flag(v))),
     "--fsdp-config": (True, None),  # handled in apply_flags
 }
 
@@ -140,6 +156,7 @@ def default_config():
         "global_batch": 8,
         "seq_len": 16,
         "seed": "1234",
+        "freeze": "",
     }
 
 
@@ -203,6 +220,8 @@ def validate(cfg, world):
         raise UsageError(f"--global-batch {B} is not divisible by the data-parallel size {world}")
     if (B // world) % cfg["grad_accum"]:
         raise UsageError(f"per-rank batch {B // world} is not divisible by --grad-accum {cfg['grad_accum']}")
+    if cfg.get("freeze"):
+        freeze_pattern(cfg["freeze"])  # what it matches is the reference's to judge (check) or the run's
     o = cfg["optimizer"]
     if o["lr"] < 0 or o["weight_decay"] < 0 or o["momentum"] < 0 or cfg["clip_grad_norm"] < 0:
         raise UsageError("--lr, --weight-decay, --momentum and --clip-grad-norm must be >= 0")
@@ -213,6 +232,136 @@ def validate(cfg, world):
     # LlamaForCausalLM nor the reference (core/config.c) refuses a longer --seq-len
     if m.get("model_type") == "gpt2" and type(n) is int and not 1 <= cfg["seq_len"] <= n:
         raise UsageError(f"--seq-len {cfg['seq_len']} is outside 1..n_positions ({n})")
+
+
+# --freeze REGEX (DESIGN §2, frozen parameters): the reference matches it with
+# POSIX regcomp (REG_EXTENDED), this adapter with Python's re.search. Where the
+# two read a pattern differently they would freeze different parameters, so such
+# a pattern is refused here (the rest are the same language on ASCII names).
+_QUANTIFIERS = "*+?"
+_SPECIAL = ".[]()*+?{}|^$\\"  # what both read as a literal when escaped
+_INTERVAL = re.compile(r"\{(\d+(,\d*)?|,\d+)\}")
+
+
+def freeze_syntax(rx):
+    """Why Python's re and POSIX extended regular expressions read the --freeze
+    pattern rx differently, as a sentence, or None where they agree."""
+    if not rx.isascii() or not rx.isprintable():
+        return "use printable ASCII only (POSIX regcomp reads bytes, Python's re characters)"
+    i, quantifier = 0, None  # where the quantifier just read starts, None after anything else
+    while i < len(rx):
+        c = rx[i]
+        if c == "\\":
+            nxt = rx[i + 1 : i + 2]
+            if nxt not in _SPECIAL:  # \d, \w, \b, \<, \1, ...: Python's and GNU regcomp's extensions differ
+                return (
+                    f"\\{nxt} means different things to Python's re and POSIX regcomp (escape only one of "
+                    f"{_SPECIAL}; write a bracket expression such as [0-9] for \\d)"
+                )
+            i, quantifier = i + 2, None
+            continue
+        if c == "[":
+            j = i + 1
+            j += rx[j : j + 1] == "^"
+            j += rx[j : j + 1] == "]"  # a leading ] is a member in both
+            while j < len(rx) and rx[j] != "]":
+                if rx[j] == "\\":
+                    return "a backslash inside [...] escapes in Python's re and is a member in POSIX: leave it out"
+                if rx[j] == "[" and rx[j + 1 : j + 2] in (":", ".", "="):
+                    d = rx[j + 1]
+                    return f"[{d}...{d}] inside [...] is POSIX's class syntax and literal characters to Python's re"
+                j += 1
+            i, quantifier = j + 1, None
+            continue
+        if c == "(" and rx[i + 1 : i + 2] == "?":
+            return "(?...) is Python's extension syntax (groups, lookarounds, flags), not POSIX"
+        m = _INTERVAL.match(rx, i) if c == "{" else None
+        if c in _QUANTIFIERS or m:
+            end = m.end() if m else i + 1
+            if quantifier is not None:
+                return (
+                    f"{rx[quantifier:end]} (a quantifier right after another) is non-greedy or possessive in "
+                    "Python's re and a repeated repetition in POSIX"
+                )
+            i, quantifier = end, i
+            continue
+        i, quantifier = i + 1, None
+    return None
+
+
+def freeze_pattern(rx):
+    """--freeze rx compiled by Python's re; refuses (UsageError) a pattern the
+    two regex languages read differently, or that re does not compile."""
+    why = freeze_syntax(rx)
+    if why:
+        raise UsageError(f"--freeze {rx!r}: {why}, so that the reference and torch freeze the same parameters")
+    try:
+        return re.compile(rx)
+    except (re.error, OverflowError, RecursionError) as e:  # a repeat count too large: OverflowError
+        raise UsageError(f"--freeze {rx!r} is not a regular expression Python's re compiles: {e}")
+
+
+def frozen_names(rx, names):
+    """The parameter names (the trace's, Hugging Face's) --freeze rx freezes,
+    in order; refuses (UsageError) what the reference refuses: a pattern that
+    does not compile, or that matches no parameter or every one (torch.optim
+    refuses an empty list), and a pattern the two regex languages read
+    differently. Whether a unit may be frozen whole is the reference's to say."""
+    if not rx:
+        return []
+    pat = freeze_pattern(rx)
+    hit = [n for n in names if pat.search(n)]
+    if not hit or len(hit) == len(names):
+        what = "matches no parameter" if not hit else "freezes every parameter"
+        raise UsageError(f"--freeze {rx!r} {what} of the model (its names are Hugging Face's, e.g. {names[0]!r})")
+    return hit
+
+
+def frozen_units(frozen, units):
+    """The units (trace.json's "units": name, params) every parameter of which is frozen."""
+    return [u["name"] for u in units if u["params"] and all(p in frozen for p in u["params"])]
+
+
+FROZEN_CHECKPOINT = (
+    "torch saves no optimizer state for a frozen parameter, fsdpcheck's checkpoints hold zeros for it, "
+    "and the adapter does not convert between the two yet"
+)
+
+
+def inject_refusal(inject, cfg):
+    """Why the torch run cannot inject this fault into a run of cfg, as
+    fsdpcheck's own validation says it, or None."""
+    if inject == "frozen_decay" and not cfg.get("freeze"):
+        return "--inject frozen_decay needs frozen parameters: give --freeze REGEX"
+    if inject == "frozen_decay" and not cfg["optimizer"]["weight_decay"] > 0:
+        return "--inject frozen_decay needs a --weight-decay above 0 (there is no decay to misapply)"
+    return None
+
+
+def freeze_unsupported(cfg, schedule=False, checkpoint=None, api=None, whole=()):
+    """Why a run of cfg with frozen parameters cannot be judged, or None.
+    whole: the units it freezes whole (frozen_units), where known."""
+    if not cfg.get("freeze"):
+        return None
+    if schedule and api == "fsdp2":
+        return (
+            "--freeze with the comm log (--schedule, --comm-log) under FSDP2: FSDP2 reduce-scatters only the "
+            "parameters that have a gradient, the theory counts every row of the unit (P10's FSDP2 bytes under "
+            "--freeze are not modelled yet); judge the numbers without it, or use fsdp1"
+        )
+    if schedule and whole:
+        # measured (torch 2.15, gloo, W=2, gpt2-tiny): FSDP1 runs no post-backward hook for a
+        # FlatParameter that needs no gradient, so the recorder logs no backward compute for a
+        # frozen root's embedding, and with the last block frozen the block before it is
+        # gathered ahead of the theory's point of need (fsdpcheck schedule fails either way)
+        return (
+            f"--freeze with the comm log (--schedule, --comm-log): it freezes every parameter of unit "
+            f"{whole[0]!r}, which FSDP1 schedules in backward as neither the recorder nor the theory (P10) "
+            "places it yet; judge the numbers without it, or leave one of the unit's parameters trainable"
+        )
+    if checkpoint:
+        return f"--freeze with {checkpoint}: {FROZEN_CHECKPOINT}"
+    return None
 
 
 def optim_state_names(cfg):
@@ -274,6 +423,8 @@ _RUN_CONFIG = {
     "divide": (lambda v: v in DIVIDES, "one of " + ", ".join(DIVIDES)),
     "norm_type": (lambda v: v in NORMS, "one of " + ", ".join(NORMS)),
     "seed": (lambda v: isinstance(v, str) and v.isascii() and v.isdigit() and int(v) < 2**64, "a string of digits"),
+    # written by the reference since frozen parameters (absent: none frozen)
+    "freeze": (lambda v: isinstance(v, str), "a string", ""),
 }
 _OPTIMIZER = {
     "kind": (lambda v: v in OPTIMIZERS, "one of " + ", ".join(OPTIMIZERS)),
@@ -317,6 +468,18 @@ def like_config(ref, flags, device="cpu"):
             )
     if ref["first_step"] != 0:
         raise UsageError("--like needs a trace that starts at step 0 (this one continues a checkpoint)")
+    # the reference's pattern first: one this adapter cannot read as the reference did is refused
+    names = [p for u in ref["units"] for p in u["params"]]
+    rx_ref, rx = ref["config"].get("freeze", ""), cfg.get("freeze", "")
+    try:
+        want = frozen_names(rx_ref, names)
+    except UsageError as e:
+        raise UsageError(f"the reference trace's {e}")
+    if rx != rx_ref and frozen_names(rx, names) != want:
+        raise UsageError(
+            f"--freeze {rx!r}: the reference trace froze other parameters ({rx_ref!r}, {len(want)} of them), and "
+            "compare judges only runs that froze the same ones"
+        )
     if cfg["steps"] > ref["steps"]:
         raise UsageError(f"--steps {cfg['steps']}: the reference trace holds only {ref['steps']} steps")
     return cfg, extras
@@ -337,6 +500,11 @@ def unsupported(api, cfg, device):
             )
         if cfg["limit_all_gathers"]:
             return "FSDP2 has no all-gather rate limiter (limit_all_gathers is FSDP1's)"
+    if cfg.get("freeze") and device == "xla":
+        return (
+            "--freeze with --device xla: the XLA runner (never run here) builds its optimizer over every "
+            "parameter and exports gradients as they are; frozen parameters are not wired into it"
+        )
     if cfg["cpu_offload"] and device == "cpu":
         # measured with torch 2.15: FSDP1 CPUOffload(offload_params=True) and FSDP2
         # CPUOffloadPolicy() both pin host memory through CUDA and raise "Found no

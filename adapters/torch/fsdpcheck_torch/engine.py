@@ -7,7 +7,9 @@ Each rank:
      root) by the run config: strategy (hybrid through a 2-D device mesh,
      (replicate, shard), shard groups of consecutive ranks as in the
      reference), prefetch and the limiter where the API has them, mixed
-     precision, CPU offload;
+     precision, CPU offload; a --freeze pattern sets requires_grad=False on the
+     parameters it matches by their Hugging Face names, before wrapping, and
+     the optimizer takes the rest;
   2. per step replays the trace's global batch: rank r takes samples
      [r B/W, (r+1) B/W) in K micro-batches of B/(W K), each loss scaled by 1/K,
      communicating only on the last with no_sync (FSDP1 `no_sync()`, FSDP2
@@ -33,7 +35,7 @@ import torch.distributed as dist
 
 from . import model as M
 from . import tracefile
-from .config import UsageError, optim_state_names
+from .config import UsageError, frozen_names, optim_state_names
 from .gather import gather_full
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -95,6 +97,9 @@ class Run:
         self.fault = args.inject
         self.clean = clean_name
         self.first_step = 0  # the step a --load checkpoint resumes at
+        # --freeze: the trace's names (Hugging Face's, the reference's registry) the pattern matches
+        self.frozen = set(frozen_names(cfg.get("freeze", ""), ref.names))
+        self.shapes = {}  # name -> full shape, for a frozen parameter's zero gradient and state
         self.forwards = []  # activation checkpointing's evidence: each built model's block forwards
 
     # ------------------------------------------------------------------ wrap
@@ -113,6 +118,12 @@ class Run:
     def build(self, init):
         model = M.build(self.mcfg)
         M.load_init(model, init, self.names)
+        # frozen as a user freezes: on the model's own parameters, by their names before any
+        # wrapper renames them (a tied LM head is the embedding, frozen with it)
+        for n, p in model.named_parameters():
+            self.shapes[n] = tuple(p.shape)
+            if n in self.frozen:
+                p.requires_grad_(False)
         model.to(self.device)
         if self.cfg.get("activation_checkpointing", "none") != "none":
             # evidence that checkpointing ran, trace.json's "torch" (a rebuild keeps counting)
@@ -259,7 +270,19 @@ class Run:
         }
 
     def optimizer(self, model):
-        return build_optimizer(model.parameters(), self.cfg["optimizer"])
+        # over the parameters that train, as a user builds it (torch.optim refuses an empty list)
+        return build_optimizer([p for p in model.parameters() if p.requires_grad], self.cfg["optimizer"])
+
+    def frozen_given_grads(self, model):
+        """The frozen parameters that have a gradient (`.grad` not None) on
+        some rank, as training sees them: none, unless torch gave them one."""
+        if not self.frozen:
+            return set()
+        order = sorted(self.frozen)
+        mine = {clean_name(n) for n, p in model.named_parameters() if p.grad is not None}
+        flags = torch.tensor([int(n in mine) for n in order], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        return {n for n, f in zip(order, flags.tolist()) if f}
 
     # --------------------------------------------------------------- capture
     def full_grads(self, model):
@@ -267,10 +290,17 @@ class Run:
         if self.api == "fsdp1":
             from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+            # FSDP1 computes and reduces a frozen parameter's gradient with the rest of its
+            # unit's FlatParameter, and summon_full_params(with_grads=True) shows that internal
+            # buffer; training sees the parameter's own .grad, None outside it (no gradient:
+            # zeros), unless torch gave it one, which is then what the trace shows
+            given = self.frozen_given_grads(model)
             with FSDP.summon_full_params(model, writeback=False, with_grads=True):
                 for n, p in model.named_parameters():
-                    g = p.grad if p.grad is not None else torch.zeros_like(p)
-                    out[clean_name(n)] = g.detach().float().cpu().clone()
+                    n = clean_name(n)
+                    none = p.grad is None or (n in self.frozen and n not in given)
+                    g = torch.zeros_like(p) if none else p.grad
+                    out[n] = g.detach().float().cpu().clone()
         else:  # FSDP2: rank 0 gets them (gather.py), the other ranks write nothing
             named = [
                 (clean_name(n), p.grad if p.grad is not None else torch.zeros_like(p))
@@ -317,9 +347,14 @@ class Run:
         if self.rank != 0:
             return out, osd
         state = osd.get("state", {})
+        # the LM head is the embedding (model.py: gpt2 always, llama as its config says); an
+        # untied head's state is its own, never the embedding's (frozen: none)
+        tied = self.mcfg.get("model_type") == "gpt2" or self.mcfg.get("tie_word_embeddings") is True
         for n in self.names:
             st = state.get(n)
-            if st is None and n == M.embed_name(self.mcfg):  # a tied head's state may be keyed by its name
+            if st is None and n in self.frozen:  # not in the optimizer: no state (zeros in the trace)
+                st = {s: torch.zeros(self.shapes[n]) for s in self.state_names}
+            if st is None and tied and n == M.embed_name(self.mcfg):  # a tied head's state may be keyed by its name
                 st = state.get("lm_head.weight")
             for s in self.state_names:
                 if st is None or s not in st:
@@ -332,6 +367,8 @@ class Run:
         for n, p in model.named_parameters():
             n = clean_name(n)
             st = optim.state.get(p, {})
+            if not st and n in self.frozen:  # not in the optimizer: no state (zeros in the trace)
+                st = {s: torch.zeros_like(p) for s in self.state_names}
             for s in self.state_names:
                 if s not in st:
                     raise RuntimeError(f"optimizer state {s} of {n} missing from the optimizer")
@@ -449,6 +486,11 @@ class Run:
             model = self.build(init)
             optim = self.optimizer(model)
         self.applied = self.applied_reduction(model)
+        # --freeze, read back from the wrapped model and the optimizer (trace.json's "torch")
+        self.frozen_applied = sorted({clean_name(n) for n, p in model.named_parameters() if not p.requires_grad})
+        if set(self.frozen_applied) != self.frozen:
+            raise RuntimeError(f"frozen after wrapping: {self.frozen_applied}, --freeze matched {sorted(self.frozen)}")
+        self.optimized = sum(len(g["params"]) for g in optim.param_groups)
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
         self.wrappers = sum(isinstance(m, CheckpointWrapper) for m in model.modules())
@@ -508,6 +550,8 @@ class Run:
             grad_norm = clip_grad_norm(model, c, self.api == "fsdp1") if c["clip_grad_norm"] > 0 else None
             phase("optim")
             optim.step()
+            if self.fault == "frozen_decay":
+                decay_frozen(model, self.frozen, c["optimizer"])
             if rec:
                 rec.optimizer_stepped()
             phase(None)
@@ -588,6 +632,8 @@ class Run:
             "checkpoint_state_dict": self.args.ckpt_state_dict if self.args.ckpt_at else None,
             "loaded_from": os.path.abspath(self.args.load) if self.args.load else None,
             "activation_checkpointing": self.checkpointing_evidence(),
+            "frozen": self.frozen_applied,
+            "optimizer_parameters": self.optimized,
             "like": os.path.abspath(self.ref.dir),
             "timing_s": dict(self.timing),
             "peak_rss_mib": [round(x, 1) for x in self.peak_rss_mib],
@@ -611,6 +657,16 @@ class Run:
         if self.cfg["reduce_dtype"] == "fp16":
             return "prepost"
         return "sum-then-divide" if applied["force_sum_reduction_for_comms"] is True else "avg"
+
+
+def decay_frozen(model, frozen, o):
+    """--inject frozen_decay: AdamW's decoupled weight decay, p *= 1 - lr wd,
+    applied to the frozen parameters as well (an optimizer loop that decays
+    every parameter it was given, frozen or not); on each rank's shard."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if clean_name(n) in frozen:
+                p.mul_(1.0 - o["lr"] * o["weight_decay"])
 
 
 def checkpoint_units(model, check_fn):

@@ -63,6 +63,13 @@ def parse(argv, world):
             f"trainer: transformers {transformers.__version__} has no TrainingArguments.train_sampling_strategy "
             "(a sequential sampler is how the Trainer replays the reference's batches)"
         )
+    if cfg.get("freeze"):
+        # FSDP1 under the Trainer: the callback's summon_full_params(with_grads=True) shows the
+        # gradient FSDP1 computes for a frozen parameter, and nothing here freezes by name
+        raise UsageError(
+            f"trainer: the reference froze parameters (--freeze {cfg['freeze']!r}); the Trainer path does not "
+            "freeze them or export their gradient as none yet (use run or check)"
+        )
     if cfg["optimizer"]["kind"] != "adamw":
         raise UsageError("trainer: the Trainer path uses optim=adamw_torch (the reference trace uses sgd)")
     if cfg["optimizer"]["weight_decay"] != 0:

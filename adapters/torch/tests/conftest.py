@@ -148,3 +148,18 @@ def checks(tmp_path_factory):
 
 def first_divergence(out):
     return next((l.strip() for l in out.splitlines() if l.startswith("first divergence")), "")
+
+
+def refused(argv, capsys, *needles):
+    """Runs the adapter's main(argv) in-process and asserts a refusal: exit 2,
+    nothing on stdout, one stderr line naming the tool and every needle."""
+    from fsdpcheck_torch.cli import main
+
+    rc = main(argv)
+    cap = capsys.readouterr()
+    lines = cap.err.strip().splitlines()
+    assert rc == 2, cap
+    assert cap.out == "" and len(lines) == 1 and lines[0].startswith("fsdpcheck-torch: "), cap
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]

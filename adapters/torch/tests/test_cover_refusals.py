@@ -10,7 +10,7 @@ import os
 import shutil
 
 import pytest
-from conftest import reference_trace
+from conftest import reference_trace, refused
 
 from fsdpcheck_torch.cli import USAGE, main
 from fsdpcheck_torch.config import default_config, unsupported
@@ -20,16 +20,6 @@ from fsdpcheck_torch.config import default_config, unsupported
 def good(tmp_path_factory):
     t = tmp_path_factory.mktemp("refusals") / "T"
     return reference_trace(t, "--model", "mlp-micro", "--strategy", "full_shard", "--steps", "2")
-
-
-def refused(argv, capsys, *needles):
-    rc = main(argv)
-    cap = capsys.readouterr()
-    lines = cap.err.strip().splitlines()
-    assert rc == 2, cap
-    assert cap.out == "" and len(lines) == 1 and lines[0].startswith("fsdpcheck-torch: "), cap
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 CHECK = ["check", "--api", "fsdp1", "-n", "2", "--model", "mlp-micro"]
