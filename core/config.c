@@ -483,11 +483,9 @@ int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b) {
                                                       !strcmp(a->lora_target, b->lora_target)));
 }
 
-// The decoder-layer linears LoRA may adapt, as module names under
-// model.layers.N (core/model.c registers them in this order).
-static const char *const LORA_MODULES[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                           "self_attn.o_proj", "mlp.gate_proj",     "mlp.up_proj",
-                                           "mlp.down_proj"};
+const char *const FC_LLAMA_LINEAR[FC_LLAMA_N_LINEAR] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                                       "self_attn.o_proj", "mlp.gate_proj",     "mlp.up_proj",
+                                                       "mlp.down_proj"};
 
 // The LoRA target's checks: a llama, r >= 1, alpha > 0, a regex that compiles
 // and matches a decoder-layer linear of layer 0 (every layer has the same).
@@ -506,9 +504,9 @@ static int validate_lora(const fc_model_config *c, fc_error *e) {
         return fc_fail(e, "LoRA target '%s' is not a POSIX extended regex: %s", c->lora_target, why);
     }
     int hits = 0;
-    for (size_t i = 0; i < sizeof LORA_MODULES / sizeof LORA_MODULES[0]; i++) {
+    for (int i = 0; i < FC_LLAMA_N_LINEAR; i++) {
         char name[96];
-        snprintf(name, sizeof name, "model.layers.0.%s", LORA_MODULES[i]);
+        snprintf(name, sizeof name, "model.layers.0.%s", FC_LLAMA_LINEAR[i]);
         hits += regexec(&re, name, 0, NULL, 0) == 0;
     }
     regfree(&re);
@@ -753,6 +751,8 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
     if (c->inject == FC_FAULT_TIED_UNTIED && !fc_model_tied(&c->model))
         return fc_fail(e, "--inject tied_untied needs a tied LM head (gpt2, or llama with tie_word_embeddings); "
                           "model %s has none", c->model.name);
+    if (c->freeze[0] && c->model.lora_r)
+        return fc_fail(e, "--freeze with --lora: LoRA freezes every base parameter itself (PEFT's default)");
     if (c->freeze[0]) {
         fc_model m;
         fc_model_build(&m, &c->model);
@@ -760,8 +760,6 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
         fc_model_free(&m);
         if (rc) return -1;
     }
-    if (c->freeze[0] && c->model.lora_r)
-        return fc_fail(e, "--freeze with --lora: LoRA freezes every base parameter itself (PEFT's default)");
     if (c->inject == FC_FAULT_LORA_ALPHA && !c->model.lora_r)
         return fc_fail(e, "--inject lora_alpha needs LoRA adapters: give --lora R:ALPHA:REGEX with R > 1");
     if (c->inject == FC_FAULT_LORA_ALPHA && c->model.lora_r == 1)

@@ -73,6 +73,10 @@ int fc_model_config_load(const char *name_or_path, fc_model_config *out, fc_erro
 int fc_model_config_parse(const char *json, const char *path, fc_model_config *out, fc_error *e);
 // Whether two configs describe the same model (kind and every size; not the name).
 int fc_model_config_equal(const fc_model_config *a, const fc_model_config *b);
+// llama's decoder-layer linears, module paths under model.layers.N, in
+// registration order (core/model.c); LoRA may adapt any of them.
+#define FC_LLAMA_N_LINEAR 7
+extern const char *const FC_LLAMA_LINEAR[FC_LLAMA_N_LINEAR];
 // Parses --lora R:ALPHA:REGEX into c (llama only; the regex must match a
 // decoder-layer linear). Returns -1 with e set on bad input.
 int fc_model_config_set_lora(fc_model_config *c, const char *spec, fc_error *e);

@@ -122,16 +122,12 @@ static void build_llama(fc_model *m, int cap, const regex_t *re) {
         int u = 1 + i;
         snprintf(m->units[u].name, sizeof m->units[u].name, "model.layers.%d", i);
         // LlamaDecoderLayer.__init__'s order: self_attn, mlp, then the two norms
-        const struct {
-            const char *module;
-            int out, in;
-        } lin[7] = {{"self_attn.q_proj", Q, C},  {"self_attn.k_proj", KV, C}, {"self_attn.v_proj", KV, C},
-                    {"self_attn.o_proj", C, Q},  {"mlp.gate_proj", I, C},     {"mlp.up_proj", I, C},
-                    {"mlp.down_proj", C, I}};
-        for (int k = 0; k < 7; k++) {
-            add_param(m, cap, u, FC_INIT_NORMAL, std, lin[k].out, lin[k].in, "model.layers.%d.%s.weight", i,
-                      lin[k].module);
-            lora_adapt(m, cap, re, u, i, lin[k].module, lin[k].out, lin[k].in);
+        // [out, in] of FC_LLAMA_LINEAR's q, k, v, o_proj, gate, up, down_proj
+        const int shape[FC_LLAMA_N_LINEAR][2] = {{Q, C}, {KV, C}, {KV, C}, {C, Q}, {I, C}, {I, C}, {C, I}};
+        for (int k = 0; k < FC_LLAMA_N_LINEAR; k++) {
+            add_param(m, cap, u, FC_INIT_NORMAL, std, shape[k][0], shape[k][1], "model.layers.%d.%s.weight", i,
+                      FC_LLAMA_LINEAR[k]);
+            lora_adapt(m, cap, re, u, i, FC_LLAMA_LINEAR[k], shape[k][0], shape[k][1]);
         }
         add_param(m, cap, u, FC_INIT_ONES, 0, C, 0, "model.layers.%d.input_layernorm.weight", i);
         add_param(m, cap, u, FC_INIT_ONES, 0, C, 0, "model.layers.%d.post_attention_layernorm.weight", i);

@@ -108,13 +108,18 @@ size_t fc_rule_fsdp2_valid(const fc_model *m, int u, int F, int j) {
     return n;
 }
 
+int fc_rule_unit_trains(const fc_model *m, int u) {
+    const fc_unit *un = &m->units[u];
+    int trains = 0;
+    for (int i = 0; i < un->n_params; i++) trains |= !m->params[m->unit_params[un->first_param + i]].frozen;
+    return trains;
+}
+
 size_t fc_rule_frozen_store(const fc_model *m, int u, const fc_groups *g, int per_param, int padded) {
     const fc_unit *un = &m->units[u];
     fc_unit_layout l = fc_rule_layout(un->numel, g);
     size_t lo = g->sharded ? l.own_off : 0, hi = g->sharded ? l.own_off + l.own_valid : un->numel, n = 0;
-    int trains = 0;
-    for (int i = 0; i < un->n_params; i++) trains |= !m->params[m->unit_params[un->first_param + i]].frozen;
-    if (!trains && padded && !per_param) return l.store;  // a frozen FlatParameter: padding and all
+    if (!fc_rule_unit_trains(m, u) && padded && !per_param) return l.store;  // a frozen FlatParameter: padding and all
     for (int i = 0; i < un->n_params; i++) {
         const fc_param *p = &m->params[m->unit_params[un->first_param + i]];
         if (!p->frozen) continue;

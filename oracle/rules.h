@@ -71,6 +71,9 @@ size_t fc_rule_fsdp2_valid(const fc_model *m, int u, int F, int j);
 // FSDP2's gradient too. core/layout.c's fc_unit_frozen_store is checked
 // against the padded count.
 size_t fc_rule_frozen_store(const fc_model *m, int u, const fc_groups *g, int per_param, int padded);
+// Whether a parameter of unit u trains (is not frozen): else the unit has no
+// gradient, reduces nothing and keeps no optimizer state.
+int fc_rule_unit_trains(const fc_model *m, int u);
 //  - FSDP1 keeps the parameters of a strategy that does not free after forward
 //    (SHARD_GRAD_OP, _HYBRID_SHARD_ZERO2) gathered through a no_sync
 //    micro-batch's backward: no free there, and no all-gather in the next

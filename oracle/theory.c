@@ -112,8 +112,7 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
         }
         t->frozen_store[u] = fc_rule_frozen_store(&t->m, u, &t->g, t->per_param, 1);
         t->frozen_real[u] = fc_rule_frozen_store(&t->m, u, &t->g, t->per_param, 0);
-        for (int k = 0; k < t->m.units[u].n_params; k++)
-            t->trains[u] |= !t->m.params[t->m.unit_params[t->m.units[u].first_param + k]].frozen;
+        t->trains[u] = fc_rule_unit_trains(&t->m, u);
     }
     // each unit's prefetch opportunity, in each pass's own order
     fc_rule_opportunities(&t->m, t->fwd_opp, t->bwd_opp);
