@@ -148,12 +148,14 @@ static void print_delta(double d) {
     else printf("%12.2g", d);
 }
 
-// One kind: its largest tensor in B, perturbed at its largest and median element and whole.
+// One kind: its largest trainable tensor in B, perturbed at its largest and
+// median element and whole (a frozen one is judged exactly: any change fails,
+// and its zero gradient and state have no relative delta to measure).
 static void measure(probe *p, fc_cmp_kind kind, float *base, const fc_model *m, const char *prefix,
                     double lr) {
     int best = -1;
     for (int i = 0; i < m->n_params; i++)
-        if (best < 0 || m->params[i].numel > m->params[best].numel) best = i;
+        if (!m->params[i].frozen && (best < 0 || m->params[i].numel > m->params[best].numel)) best = i;
     const fc_param *par = &m->params[best];
     perturbation q = {.x = base + par->offset, .n = par->numel, .param = best + 1};
     q.keep = mallocCheck(q.n * sizeof(float));
@@ -324,6 +326,9 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         snprintf(name, sizeof name, "optim.%s", sb.state_names[i]);
         measure(&p, FC_CMP_OPTIM, bb[2 + i], &tb.model, name, 0);
     }
+    if (tb.model.n_frozen)
+        printf("frozen: %d parameter tensors (--freeze '%s'%s): value, gradient and optimizer state judged "
+               "exactly, any change fails\n", tb.model.n_frozen, tb.cfg.freeze, tb.cfg.model.lora_r ? ", LoRA's base" : "");
     int pass = r.pass;
     fc_cmp_result_free(&r);
     fc_batch_free(&bat[0]);
