@@ -526,8 +526,9 @@ int fc_model_config_set_lora(fc_model_config *c, const char *spec, fc_error *e) 
     if (end == a || *end != ':' || !end[1]) return fc_fail(e, "--lora %s: expected R:ALPHA:REGEX (4:8:q_proj)", spec);
     if (strlen(end + 1) >= sizeof c->lora_target)
         return fc_fail(e, "--lora: the target regex is longer than %zu characters", sizeof c->lora_target - 1);
+    if (r < 1 || r > 4096) return fc_fail(e, "--lora %s: rank R %ld is outside 1..4096", spec, r);
     fc_model_config t = *c;
-    t.lora_r = r < 0 || r > 1000000 ? -1 : (int)r;
+    t.lora_r = (int)r;
     t.lora_alpha = alpha;
     snprintf(t.lora_target, sizeof t.lora_target, "%s", end + 1);
     if (validate_lora(&t, e)) return -1;
