@@ -76,6 +76,15 @@ int fc_cmd_check(int argc, char **argv) {
     if (rc == 1) die_all(rank, "check: see fsdpcheck run --help for the config flags");
     if (rc) die_all(rank, e.msg);
     if (fc_run_config_validate_world(&a.cfg, W, &e)) die_all(rank, e.msg);
+    // check compares in memory and writes nothing: run's output flags would
+    // change nothing here, so they are refused rather than ignored
+    const char *writes = a.trace_dir[0] ? "--trace" : a.comm_log[0] ? "--comm-log" : a.save_dir[0] ? "--save" : NULL;
+    if (writes) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "check: %s is run's (check compares in memory and writes nothing): use "
+                 "fsdpcheck run %s", writes, writes);
+        die_all(rank, msg);
+    }
     if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) die_all(rank, e.msg);
     fc_threads_setup(a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
     const fc_impl_ops *tested = fc_impl_resolve(impl, &e);
@@ -117,10 +126,26 @@ int fc_cmd_check(int argc, char **argv) {
         if (fc_magnitude_open(&mag, &ecfg, &e)) fc_die(FC_EXIT_USAGE, "check: the magnitude pass: %s", e.msg);
         mag_buf = mallocCheck(m.numel * sizeof(float));
     }
+    // --load: both start from the checkpoint (parameters, optimizer state, the
+    // step and so the data position), and the steps judged continue from it
+    if (a.load_dir[0]) {
+        fc_watchdog_mark(0, "load");
+        const fc_impl_ops *ops[2] = {tested, expected};
+        fc_impl *ims[2] = {ti, ei};
+        for (int k = 0; k < 2; k++) {
+            if (!ops[k]->load || !ops[k]->steps_done)
+                fc_fail(&e, "implementation %s does not load checkpoints", ops[k]->name);
+            else if (ops[k]->load(ims[k], a.load_dir, &e) == 0)
+                continue;
+            char msg[sizeof e.msg + 32];
+            snprintf(msg, sizeof msg, "--load: %s", e.msg);  // the same on every rank
+            die_all(rank, msg);
+        }
+    }
     // the parameters both start from (initial, or loaded)
     if (tested->export_full(ti, FC_EXPORT_PARAMS, ts.prev, 0, &e) || expected->export_full(ei, FC_EXPORT_PARAMS, es.prev, 0, &e))
         die_all(rank, e.msg);
-    if (rank == 0)
+    if (rank == 0 && !a.quiet)
         printf("fsdpcheck check: %s against %s, model %s, strategy %s (FSDP%d), W=%d, %d steps, each from the "
                "tested state (lockstep)\n", tested->name, expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy),
                a.cfg.fsdp_version, W,
@@ -165,8 +190,9 @@ int fc_cmd_check(int argc, char **argv) {
             fc_cmp_result r;
             fc_cmp_result_init(&r, first + t);
             fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &r);
-            printf("step %ld: loss %.6f vs %.6f  %s\n", first + t, (double)ti_info.loss, (double)ei_info.loss,
-                   r.pass ? "pass" : "FAIL");
+            if (!a.quiet || !r.pass)  // --quiet: the failing step and the verdict only
+                printf("step %ld: loss %.6f vs %.6f  %s\n", first + t, (double)ti_info.loss, (double)ei_info.loss,
+                       r.pass ? "pass" : "FAIL");
             if (!r.pass) {
                 fc_cmp_print_policy(stdout, &policy);
                 fc_cmp_print_header(stdout);
