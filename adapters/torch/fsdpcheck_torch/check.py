@@ -31,7 +31,17 @@ import tempfile
 import time
 
 from . import strictjson
-from .config import APIS, FAULTS, UsageError, apply_flags, default_config, freeze_unsupported, inject_refusal, validate
+from .config import (
+    APIS,
+    FAULTS,
+    UsageError,
+    apply_flags,
+    default_config,
+    freeze_unsupported,
+    inject_refusal,
+    lora_flag,
+    validate,
+)
 
 OWN = {
     "--api": True,
@@ -162,7 +172,7 @@ def parse(argv):
     base = default_config()
     base["model"] = model_stub(flags)
     cfg, _ = apply_flags(base, flags, opts.get("--device", "cpu"))
-    cfg.pop("_model_flag", None)
+    lora_flag(cfg, cfg.pop("_model_flag", None) or "mlp-tiny")  # fsdpcheck run's default model
     validate(cfg, world)
     from .config import unsupported
 

@@ -25,7 +25,7 @@ from .config import (
     FROZEN_CHECKPOINT,
     UsageError,
     freeze_unsupported,
-    frozen_names,
+    frozen_of,
     frozen_units,
     inject_refusal,
     like_config,
@@ -156,7 +156,7 @@ def parse_run(argv, world):
         why = refusal(api)
         if why:
             raise UsageError(why)
-    whole = frozen_units(frozen_names(cfg.get("freeze", ""), ref.names), ref.units)
+    whole = frozen_units(frozen_of(cfg, ref.names), ref.units)
     why = freeze_unsupported(cfg, a.comm_log, "--ckpt-at" if ckpt_at else "--load" if load else None, api, whole)
     why = why or inject_refusal(inject, cfg)
     if why:
@@ -182,6 +182,8 @@ def load_check(load, ckpt_at, ref, cfg):
         raise UsageError(
             f"--load {load}: the checkpoint froze parameters (--freeze {saved['freeze']!r}): {FROZEN_CHECKPOINT}"
         )
+    if isinstance(saved.get("model"), dict) and saved["model"].get("fsdpcheck_lora"):
+        raise UsageError(f"--load {load}: the checkpoint is of a LoRA model (its base frozen): {FROZEN_CHECKPOINT}")
     first, n = ref.meta["first_step"], ref.meta["steps"]
     if not isinstance(step, int) or step < first or step + cfg["steps"] > first + n:
         raise UsageError(
@@ -283,14 +285,16 @@ def _train(parsed, several, rank):
 
 RUN_HELP = """torchrun --nproc-per-node W -m fsdpcheck_torch run --api fsdp1|fsdp2 --like REF_TRACE --trace OUT
     [--device cpu|cuda|hpu|xla] [--backend gloo|nccl|hccl|xla] [run flags]
-    [--inject data_overlap|no_divide|ckpt_drop_optim|frozen_decay] [--ckpt-at K [--ckpt-state-dict full|sharded]]
+    [--inject data_overlap|no_divide|ckpt_drop_optim|frozen_decay|lora_alpha] [--ckpt-at K [--ckpt-state-dict full|sharded]]
     [--load CKPT_DIR] [--force-sum-reduction] [--optim-state-offload]
 torchrun --nproc-per-node W -m fsdpcheck_torch run --jobs JOBS.json
 
 One rank of a torch FSDP run on a reference trace: the model, its initial
 weights and every step's global batch come from REF_TRACE (--like); the run
 flags (fsdpcheck run's: --strategy, --param-dtype, --fsdp-config FILE, ...)
-change the rest; the trace is written to OUT. --jobs runs a JSON list of such
+change the rest; the trace is written to OUT. A --like trace of a LoRA model
+(fsdpcheck run --lora R:ALPHA:REGEX; --lora here must repeat it) is built with
+peft's get_peft_model on the modules the reference adapted. --jobs runs a JSON list of such
 argument lists in one process group. --ckpt-at K saves a checkpoint before
 step K and trains on from a fresh model loaded from it: FULL (rank 0 writes the
 reference's files), or with --ckpt-state-dict sharded (fsdp2) FSDP2's sharded

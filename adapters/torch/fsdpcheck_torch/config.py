@@ -35,11 +35,37 @@ BACKENDS = ("gloo", "nccl", "hccl", "xla")
 # sleeps in step 0's backward, the others wait in its collective: check must
 # end it at --timeout with exit 3 and leave no worker behind)
 # frozen_decay (fsdpcheck's fault of that name): AdamW's decoupled decay applied
-# to the frozen parameters too, as an optimizer loop over every parameter would
-FAULTS = ("none", "data_overlap", "no_divide", "ckpt_drop_optim", "segv", "abort_at_exit", "hang", "frozen_decay")
+# to the frozen parameters too, as an optimizer loop over every parameter would;
+# lora_alpha (fsdpcheck's too): PEFT's scaling set to lora_alpha, not lora_alpha / r
+FAULTS = (
+    "none",
+    "data_overlap",
+    "no_divide",
+    "ckpt_drop_optim",
+    "segv",
+    "abort_at_exit",
+    "hang",
+    "frozen_decay",
+    "lora_alpha",
+)
 
 # the longest --freeze the reference keeps (core/config.h: char freeze[256])
 FREEZE_MAX = 255
+
+# --lora R:ALPHA:REGEX, as the reference keeps it (core/config.h: int lora_r, char lora_target[128])
+LORA_R_MAX = 4096
+LORA_TARGET_MAX = 127
+# llama's decoder-layer linears in registration order (core/config.c FC_LLAMA_LINEAR): what
+# --lora may adapt, each under the module path model.layers.N.<linear>
+LLAMA_LINEARS = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
 
 # Flags that change what the run trains on: with --like they must equal the
 # reference's (the batches and the initial weights come from its trace).
@@ -79,6 +105,49 @@ def _freeze_flag(v):
     if len(v) > FREEZE_MAX:
         raise UsageError(f"--freeze: regex longer than {FREEZE_MAX} characters")
     return v
+
+
+# C's strtol and strtod prefixes (leading white space, a sign; decimal or hexadecimal
+# floats, inf, nan), matched whole: the reference takes the text up to each ':' only
+# when the number ends there (core/config.c fc_model_config_set_lora)
+_C_SPACE = "[ \t\n\v\f\r]*"
+_STRTOL = re.compile(_C_SPACE + "[+-]?[0-9]+")
+_STRTOD = re.compile(
+    _C_SPACE + "[+-]?(?:(?:[0-9]+[.]?[0-9]*|[.][0-9]+)(?:[eE][+-]?[0-9]+)?"
+    "|0[xX](?:[0-9a-fA-F]+[.]?[0-9a-fA-F]*|[.][0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?"
+    "|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?|[nN][aA][nN](?:[(][0-9A-Za-z_]*[)])?)"
+)
+
+
+def _strtod(text):
+    """The value C's strtod gives text (one _STRTOD matches whole): out of range, +-inf."""
+    t = text.strip(" \t\n\v\f\r")
+    if t.lstrip("+-")[:2] in ("0x", "0X"):
+        try:
+            return float.fromhex(t)
+        except OverflowError:
+            return -math.inf if t.startswith("-") else math.inf
+    if t.lstrip("+-")[:3].lower() == "nan":
+        return float("nan")
+    return float(t)
+
+
+def _lora_flag(v):
+    """--lora R:ALPHA:REGEX as the reference's parser takes it (core/config.c
+    fc_model_config_set_lora): what needs the model (a llama, a target that
+    matches) is checked once it is known (lora_spec)."""
+    bad = f"--lora {v}: expected R:ALPHA:REGEX (4:8:q_proj)"
+    parts = v.split(":", 2)
+    if len(parts) < 3 or not _STRTOL.fullmatch(parts[0]) or not _STRTOD.fullmatch(parts[1]) or not parts[2]:
+        raise UsageError(bad)
+    r = int(parts[0])
+    if not -(2**63) <= r < 2**63:  # strtol's ERANGE
+        raise UsageError(bad)
+    if len(parts[2]) > LORA_TARGET_MAX:
+        raise UsageError(f"--lora: the target regex is longer than {LORA_TARGET_MAX} characters")
+    if not 1 <= r <= LORA_R_MAX:
+        raise UsageError(f"--lora {v}: rank R {r} is outside 1..{LORA_R_MAX}")
+    return {"r": r, "lora_alpha": _strtod(parts[1]), "target": parts[2]}
 
 
 # flag -> (takes a value, apply(cfg, value))
@@ -121,6 +190,8 @@ RUN_FLAGS = {
     "--seq-len": (True, lambda c, v: c.__setitem__("seq_len", _int("--seq-len", v))),
     "--seed": (True, lambda c, v: c.__setitem__("seed", str(_int("--seed", v, lo=0)))),
     "--freeze": (True, lambda c, v: c.__setitem__("freeze", _freeze_flag(v))),
+    # the adapters of the model finally chosen: applied after --model, wherever it stands (lora_flag)
+    "--lora": (True, lambda c, v: c.__setitem__("_lora_flag", _lora_flag(v))),
     "--fsdp-config": (True, None),  # handled in apply_flags
 }
 
@@ -220,6 +291,8 @@ def validate(cfg, world):
         raise UsageError(f"--global-batch {B} is not divisible by the data-parallel size {world}")
     if (B // world) % cfg["grad_accum"]:
         raise UsageError(f"per-rank batch {B // world} is not divisible by --grad-accum {cfg['grad_accum']}")
+    if cfg.get("freeze") and lora_of(cfg):
+        raise UsageError(LORA_WITH_FREEZE)
     if cfg.get("freeze"):
         freeze_pattern(cfg["freeze"])  # what it matches is the reference's to judge (check) or the run's
     o = cfg["optimizer"]
@@ -322,6 +395,106 @@ def frozen_units(frozen, units):
     return [u["name"] for u in units if u["params"] and all(p in frozen for p in u["params"])]
 
 
+# --lora (DESIGN §2, LoRA): PEFT's adapters on llama's decoder-layer linears, every base
+# parameter frozen by get_peft_model. The reference writes it into the model config
+# ("fsdpcheck_lora": r, lora_alpha, target); a run --like that trace takes it from there.
+LORA_WITH_FREEZE = "--freeze with --lora: LoRA freezes every base parameter itself (PEFT's default)"
+
+
+def lora_of(cfg):
+    """The run's LoRA ({"r", "lora_alpha", "target"}, its model config's), or None."""
+    m = cfg.get("model")
+    return m.get("fsdpcheck_lora") if isinstance(m, dict) else None
+
+
+def lora_spec(model_cfg, where=""):
+    """A model config's "fsdpcheck_lora", checked as the reference checks it
+    (core/config.c: its JSON reader, then validate_lora), or None without one.
+    where: the file it came from, to name in a refusal."""
+    lora = model_cfg.get("fsdpcheck_lora")
+    if lora is None:
+        return None
+    at = f"{where}: " if where else ""
+    r, alpha, target = (lora.get(k) if isinstance(lora, dict) else None for k in ("r", "lora_alpha", "target"))
+    if (
+        not _finite(r)
+        or r != int(r)
+        or not 1 <= r <= LORA_R_MAX
+        or isinstance(alpha, bool)
+        or not isinstance(alpha, (int, float))
+        or not isinstance(target, str)
+        or len(target) > LORA_TARGET_MAX
+    ):
+        raise UsageError(f'{at}"fsdpcheck_lora" must be {{"r": 1..4096, "lora_alpha": number, "target": regex}}')
+    try:
+        alpha = float(alpha)
+    except OverflowError:  # an integer beyond any double: the reference's JSON reader reads inf
+        alpha = math.inf
+    kind = model_cfg.get("model_type")
+    if kind != "llama":
+        name = model_cfg.get("fsdpcheck_name", "?")
+        raise UsageError(f"{at}LoRA applies to llama's decoder-layer linears; model {name} is {kind}")
+    if not (math.isfinite(alpha) and alpha > 0):
+        raise UsageError(f"{at}LoRA alpha {alpha:g} must be a finite number above 0")
+    # layer 0's linears, as the reference checks (every layer has the same)
+    pat = _lora_pattern(target, at)
+    if not any(pat.search(f"model.layers.0.{lin}") for lin in LLAMA_LINEARS):
+        raise UsageError(
+            f"{at}LoRA target {target!r} matches no decoder-layer linear (q_proj, k_proj, v_proj, o_proj, "
+            "gate_proj, up_proj, down_proj under model.layers.N)"
+        )
+    return {"r": int(r), "lora_alpha": alpha, "target": target}
+
+
+def _lora_pattern(rx, at=""):
+    """The LoRA target compiled by Python's re. The reference matches it with
+    POSIX regcomp: a target the two read differently would adapt other modules
+    than the reference's, and is refused (UsageError)."""
+    why = freeze_syntax(rx)
+    if why:
+        raise UsageError(f"{at}--lora target {rx!r}: {why}, so that the reference and torch adapt the same modules")
+    try:
+        return re.compile(rx)
+    except (re.error, OverflowError, RecursionError) as e:
+        raise UsageError(f"{at}--lora target {rx!r} is not a regular expression Python's re compiles: {e}")
+
+
+def lora_modules(model_cfg, lora):
+    """The module paths LoRA adapts, in registration order: every decoder-layer
+    linear of every layer whose path the target matches anywhere (re.search,
+    as the reference's regexec)."""
+    pat = _lora_pattern(lora["target"])
+    paths = (f"model.layers.{i}.{lin}" for i in range(model_cfg["num_hidden_layers"]) for lin in LLAMA_LINEARS)
+    return [p for p in paths if pat.search(p)]
+
+
+def lora_parameters(model_cfg, lora):
+    """The adapters' parameter names (PEFT's, the trace's), in registration order."""
+    return [f"{m}.lora_{ab}.default.weight" for m in lora_modules(model_cfg, lora) for ab in "AB"]
+
+
+def lora_flag(cfg, model_name):
+    """Applies a --lora flag (apply_flags kept it aside) to cfg's model, a
+    check's: the model is known only after every flag, as in the reference."""
+    lora = cfg.pop("_lora_flag", None)
+    if lora is None:
+        return
+    cfg["model"] = dict(cfg["model"], fsdpcheck_lora=lora, fsdpcheck_name=model_name)
+    lora_spec(cfg["model"])
+    if cfg.get("freeze"):
+        raise UsageError(LORA_WITH_FREEZE)
+
+
+def frozen_of(cfg, names):
+    """The parameter names the run freezes, in order: --freeze's, or with LoRA
+    every parameter but the adapters (get_peft_model's default)."""
+    lora = lora_of(cfg)
+    if lora:
+        adapters = set(lora_parameters(cfg["model"], lora))
+        return [n for n in names if n not in adapters]
+    return frozen_names(cfg.get("freeze", ""), names)
+
+
 FROZEN_CHECKPOINT = (
     "torch saves no optimizer state for a frozen parameter, fsdpcheck's checkpoints hold zeros for it, "
     "and the adapter does not convert between the two yet"
@@ -331,8 +504,13 @@ FROZEN_CHECKPOINT = (
 def inject_refusal(inject, cfg):
     """Why the torch run cannot inject this fault into a run of cfg, as
     fsdpcheck's own validation says it, or None."""
-    if inject == "frozen_decay" and not cfg.get("freeze"):
-        return "--inject frozen_decay needs frozen parameters: give --freeze REGEX"
+    lora = lora_of(cfg)
+    if inject == "lora_alpha" and not lora:
+        return "--inject lora_alpha needs LoRA adapters: give --lora R:ALPHA:REGEX with R > 1"
+    if inject == "lora_alpha" and lora["r"] == 1:
+        return "--inject lora_alpha needs --lora with R > 1 (at r = 1, alpha and alpha / r agree)"
+    if inject == "frozen_decay" and not cfg.get("freeze") and not lora:
+        return "--inject frozen_decay needs frozen parameters: give --freeze REGEX or --lora"
     if inject == "frozen_decay" and not cfg["optimizer"]["weight_decay"] > 0:
         return "--inject frozen_decay needs a --weight-decay above 0 (there is no decay to misapply)"
     return None
@@ -341,6 +519,15 @@ def inject_refusal(inject, cfg):
 def freeze_unsupported(cfg, schedule=False, checkpoint=None, api=None, whole=()):
     """Why a run of cfg with frozen parameters cannot be judged, or None.
     whole: the units it freezes whole (frozen_units), where known."""
+    if lora_of(cfg):
+        # LoRA freezes the root unit (embedding, final norm, head) whole, always
+        if schedule:
+            return (
+                "--lora with the comm log (--schedule, --comm-log): LoRA freezes the root unit (embedding, norm, "
+                "head) whole, which FSDP1 schedules in backward as neither the recorder nor the theory (P10) "
+                "places it yet, and FSDP2 reduce-scatters only the adapters; judge the numbers without it"
+            )
+        return f"--lora with {checkpoint}: {FROZEN_CHECKPOINT}" if checkpoint else None
     if not cfg.get("freeze"):
         return None
     if schedule and api == "fsdp2":
@@ -468,6 +655,18 @@ def like_config(ref, flags, device="cpu"):
             )
     if ref["first_step"] != 0:
         raise UsageError("--like needs a trace that starts at step 0 (this one continues a checkpoint)")
+    lora_ref = lora_spec(ref["config"]["model"], "the reference trace's model")
+    lora = cfg.pop("_lora_flag", None)
+    if lora is not None and lora != lora_ref:
+        have = (
+            f"LoRA r {lora_ref['r']} alpha {lora_ref['lora_alpha']:g} on {lora_ref['target']!r}" if lora_ref else "none"
+        )
+        raise UsageError(
+            f"--lora {lora['r']}:{lora['lora_alpha']:g}:{lora['target']}: the reference trace's adapters are {have} "
+            "(--like takes the model, its adapters included, from the trace)"
+        )
+    if lora_ref and cfg.get("freeze"):
+        raise UsageError(LORA_WITH_FREEZE)
     # the reference's pattern first: one this adapter cannot read as the reference did is refused
     names = [p for u in ref["units"] for p in u["params"]]
     rx_ref, rx = ref["config"].get("freeze", ""), cfg.get("freeze", "")
@@ -504,6 +703,11 @@ def unsupported(api, cfg, device):
         return (
             "--freeze with --device xla: the XLA runner (never run here) builds its optimizer over every "
             "parameter and exports gradients as they are; frozen parameters are not wired into it"
+        )
+    if lora_of(cfg) and device == "xla":
+        return (
+            "--lora with --device xla: the XLA runner (never run here) builds the model without PEFT's adapters "
+            "and its optimizer over every parameter"
         )
     if cfg["cpu_offload"] and device == "cpu":
         # measured with torch 2.15: FSDP1 CPUOffload(offload_params=True) and FSDP2

@@ -32,7 +32,7 @@ import os
 
 import torch
 
-from .config import FROZEN_CHECKPOINT, UsageError, optim_state_names
+from .config import FROZEN_CHECKPOINT, UsageError, lora_of, optim_state_names
 
 MANIFEST = "fsdpcheck.json"
 CONFIG = "config.json"
@@ -349,6 +349,8 @@ def import_checkpoint(src, dst, like, step=None):
     cfg = ref.meta["config"]
     if cfg.get("freeze"):
         raise UsageError(f"--like {like}: the run froze parameters (--freeze {cfg['freeze']!r}): {FROZEN_CHECKPOINT}")
+    if lora_of(cfg):
+        raise UsageError(f"--like {like}: the run is of a LoRA model (its base frozen): {FROZEN_CHECKPOINT}")
     state_names = optim_state_names(cfg)
     init = ref.init()
     if os.path.isfile(os.path.join(src, ".metadata")):

@@ -9,7 +9,9 @@ Each rank:
      reference), prefetch and the limiter where the API has them, mixed
      precision, CPU offload; a --freeze pattern sets requires_grad=False on the
      parameters it matches by their Hugging Face names, before wrapping, and
-     the optimizer takes the rest;
+     the optimizer takes the rest; a LoRA trace's model is PEFT's
+     (get_peft_model, model.py), which freezes the base itself, and is
+     wrapped whole (FSDP's root is the PeftModel);
   2. per step replays the trace's global batch: rank r takes samples
      [r B/W, (r+1) B/W) in K micro-batches of B/(W K), each loss scaled by 1/K,
      communicating only on the last with no_sync (FSDP1 `no_sync()`, FSDP2
@@ -35,7 +37,7 @@ import torch.distributed as dist
 
 from . import model as M
 from . import tracefile
-from .config import UsageError, frozen_names, optim_state_names
+from .config import UsageError, frozen_of, lora_of, optim_state_names
 from .gather import gather_full
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,9 +48,11 @@ from .config import unsupported  # noqa: F401  (what each API lacks; no torch ne
 
 
 def clean_name(n):
+    """A wrapped model's parameter name as the trace writes it: without FSDP's and
+    checkpointing's wrappers, and PEFT's names mapped (model.trace_name)."""
     for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_module.", "_orig_mod."):
         n = n.replace(wrapper, "")
-    return n
+    return M.trace_name(n)
 
 
 def clip_grad_norm(model, c, fsdp1):
@@ -97,8 +101,10 @@ class Run:
         self.fault = args.inject
         self.clean = clean_name
         self.first_step = 0  # the step a --load checkpoint resumes at
-        # --freeze: the trace's names (Hugging Face's, the reference's registry) the pattern matches
-        self.frozen = set(frozen_names(cfg.get("freeze", ""), ref.names))
+        # --freeze: the trace's names (Hugging Face's, the reference's registry) the pattern matches;
+        # LoRA: every name but the adapters'
+        self.lora = lora_of(cfg)
+        self.frozen = set(frozen_of(cfg, ref.names))
         self.shapes = {}  # name -> full shape, for a frozen parameter's zero gradient and state
         self.forwards = []  # activation checkpointing's evidence: each built model's block forwards
 
@@ -119,11 +125,17 @@ class Run:
         model = M.build(self.mcfg)
         M.load_init(model, init, self.names)
         # frozen as a user freezes: on the model's own parameters, by their names before any
-        # wrapper renames them (a tied LM head is the embedding, frozen with it)
+        # wrapper renames them (a tied LM head is the embedding, frozen with it). LoRA: by
+        # get_peft_model alone, so that what train() reads back is PEFT's doing
         for n, p in model.named_parameters():
+            n = clean_name(n)
             self.shapes[n] = tuple(p.shape)
-            if n in self.frozen:
+            if n in self.frozen and not self.lora:
                 p.requires_grad_(False)
+        if self.fault == "lora_alpha":
+            # the bug: PEFT's scaling taken as lora_alpha, not lora_alpha / r (read at every forward)
+            for layer in M.lora_layers(model).values():
+                layer.scaling["default"] = float(self.lora["lora_alpha"])
         model.to(self.device)
         if self.cfg.get("activation_checkpointing", "none") != "none":
             # evidence that checkpointing ran, trace.json's "torch" (a rebuild keeps counting)
@@ -346,7 +358,8 @@ class Run:
         out = {s: {} for s in self.state_names}
         if self.rank != 0:
             return out, osd
-        state = osd.get("state", {})
+        # keyed by the model's names: under PEFT its own (base_model.model. ...)
+        state = {clean_name(k): v for k, v in osd.get("state", {}).items()}
         # the LM head is the embedding (model.py: gpt2 always, llama as its config says); an
         # untied head's state is its own, never the embedding's (frozen: none)
         tied = self.mcfg.get("model_type") == "gpt2" or self.mcfg.get("tie_word_embeddings") is True
@@ -489,7 +502,16 @@ class Run:
         # --freeze, read back from the wrapped model and the optimizer (trace.json's "torch")
         self.frozen_applied = sorted({clean_name(n) for n, p in model.named_parameters() if not p.requires_grad})
         if set(self.frozen_applied) != self.frozen:
-            raise RuntimeError(f"frozen after wrapping: {self.frozen_applied}, --freeze matched {sorted(self.frozen)}")
+            why = "LoRA's base" if self.lora else "--freeze matched"
+            raise RuntimeError(f"frozen after wrapping: {self.frozen_applied}, {why} {sorted(self.frozen)}")
+        # LoRA, read back from the wrapped model: the layers PEFT adapted and the scaling they apply
+        self.lora_applied = None
+        if self.lora:
+            self.lora_applied = {
+                "peft_version": _version("peft"),
+                "modules": list(M.lora_layers(model)),
+                "scaling": M.lora_scalings(model),
+            }
         self.optimized = sum(len(g["params"]) for g in optim.param_groups)
         from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
 
@@ -633,6 +655,7 @@ class Run:
             "loaded_from": os.path.abspath(self.args.load) if self.args.load else None,
             "activation_checkpointing": self.checkpointing_evidence(),
             "frozen": self.frozen_applied,
+            "lora": self.lora_applied,
             "optimizer_parameters": self.optimized,
             "like": os.path.abspath(self.ref.dir),
             "timing_s": dict(self.timing),
@@ -657,6 +680,15 @@ class Run:
         if self.cfg["reduce_dtype"] == "fp16":
             return "prepost"
         return "sum-then-divide" if applied["force_sum_reduction_for_comms"] is True else "avg"
+
+
+def _version(dist_name):
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist_name)
+    except PackageNotFoundError:
+        return None
 
 
 def decay_frozen(model, frozen, o):

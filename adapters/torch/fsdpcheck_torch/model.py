@@ -20,14 +20,25 @@ cross-entropy on the last layer's logits.
 What differs between the Hugging Face models (their modules, classes and
 attribute names) is one row of HF, keyed by model_type; the tie is the built
 config's tie_word_embeddings.
+
+LoRA (a model config with "fsdpcheck_lora", llama only): the llama above,
+wrapped by `peft.get_peft_model` with a `LoraConfig` of the trace's r and
+lora_alpha, no dropout, no bias, on exactly the module paths the reference
+adapted (given to PEFT as a list of full paths: PEFT matches a string target
+with re.fullmatch, the reference with a search anywhere in the path). PEFT's
+parameter names map to the trace's by trace_name.
 """
 
 import importlib
+import sys
+import warnings
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .config import UsageError, lora_modules, lora_spec
 
 
 class MLP(nn.Module):
@@ -201,13 +212,94 @@ def embed_name(model_cfg):
     return f"{h.body}.{h.embed}.weight" if h else None
 
 
+# PeftModel.base_model (a LoraModel) holds the Hugging Face model as .model
+PEFT_ROOT = "base_model.model."
+
+
+def trace_name(n):
+    """A parameter's (or module's) name as the reference's registry, the
+    trace, writes it: PEFT's without its wrappers' prefix, and a LoRA layer's
+    base linear (PEFT's `base_layer`) as the linear itself."""
+    return n.removeprefix(PEFT_ROOT).replace(".base_layer.", ".")
+
+
+def base_of(model):
+    """The Hugging Face model inside PEFT's wrapper (model itself without one)."""
+    if "peft" in sys.modules:
+        from peft import PeftModel
+
+        if isinstance(model, PeftModel):
+            return model.get_base_model()
+    return model
+
+
+def lora_layers(model):
+    """PEFT's LoRA layers of model, by trace module path (an FSDP-wrapped model's too)."""
+    if "peft" not in sys.modules:
+        return {}
+    from peft.tuners.lora import LoraLayer
+
+    strip = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+    out = {}
+    for n, m in model.named_modules():
+        if isinstance(m, LoraLayer):
+            for w in strip:
+                n = n.replace(w, "")
+            out[trace_name(n)] = m
+    return out
+
+
+def lora_scalings(model):
+    """The scalings PEFT's LoRA layers apply (their "default" adapter's), sorted, distinct."""
+    return sorted({float(m.scaling["default"]) for m in lora_layers(model).values()})
+
+
+def apply_lora(model, model_cfg, lora):
+    """model (a llama) wrapped by peft.get_peft_model as a user applies LoRA,
+    checked against the reference's LoRA: the layers PEFT adapted and the
+    scaling each applies (ValueError where PEFT's differ from the reference's)."""
+    try:
+        import peft
+    except ImportError as e:
+        raise UsageError(f"--lora needs the peft package, which is not installed ({e}); requirements.lock pins it")
+    targets = lora_modules(model_cfg, lora)
+    conf = peft.LoraConfig(
+        r=lora["r"],
+        lora_alpha=lora["lora_alpha"],
+        target_modules=targets,
+        lora_dropout=0.0,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with warnings.catch_warnings():
+        # peft 0.21 asks transformers 5 for is_gradient_checkpointing, deprecated there (a FutureWarning
+        # on every rank, nothing to act on here); every other warning still shows
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        model = peft.get_peft_model(model, conf)
+    layers = lora_layers(model)
+    if list(layers) != targets:
+        raise ValueError(f"peft {peft.__version__} adapted {list(layers)}, the reference {targets}")
+    want = lora["lora_alpha"] / lora["r"]  # the reference's lora_scale, a double like this float
+    for path, layer in layers.items():
+        if layer.scaling["default"] != want:
+            raise ValueError(
+                f"peft {peft.__version__} scales {path}'s adapter by {layer.scaling['default']!r}, the reference "
+                f"by lora_alpha / r = {want!r}"
+            )
+        if not isinstance(layer.lora_dropout["default"], nn.Identity) or layer.use_dora.get("default"):
+            raise ValueError(f"peft {peft.__version__} gives {path} dropout or DoRA, which the reference has not")
+    return model
+
+
 def build(model_cfg):
-    """A freshly constructed model (fp32, CPU); weights come from load_init."""
+    """A freshly constructed model (fp32, CPU); weights come from load_init.
+    With "fsdpcheck_lora", PEFT's model around it (apply_lora)."""
     h = hf(model_cfg)
     if h is not None:
         model = h.model_class()(h.config(model_cfg))
         model.config._attn_implementation = "eager"
-        return model
+        lora = lora_spec(model_cfg)
+        return apply_lora(model, model_cfg, lora) if lora else model
     if model_cfg.get("model_type") == "fsdpcheck-mlp":
         return MLP(model_cfg["dims"])
     raise ValueError(f"unsupported model_type {model_cfg.get('model_type')!r}")
@@ -220,6 +312,11 @@ def build_meta(model_cfg):
     h = hf(model_cfg)
     if h is not None:
         importlib.import_module(h.module)
+    if lora_spec(model_cfg):
+        try:
+            importlib.import_module("peft")
+        except ImportError:
+            pass  # build says so, as one line
     with torch.device("meta"):
         return build(model_cfg)
 
@@ -234,7 +331,7 @@ def unit_modules(model, model_cfg):
     """The unit submodules, in forward order."""
     h = hf(model_cfg)
     if h is not None:
-        return list(getattr(h.body_of(model), h.blocks))
+        return list(getattr(h.body_of(base_of(model)), h.blocks))
     return list(model.layers)
 
 
@@ -263,7 +360,7 @@ def stage_modules(model, model_cfg):
     layers (units 0..). A stage's forward starts when its module's does."""
     h = hf(model_cfg)
     if h is not None:
-        body = h.body_of(model)
+        body = h.body_of(base_of(model))
         blocks = getattr(body, h.blocks)
         return [(getattr(body, h.embed), 0), *((b, i + 1) for i, b in enumerate(blocks)), (getattr(body, h.norm), 0)]
     return [(m, i) for i, m in enumerate(model.layers)]
@@ -272,8 +369,9 @@ def stage_modules(model, model_cfg):
 def load_init(model, init, names):
     """Copies the trace's initial weights (name -> fp32 tensor) into the model.
     Every model parameter must be in `names` (a tied lm_head is the embedding,
-    listed once under the embedding's name)."""
-    params = dict(model.named_parameters())  # deduplicated: a tied lm_head.weight is the embedding
+    listed once under the embedding's name; PEFT's names as trace_name maps them)."""
+    # deduplicated: a tied lm_head.weight is the embedding
+    params = {trace_name(n): p for n, p in model.named_parameters()}
     missing = [n for n in names if n not in params]
     extra = [n for n in params if n not in names]
     if missing or extra:
@@ -285,6 +383,7 @@ def load_init(model, init, names):
             if tuple(p.shape) != tuple(t.shape):
                 raise ValueError(f"{n}: shape {tuple(t.shape)} in the trace, {tuple(p.shape)} in the model")
             p.copy_(t)
+    model = base_of(model)
     h = HF.get(getattr(getattr(model, "config", None), "model_type", None))
     if h is not None:  # the head is the embedding exactly when the config ties them (gpt2: always)
         emb = getattr(h.body_of(model), h.embed).weight

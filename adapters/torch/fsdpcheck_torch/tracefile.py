@@ -18,7 +18,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from . import strictjson
-from .config import STRATEGIES, UsageError, read_trace_json
+from .config import STRATEGIES, UsageError, lora_spec, read_trace_json
 
 FORMAT = "fsdpcheck-trace"
 
@@ -159,8 +159,10 @@ class RefTrace:
         from . import model as M
 
         where = os.path.join(self.dir, "trace.json")
+        lora_spec(self.config["model"], where)  # a LoRA the reference would refuse, named before building
         try:
-            built = dict(M.build_meta(self.config["model"]).named_parameters())
+            # PEFT's names (a LoRA model) as the trace writes them
+            built = {M.trace_name(n): p for n, p in M.build_meta(self.config["model"]).named_parameters()}
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RuntimeError) as e:
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]  # torch's messages run over lines
             raise UsageError(f'{where}: "config.model" does not describe a model this adapter builds ({why})')

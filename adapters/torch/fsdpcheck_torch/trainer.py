@@ -29,7 +29,7 @@ import os
 import sys
 import tempfile
 
-from .config import UsageError, like_config, optim_state_names
+from .config import UsageError, like_config, lora_of, optim_state_names
 from .errors import refuse
 
 OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--allow-ddp": False}
@@ -69,6 +69,12 @@ def parse(argv, world):
         raise UsageError(
             f"trainer: the reference froze parameters (--freeze {cfg['freeze']!r}); the Trainer path does not "
             "freeze them or export their gradient as none yet (use run or check)"
+        )
+    if lora_of(cfg):
+        # the Trainer path builds the bare model: no PEFT adapters, no base frozen
+        raise UsageError(
+            "trainer: the reference trace is of a LoRA model (--lora); the Trainer path does not apply PEFT's "
+            "adapters or freeze the base yet (use run or check)"
         )
     if cfg["optimizer"]["kind"] != "adamw":
         raise UsageError("trainer: the Trainer path uses optim=adamw_torch (the reference trace uses sgd)")

@@ -163,3 +163,21 @@ def refused(argv, capsys, *needles):
     for n in needles:
         assert n in lines[0], lines[0]
     return lines[0]
+
+
+def refuses_trainer_and_ckpt_import(like, out, tmp_path, capsys, trainer_needle, import_needle):
+    """The Trainer path (where this transformers has it) and `ckpt import` (where
+    torch has DCP) both refuse a run --like the trace `like`, each with one line."""
+    import dataclasses
+
+    import transformers
+
+    from fsdpcheck_torch.dcp import missing
+
+    if "train_sampling_strategy" in {f.name for f in dataclasses.fields(transformers.TrainingArguments)}:
+        refused(["trainer", "--like", like, "--trace", str(out)], capsys, trainer_needle)
+    if missing() is None:
+        src = tmp_path / "src"
+        src.mkdir()
+        (src / ".metadata").write_bytes(b"")
+        refused(["ckpt", "import", str(src), str(out), "--like", like], capsys, import_needle)

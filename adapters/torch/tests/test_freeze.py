@@ -17,11 +17,19 @@ import json
 import subprocess
 
 import pytest
-from conftest import assert_verdict, expected_bug, first_divergence, fsdpcheck_bin, reference_trace, refused, register
+from conftest import (
+    assert_verdict,
+    expected_bug,
+    first_divergence,
+    fsdpcheck_bin,
+    reference_trace,
+    refused,
+    refuses_trainer_and_ckpt_import,
+    register,
+)
 from safetensors.torch import load_file
 
 from fsdpcheck_torch.config import freeze_syntax
-from fsdpcheck_torch.dcp import missing
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2", "--strategy", "full_shard"]
 LLAMA = ["--model", "llama-tiny", "--steps", "2", "--strategy", "full_shard"]
@@ -262,19 +270,9 @@ def test_run_refuses_a_reference_pattern_python_reads_otherwise(tmp_path, capsys
 
 def test_trainer_and_ckpt_import_refuse_a_frozen_run(frozen_ref, tmp_path, capsys):
     out = tmp_path / "out"
-    import dataclasses
-
-    import transformers
-
-    if "train_sampling_strategy" in {f.name for f in dataclasses.fields(transformers.TrainingArguments)}:
-        refused(
-            ["trainer", "--like", frozen_ref, "--trace", str(out)], capsys, "trainer: the reference froze parameters"
-        )
-    if missing() is None:
-        src = tmp_path / "src"
-        src.mkdir()
-        (src / ".metadata").write_bytes(b"")
-        refused(["ckpt", "import", str(src), str(out), "--like", frozen_ref], capsys, "the run froze parameters")
+    refuses_trainer_and_ckpt_import(
+        frozen_ref, out, tmp_path, capsys, "trainer: the reference froze parameters", "the run froze parameters"
+    )
     assert not out.exists()
 
 
