@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# ci/coverage.sh [--keep-going] [--labels REGEX] [--exclude REGEX] — line and branch coverage of
-# core/, reference/ and oracle/ by the test suite.
+# ci/coverage.sh [--keep-going] [--preset NAME] [--labels REGEX] [--skip-labels REGEX]
+#                [--exclude REGEX] — line and branch coverage of core/, reference/ and oracle/
+# by the test suite.
 #
-#   1. builds the coverage preset (Debug, gcc --coverage -O0) in build/coverage;
+#   1. builds the preset NAME (default coverage: Debug, gcc --coverage -O0; CI uses
+#      debug-coverage, the same with ASan and UBSan, so that its sanitizer run and its
+#      coverage run are one run) in its build directory;
 #   2. clears old counters and runs ctest -L 'unit|mpi|property|gate' -LE
 #      extended (the unit tests, the MPI programs at W = 1..4, the bad-input
 #      corpus, the conformance gate: sweeps, fault catalogue, checkpoint crash
 #      trials, the out-of-tree plugin), or the labels given with --labels,
-#      less the tests whose names match --exclude;
+#      less those of --skip-labels (-LE; default extended) and the tests whose
+#      names match --exclude;
 #   3. captures the counters with lcov, writes the HTML report to
-#      build/coverage/html (index.html) and prints line and branch coverage for
+#      <build>/html (index.html) and prints line and branch coverage for
 #      each of core/, reference/ and oracle/.
 #
 # Exit 1 when any of the three folders is below FC_COVERAGE_MIN_LINES percent
@@ -20,14 +24,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 labels='unit|mpi|property|gate'
+skip_labels='extended'
 exclude=''
+preset=coverage
 keep_going=0
 while [ $# -gt 0 ]; do
   case $1 in
     --keep-going) keep_going=1 ;;
     --labels) labels=$2; shift ;;
+    --skip-labels) skip_labels=$2; shift ;;
+    --preset) preset=$2; shift ;;
     --exclude) exclude=$2; shift ;;
-    *) echo "usage: ci/coverage.sh [--keep-going] [--labels REGEX] [--exclude REGEX]" >&2; exit 2 ;;
+    *) echo "usage: ci/coverage.sh [--keep-going] [--preset NAME] [--labels REGEX] [--skip-labels REGEX] [--exclude REGEX]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -36,24 +44,25 @@ JOBS=${JOBS:-$(nproc)}
 bash ci/setup.sh >/dev/null
 export HWLOC_COMPONENTS=-pci,-x86
 root=$PWD
-B=$root/build/coverage
+B=$root/build/$preset
 out=$B/lcov
 start=$(date +%s)
 
-echo "== coverage: build (preset coverage)"
-cmake --preset coverage >/dev/null
+echo "== coverage: build (preset $preset)"
+cmake --preset "$preset" >/dev/null
+grep -q '^FC_COVERAGE:BOOL=ON' "$B/CMakeCache.txt" || { echo "ci/coverage.sh: preset $preset does not build with FC_COVERAGE" >&2; exit 2; }
 if [ $keep_going -eq 1 ]; then
-  cmake --build --preset coverage -j "$JOBS" -- -k || echo "coverage: some targets did not build (--keep-going)"
+  cmake --build --preset "$preset" -j "$JOBS" -- -k || echo "coverage: some targets did not build (--keep-going)"
 else
-  cmake --build --preset coverage -j "$JOBS"
+  cmake --build --preset "$preset" -j "$JOBS"
 fi
 
-echo "== coverage: tests (-L '$labels' -LE extended${exclude:+ -E '$exclude'})"
+echo "== coverage: tests (-L '$labels' -LE '$skip_labels'${exclude:+ -E '$exclude'})"
 find "$B" -name '*.gcda' -delete
 rm -rf "$out"
 mkdir -p "$out"
 tests_ok=1
-ctest --test-dir "$B" -L "$labels" -LE extended ${exclude:+-E "$exclude"} -j "$JOBS" --output-on-failure \
+ctest --test-dir "$B" -L "$labels" -LE "$skip_labels" ${exclude:+-E "$exclude"} -j "$JOBS" --output-on-failure \
   --timeout 3600 >"$out/ctest.log" 2>&1 || tests_ok=0
 sed -n '/tests passed/,$p' "$out/ctest.log"
 # a failure's own output, so that CI's log says why (the passes are left out)

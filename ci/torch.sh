@@ -19,9 +19,17 @@
 # FSDPCHECK_TORCH_LOCK names another lock (requirements-oldest.lock: the oldest supported
 # torch/transformers pair), with its own virtual environment (.venv-torch-<lock name>);
 # FSDPCHECK_TORCH_PYTEST_ARGS adds pytest arguments (a -k selection).
+# --venv-only stops after step 1 (ci/test.sh makes the venvs in the background while the C
+# stages run: their download and unpacking is mostly waiting on the network and the disk).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+venv_only=0
+case ${1:-} in
+  "") ;;
+  --venv-only) venv_only=1 ;;
+  *) echo "ci/torch.sh: unknown argument $1 (usage: ci/torch.sh [--venv-only])" >&2; exit 2 ;;
+esac
 LOCK=${FSDPCHECK_TORCH_LOCK:-adapters/torch/requirements.lock}
 [ -f "$LOCK" ] || { echo "ci/torch.sh: no lock file $LOCK" >&2; exit 2; }
 NAME=$(basename "$LOCK" .lock)
@@ -51,6 +59,7 @@ else
 fi
 "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e adapters/torch
 "$VENV/bin/python" -c 'import torch, torch.distributed as d, transformers, safetensors; print("torch", torch.__version__, "gloo", d.is_gloo_available(), "transformers", transformers.__version__, "safetensors", safetensors.__version__)'
+[ $venv_only = 1 ] && exit 0
 
 echo "== torch adapter: fsdpcheck (Release)"
 if [ ! -x build/default/oracle/fsdpcheck ]; then
