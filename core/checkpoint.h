@@ -181,9 +181,13 @@ int fc_ckpt_prepare_dir(const char *dir, fc_error *e);
 // config.json (Hugging Face fields for gpt2).
 int fc_ckpt_write_config(const char *dir, const fc_ckpt_info *info, fc_ckpt_file *out, fc_error *e);
 // model.safetensors and optimizer.safetensors from full tensors in model
-// layout (state[i]: [numel], the optimizer's states in order).
+// layout (state[i]: [numel], the optimizer's states in order), and for a LoRA
+// model PEFT's adapter_model.safetensors and adapter_config.json after them:
+// fc_ckpt_full_files(m) files in out, at most FC_CKPT_FULL_FILES_MAX.
+#define FC_CKPT_FULL_FILES_MAX 4
+int fc_ckpt_full_files(const fc_model *m);
 int fc_ckpt_write_full_files(const char *dir, const fc_ckpt_info *info, const float *params,
-                             const float *const state[2], fc_ckpt_file out[2], fc_error *e);
+                             const float *const state[2], fc_ckpt_file out[FC_CKPT_FULL_FILES_MAX], fc_error *e);
 
 // One unit chunk of a shard file: elements [first, first+count) of the unit.
 typedef struct {

@@ -108,6 +108,10 @@ int fc_ckpt_json_uint(const cJSON *obj, const char *key, double max, uint64_t *o
     return 0;
 }
 
+void fc_ckpt_json_check(const void *p, const char *file, int line) {
+    if (!p) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory building JSON", file, line);
+}
+
 const char *fc_ckpt_json_str(const cJSON *obj, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsString(v) ? v->valuestring : NULL;
@@ -187,6 +191,10 @@ static int parse_files(const char *src, const cJSON *arr, fc_ckpt_manifest *m, f
         if (!strcmp(nm, FC_CKPT_CONFIG)) has_config = 1;
         else if (m->kind == FC_STATE_DICT_FULL && !strcmp(nm, FC_CKPT_MODEL)) has_model = 1;
         else if (m->kind == FC_STATE_DICT_FULL && !strcmp(nm, FC_CKPT_OPTIM)) has_optim = 1;
+        // PEFT's two files, beside a LoRA model's FULL checkpoint (whether the
+        // model has LoRA, and so needs them, is checked once it is built)
+        else if (m->kind == FC_STATE_DICT_FULL && (!strcmp(nm, FC_CKPT_PEFT_MODEL) || !strcmp(nm, FC_CKPT_PEFT_CONFIG)))
+            continue;
         else if (m->kind == FC_STATE_DICT_SHARDED && r >= 0) {
             if (r >= m->world_size)
                 return fc_fail(e, "%s: %s: rank %ld is outside the world of %d ranks", src, nm, r, m->world_size);

@@ -95,13 +95,52 @@ static int check_config_json(fc_ckpt *c, const char *text, const char *path, fc_
     return 0;
 }
 
+// adapter_config.json must be the LoraConfig of the model's adapters: every
+// field the reference writes (ckpt_peft.c) with its value (a file PEFT wrote
+// has more fields; they are not read).
+static int check_peft_config_json(fc_ckpt *c, const char *text, const char *path, fc_error *e) {
+    if (!fc_ckpt_peft_files(&c->model))
+        return fc_fail(e, "%s: listed in the manifest, but model %s has no LoRA", path, c->model.cfg.name);
+    cJSON *j = cJSON_Parse(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return fc_fail(e, "%s: not a JSON object", path);
+    }
+    cJSON *want = fc_ckpt_peft_config_json(&c->model);
+    int rc = 0;
+    const char *dup = fc_json_duplicate_key(j);
+    if (dup) rc = fc_fail(e, "%s: key \"%s\" appears twice", path, fc_ckpt_show(dup).s);
+    for (const cJSON *w = want->child; w && !rc; w = w->next) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, w->string);
+        if (!v || !cJSON_Compare(w, v, 1)) {
+            char *shown = cJSON_PrintUnformatted(w);
+            jsonCheck(shown);
+            rc = fc_fail(e, "%s: \"%s\" is not %s, the LoRA of model %s", path, w->string, fc_ckpt_show(shown).s,
+                         describe(&c->man.cfg.model).s);
+            cJSON_free(shown);
+        }
+    }
+    cJSON_Delete(want);
+    cJSON_Delete(j);
+    return rc;
+}
+
+// The JSON files of a checkpoint, checked by their reader; 0 for safetensors.
+static int json_kind(const char *name) {
+    return !strcmp(name, FC_CKPT_CONFIG) ? 1 : !strcmp(name, FC_CKPT_PEFT_CONFIG) ? 2 : 0;
+}
+
+static int check_json(fc_ckpt *c, int kind, const char *text, const char *path, fc_error *e) {
+    return kind == 1 ? check_config_json(c, text, path, e) : check_peft_config_json(c, text, path, e);
+}
+
 // Presence, size and (with check_hashes) SHA-256 of listed file i, then its
-// contents: a safetensors header, or config.json.
+// contents: a safetensors header, or a JSON file (config.json, adapter_config.json).
 static int verify_file(fc_ckpt *c, int i, int check_hashes, fc_error *e) {
     const fc_ckpt_file *F = &c->man.files[i];
     char path[1200];
     where(c, F->name, path, sizeof path);
-    int is_config = strcmp(F->name, FC_CKPT_CONFIG) == 0;
+    int is_config = json_kind(F->name);
     char hex[65];
     if (!c->src[0]) {  // in memory
         const fc_ckpt_mem_file *mf = mem_find(c, F->name);
@@ -121,7 +160,7 @@ static int verify_file(fc_ckpt *c, int i, int check_hashes, fc_error *e) {
             char *text = mallocCheck(mf->size + 1);
             if (mf->size) memcpy(text, mf->data, mf->size);
             text[mf->size] = '\0';
-            int rc = check_config_json(c, text, path, e);
+            int rc = check_json(c, is_config, text, path, e);
             free(text);
             return rc;
         }
@@ -151,7 +190,7 @@ static int verify_file(fc_ckpt *c, int i, int check_hashes, fc_error *e) {
                 rc = fc_fail(e, "%s: SHA-256 %.12s... does not match the manifest's %.12s... (corrupted)", path, hex,
                              F->sha256);
         }
-        if (!rc) rc = check_config_json(c, text, path, e);
+        if (!rc) rc = check_json(c, is_config, text, path, e);
         free(text);
         return rc;
     }
@@ -202,8 +241,42 @@ static int find_file(const fc_ckpt *c, const char *name) {
     return -1;
 }
 
+// PEFT's adapter_model.safetensors of a LoRA model: every adapter under its
+// PEFT name, F32 in its shape, bit for bit the one in model.safetensors
+// (c->full[p]), and nothing else.
+static int check_peft_model(fc_ckpt *c, int file, fc_error *e) {
+    const fc_model *m = &c->model;
+    fc_st_file *ps = &c->st[file];
+    char path[1200], name[160];
+    where(c, FC_CKPT_PEFT_MODEL, path, sizeof path);
+    const char *fmt = fc_st_meta(ps, "format");
+    if (!fmt || strcmp(fmt, "pt") != 0)
+        return fc_fail(e, "%s: __metadata__ has no \"format\": \"pt\" (PEFT would not load it)", path);
+    int n_lora = 0, rc = 0;
+    for (int p = 0; p < m->n_params && !rc; p++) {
+        if (!m->params[p].lora) continue;
+        n_lora++;
+        fc_ckpt_peft_name(m->params[p].name, name, sizeof name);
+        const fc_st_tensor *t = fc_st_find(ps, name);
+        if (!t) return fc_fail(e, "%s: adapter %s is missing", path, name);
+        if (check_shape(path, t, &m->params[p], e)) return -1;
+        size_t n = m->params[p].numel;
+        float *a = mallocCheck(n * sizeof(float)), *b = mallocCheck(n * sizeof(float));
+        if (fc_st_read(ps, t, 0, n, a, e) || fc_st_read(&c->st[c->model_file], c->full[p], 0, n, b, e))
+            rc = -1;
+        else if (memcmp(a, b, n * sizeof(float)) != 0)
+            rc = fc_fail(e, "%s: adapter %s differs from %s in %s", path, name, m->params[p].name, FC_CKPT_MODEL);
+        free(a);
+        free(b);
+    }
+    if (!rc && ps->n_tensors != n_lora)
+        rc = fc_fail(e, "%s: %d tensors, model %s has %d adapters", path, ps->n_tensors, m->cfg.name, n_lora);
+    return rc;
+}
+
 // FULL: every parameter in model.safetensors, every state and the step in
-// optimizer.safetensors, with their shapes, and nothing else.
+// optimizer.safetensors, with their shapes, and nothing else; a LoRA model's
+// adapters again in PEFT's two files (ckpt_peft.c), a model without none.
 static int check_full(fc_ckpt *c, fc_error *e) {
     const fc_model *m = &c->model;
     int np = m->n_params;
@@ -263,7 +336,15 @@ static int check_full(fc_ckpt *c, fc_error *e) {
         for (int p = 0; p < np; p++)
             if (!c->full[s * np + p] && !m->params[p].frozen)  // a frozen parameter has none (it reads as 0)
                 return fc_fail(e, "%s: optimizer state %s.%s is missing", path, c->tensor_names[s], m->params[p].name);
-    return 0;
+    int peft_model = find_file(c, FC_CKPT_PEFT_MODEL), peft_config = find_file(c, FC_CKPT_PEFT_CONFIG);
+    where(c, FC_CKPT_MANIFEST, path, sizeof path);
+    if (fc_ckpt_peft_files(m) && (peft_model < 0 || peft_config < 0))
+        return fc_fail(e, "%s: \"files\" does not list %s, which PEFT writes for the LoRA of model %s", path,
+                       peft_model < 0 ? FC_CKPT_PEFT_MODEL : FC_CKPT_PEFT_CONFIG, m->cfg.name);
+    if (!fc_ckpt_peft_files(m) && (peft_model >= 0 || peft_config >= 0))
+        return fc_fail(e, "%s: \"files\" lists %s, but model %s has no LoRA", path,
+                       peft_model >= 0 ? FC_CKPT_PEFT_MODEL : FC_CKPT_PEFT_CONFIG, m->cfg.name);
+    return peft_model >= 0 ? check_peft_model(c, peft_model, e) : 0;
 }
 
 static int cmp_piece(const void *a, const void *b) {

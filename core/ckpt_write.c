@@ -15,14 +15,10 @@
 #include "fileio.h"
 #include "optim.h"
 
-static void json_oom(const void *p, int line) {
-    if (!p) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory building JSON", __FILE__, line);
-}
-#define jsonCheck(p) json_oom((const void *)(p), __LINE__)
-
 // Names an earlier checkpoint (or an interrupted save) may have left.
 static int is_ckpt_file(const char *name) {
-    const char *known[] = {FC_CKPT_MANIFEST, FC_CKPT_CONFIG, FC_CKPT_MODEL, FC_CKPT_OPTIM};
+    const char *known[] = {FC_CKPT_MANIFEST, FC_CKPT_CONFIG, FC_CKPT_MODEL, FC_CKPT_OPTIM, FC_CKPT_PEFT_MODEL,
+                           FC_CKPT_PEFT_CONFIG};
     char base[256];
     snprintf(base, sizeof base, "%s", name);
     char *tmp = strstr(base, ".tmp.");  // "<name>.tmp.<pid>": a temporary of a crashed write
@@ -95,8 +91,32 @@ static fc_st_entry param_entry(const fc_param *p, const char *name, const float 
     return (fc_st_entry){name, FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]}, base + p->offset};
 }
 
+// PEFT's files of a LoRA model (ckpt_peft.c): its adapters, and its LoraConfig.
+static int write_peft(const char *dir, const fc_model *m, const float *params, fc_ckpt_file out[2], fc_error *e) {
+    fc_st_entry *ent = callocCheck((size_t)m->n_params, sizeof *ent);
+    char (*names)[160] = callocCheck((size_t)m->n_params, sizeof *names);
+    int n = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        if (!m->params[i].lora) continue;
+        if (fc_ckpt_peft_name(m->params[i].name, names[n], sizeof names[n]))
+            fc_die(FC_EXIT_INTERNAL, "%s:%d: LoRA parameter %s has no PEFT name", __FILE__, __LINE__,
+                   m->params[i].name);
+        ent[n] = param_entry(&m->params[i], names[n], params);
+        n++;
+    }
+    fc_st_meta_kv pt[] = {{"format", "pt"}};
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, FC_CKPT_PEFT_MODEL);
+    int rc = fc_st_write(path, ent, n, pt, 1, e);
+    if (!rc) rc = describe_file(dir, FC_CKPT_PEFT_MODEL, &out[0], e);
+    if (!rc) rc = write_json(dir, FC_CKPT_PEFT_CONFIG, fc_ckpt_peft_config_json(m), &out[1], e);
+    free(names);
+    free(ent);
+    return rc;
+}
+
 int fc_ckpt_write_full_files(const char *dir, const fc_ckpt_info *info, const float *params,
-                             const float *const state[2], fc_ckpt_file out[2], fc_error *e) {
+                             const float *const state[2], fc_ckpt_file out[FC_CKPT_FULL_FILES_MAX], fc_error *e) {
     const fc_model *m = info->m;
     const char *names[2];
     int n_state = fc_optim_state_names(&info->cfg->optim, names);
@@ -133,6 +153,7 @@ int fc_ckpt_write_full_files(const char *dir, const fc_ckpt_info *info, const fl
     for (int i = 0; i < k; i++) free(owned[i]);
     free(owned);
     free(ent);
+    if (!rc && fc_ckpt_peft_files(m)) rc = write_peft(dir, m, params, &out[2], e);
     return rc;
 }
 
@@ -323,9 +344,9 @@ int fc_ckpt_write_manifest(const char *dir, const fc_ckpt_info *info, fc_state_d
 
 int fc_ckpt_save_full(const char *dir, const fc_ckpt_info *info, const float *params,
                       const float *const state[2], fc_error *e) {
-    fc_ckpt_file files[3];
+    fc_ckpt_file files[1 + FC_CKPT_FULL_FILES_MAX];
     if (fc_ckpt_prepare_dir(dir, e) || fc_ckpt_write_config(dir, info, &files[0], e) ||
         fc_ckpt_write_full_files(dir, info, params, state, &files[1], e))
         return -1;
-    return fc_ckpt_write_manifest(dir, info, FC_STATE_DICT_FULL, files, 3, e);
+    return fc_ckpt_write_manifest(dir, info, FC_STATE_DICT_FULL, files, 1 + fc_ckpt_full_files(info->m), e);
 }

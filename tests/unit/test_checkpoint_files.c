@@ -582,3 +582,197 @@ Test(ckpt, open_mem_matches_open_dir) {
     for (int i = 0; i < 3; i++) free(bufs[i]);
     (void)dir;
 }
+
+// ----------------------------------------------------------------------------
+// PEFT's files beside a LoRA model's FULL checkpoint (core/ckpt_peft.c)
+
+static const char *const LORA_RUN[] = {"--model", "llama-tiny", "--lora", "2:4:q_proj", NULL};
+
+// A FULL checkpoint of llama-tiny (2 layers) with LoRA on q_proj after 2 steps.
+static const char *make_lora_ckpt(const char *name) {
+    const char *dir = tmp_path("%s", name);
+    result r;
+    run_in(NULL, ARGS("run", "--quiet", "--model", "llama-tiny", "--lora", "2:4:q_proj", "--steps", "2", "--save", dir),
+           &r);
+    expect_ok(&r);
+    result_free(&r);
+    return dir;
+}
+
+// The manifest of dir made consistent again after file `name` changed (its
+// bytes and SHA-256), so that what is checked is the file's contents; with
+// unlist, the file's entry removed instead.
+static void edit_manifest(const char *dir, const char *name, int unlist) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/fsdpcheck.json", dir);
+    size_t n;
+    char *text = (char *)read_all(path, &n);
+    cJSON *j = cJSON_ParseWithLength(text, n);
+    free(text);
+    cr_assert_not_null(j);
+    char fpath[1100], hex[65];
+    snprintf(fpath, sizeof fpath, "%s/%s", dir, name);
+    uint64_t bytes;
+    fc_error e;
+    cr_assert_eq(fc_sha256_file(fpath, &bytes, hex, &e), 0, "%s", e.msg);
+    const cJSON *f;
+    int found = 0;
+    cJSON *files = cJSON_GetObjectItem(j, "files");
+    int i = 0;
+    cJSON_ArrayForEach(f, files) {
+        if (strcmp(cJSON_GetObjectItem(f, "name")->valuestring, name) == 0) {
+            found = 1;
+            break;
+        }
+        i++;
+    }
+    if (found && unlist) {
+        cJSON_DeleteItemFromArray(files, i);
+    } else if (found) {
+        cJSON_ReplaceItemInObject((cJSON *)f, "bytes", cJSON_CreateNumber((double)bytes));
+        cJSON_ReplaceItemInObject((cJSON *)f, "sha256", cJSON_CreateString(hex));
+    }
+    cr_assert(found, "the manifest lists no %s", name);
+    char *out = cJSON_Print(j);
+    write_file(path, out, strlen(out));
+    free(out);
+    cJSON_Delete(j);
+}
+
+// `ckpt verify DIR` and `run --load DIR` of the LoRA model both refuse, naming want.
+static void rehash(const char *dir, const char *name) { edit_manifest(dir, name, 0); }
+
+static void expect_lora_refused(const char *dir, const char *const *want) {
+    result r;
+    run_in(NULL, ARGS("ckpt", "verify", dir), &r);
+    expect_refused(&r, want);
+    result_free(&r);
+    const char *argv[16] = {"run", "--quiet", "--steps", "1", "--load", dir};
+    int k = 6;
+    for (int i = 0; LORA_RUN[i]; i++) argv[k++] = LORA_RUN[i];
+    argv[k] = NULL;
+    run_in(NULL, argv, &r);
+    expect_refused(&r, want);
+    result_free(&r);
+}
+
+Test(ckpt, lora_full_checkpoint_holds_what_peft_writes) {
+    const char *dir = make_lora_ckpt("lora");
+    expect_listing(dir, "adapter_config.json adapter_model.safetensors config.json fsdpcheck.json model.safetensors "
+                        "optimizer.safetensors");
+    // the adapters under PEFT's names, bit for bit model.safetensors' own
+    fc_error e;
+    fc_st_file a, m;
+    cr_assert_eq(fc_st_open(tmp_path("lora/adapter_model.safetensors"), &a, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_open(tmp_path("lora/model.safetensors"), &m, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(fc_st_meta(&a, "format"), "pt");
+    cr_expect_eq(a.n_tensors, 4, "llama-tiny's two q_proj have 4 adapters, not %d", a.n_tensors);
+    for (int l = 0; l < 2; l++)
+        for (int ab = 0; ab < 2; ab++) {
+            char peft[128], ours[128];
+            snprintf(peft, sizeof peft, "base_model.model.model.layers.%d.self_attn.q_proj.lora_%c.weight", l, "AB"[ab]);
+            snprintf(ours, sizeof ours, "model.layers.%d.self_attn.q_proj.lora_%c.default.weight", l, "AB"[ab]);
+            const fc_st_tensor *ta = fc_st_find(&a, peft), *tm = fc_st_find(&m, ours);
+            cr_assert(ta && tm, "%s or %s missing", peft, ours);
+            size_t n = (size_t)(ta->shape[0] * ta->shape[1]);
+            float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+            cr_assert_eq(fc_st_read_f32(&a, ta, 0, n, x, &e), 0, "%s", e.msg);
+            cr_assert_eq(fc_st_read_f32(&m, tm, 0, n, y, &e), 0, "%s", e.msg);
+            cr_expect_eq(memcmp(x, y, n * sizeof(float)), 0, "%s differs from %s", peft, ours);
+            free(x);
+            free(y);
+        }
+    fc_st_close(&a);
+    fc_st_close(&m);
+    // LoraConfig: r, lora_alpha, the module paths adapted
+    size_t n;
+    char *text = (char *)read_all(tmp_path("lora/adapter_config.json"), &n);
+    cJSON *j = cJSON_ParseWithLength(text, n);
+    free(text);
+    cr_assert_not_null(j);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "peft_type")->valuestring, "LORA");
+    cr_expect_eq(cJSON_GetObjectItem(j, "r")->valuedouble, 2);
+    cr_expect_eq(cJSON_GetObjectItem(j, "lora_alpha")->valuedouble, 4);
+    char *targets = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "target_modules"));
+    cr_expect_str_eq(targets, "[\"model.layers.0.self_attn.q_proj\",\"model.layers.1.self_attn.q_proj\"]");
+    free(targets);
+    cJSON_Delete(j);
+    result r;
+    run_in(NULL, ARGS("ckpt", "verify", dir), &r);
+    expect_ok(&r);
+    result_free(&r);
+}
+
+Test(ckpt, lora_peft_files_that_disagree_are_refused) {
+    char good[1024];
+    snprintf(good, sizeof good, "%s", make_lora_ckpt("lora"));
+    const char *bad = tmp_path("bad");
+    // one adapter value changed in PEFT's file only (the last byte of the data)
+    remove_tree(bad);
+    copy_dir(good, bad);
+    char path[1100];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", bad);
+    flip_byte(path, file_size(path) - 1);
+    rehash(bad, "adapter_model.safetensors");
+    expect_lora_refused(bad, ARGS("adapter_model.safetensors: adapter", "differs from", "model.safetensors"));
+    // a LoraConfig of another rank
+    remove_tree(bad);
+    copy_dir(good, bad);
+    snprintf(path, sizeof path, "%s/adapter_config.json", bad);
+    size_t n;
+    char *text = (char *)read_all(path, &n);
+    char *at = strstr(text, "\"r\":\t2");
+    cr_assert_not_null(at);
+    at[5] = '8';
+    write_file(path, text, n);
+    free(text);
+    rehash(bad, "adapter_config.json");
+    expect_lora_refused(bad, ARGS("adapter_config.json", "\"r\" is not 2"));
+    // a LoRA checkpoint whose manifest does not list one of PEFT's files
+    const char *peft[] = {"adapter_model.safetensors", "adapter_config.json"};
+    for (int k = 0; k < 2; k++) {
+        remove_tree(bad);
+        copy_dir(good, bad);
+        edit_manifest(bad, peft[k], 1);
+        expect_lora_refused(bad, ARGS("fsdpcheck.json", "does not list", peft[k], "which PEFT writes"));
+    }
+}
+
+Test(ckpt, peft_files_without_lora_are_refused) {
+    char lora[1024], plain[1024];
+    snprintf(lora, sizeof lora, "%s", make_lora_ckpt("lora"));
+    snprintf(plain, sizeof plain, "%s", make_ckpt("plain", "mlp-tiny", "full", "2", "adamw"));
+    // each of PEFT's files copied into a checkpoint of a model without LoRA, and listed
+    const char *peft[] = {"adapter_model.safetensors", "adapter_config.json"};
+    const char *bad = tmp_path("bad");
+    for (int k = 0; k < 2; k++) {
+        remove_tree(bad);
+        copy_dir(plain, bad);
+        char src[1100], dst[1100];
+        snprintf(src, sizeof src, "%s/%s", lora, peft[k]);
+        snprintf(dst, sizeof dst, "%s/%s", bad, peft[k]);
+        size_t n;
+        unsigned char *data = read_all(src, &n);
+        write_file(dst, data, n);
+        free(data);
+        // listed as the manifest's last file, with its true size and hash
+        snprintf(src, sizeof src, "%s/fsdpcheck.json", bad);
+        char *text = (char *)read_all(src, &n);
+        cJSON *j = cJSON_ParseWithLength(text, n);
+        free(text);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "name", peft[k]);
+        cJSON_AddNumberToObject(f, "bytes", 0);
+        cJSON_AddStringToObject(f, "sha256", "");
+        cJSON_AddItemToArray(cJSON_GetObjectItem(j, "files"), f);
+        char *out = cJSON_Print(j);
+        write_file(src, out, strlen(out));
+        free(out);
+        cJSON_Delete(j);
+        rehash(bad, peft[k]);
+        result r;
+        run_in(NULL, ARGS("ckpt", "verify", bad), &r);
+        REFUSED(&r, peft[k], "model mlp-tiny has no LoRA");
+        result_free(&r);
+    }
+}

@@ -181,3 +181,13 @@ def refuses_trainer_and_ckpt_import(like, out, tmp_path, capsys, trainer_needle,
         src.mkdir()
         (src / ".metadata").write_bytes(b"")
         refused(["ckpt", "import", str(src), str(out), "--like", like], capsys, import_needle)
+
+
+def hf_loss_tool():
+    """tools/hf_loss.py as a module: a FULL checkpoint's loss through its real readers."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hf_loss", os.path.join(HERE, "..", "tools", "hf_loss.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

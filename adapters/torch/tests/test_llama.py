@@ -9,13 +9,19 @@ neither side bounds T by it. The checks are registered at collection and run
 with the rest (conftest `checks`: one torchrun per world size).
 """
 
-import importlib.util
 import json
-import os
 import subprocess
 
 import pytest
-from conftest import HERE, assert_verdict, expected_bug, first_divergence, fsdpcheck_bin, reference_trace, register
+from conftest import (
+    assert_verdict,
+    expected_bug,
+    first_divergence,
+    fsdpcheck_bin,
+    hf_loss_tool,
+    reference_trace,
+    register,
+)
 
 from fsdpcheck_torch.dcp import missing
 
@@ -91,14 +97,6 @@ def test_llama_summed_gradients_are_caught(checks):
     assert rc == 1 and div.startswith("first divergence: step 0, tensor grad."), out
 
 
-def _hf_loss():
-    path = os.path.join(HERE, "..", "tools", "hf_loss.py")
-    spec = importlib.util.spec_from_file_location("hf_loss", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize(("model", "tied"), [("llama-tiny", False), ("llama-micro", True)])
 def test_full_checkpoint_loads_in_from_pretrained(tmp_path, capsys, model, tied):
     """The reference's FULL checkpoint after step 2 of 3, read by
@@ -112,7 +110,7 @@ def test_full_checkpoint_loads_in_from_pretrained(tmp_path, capsys, model, tied)
         stdin=subprocess.DEVNULL,
     )
     assert json.loads((ckpt / "config.json").read_text())["tie_word_embeddings"] is tied
-    rc = _hf_loss().main([str(ckpt), str(trace)])
+    rc = hf_loss_tool().main([str(ckpt), str(trace)])
     out = capsys.readouterr().out
     print(out)
     assert rc == 0 and out.startswith(f"hf_loss: PASS LlamaForCausalLM.from_pretrained({ckpt}) step 2: "), out

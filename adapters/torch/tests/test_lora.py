@@ -23,6 +23,8 @@ from conftest import (
     assert_verdict,
     expected_bug,
     first_divergence,
+    fsdpcheck_bin,
+    hf_loss_tool,
     reference_trace,
     refused,
     refuses_trainer_and_ckpt_import,
@@ -262,3 +264,52 @@ def test_trainer_ckpt_import_and_load_refuse_a_lora_run(lora_ref, tmp_path, caps
     run = ["run", "--api", "fsdp1", "--trace", str(out), "--steps", "1", "--load", str(ckpt), "--like", plain]
     refused(run, capsys, "the checkpoint is of a LoRA model")
     assert not out.exists()
+
+
+def test_full_checkpoint_loads_in_peft_from_pretrained(tmp_path, capsys):
+    """The reference's FULL checkpoint of a LoRA model after step 2 of 3 holds
+    what PEFT writes beside FSDP's state dict: adapter_model.safetensors under
+    PEFT's names and adapter_config.json. PeftModel.from_pretrained on
+    LlamaForCausalLM.from_pretrained (tools/hf_loss.py) gives the loss the trace
+    recorded for step 2, and the base alone does not (the adapters were read)."""
+    import subprocess
+
+    import peft
+    import torch
+    from safetensors import safe_open
+
+    ckpt, trace = tmp_path / "ckpt", tmp_path / "trace"
+    subprocess.run(
+        [fsdpcheck_bin(), "run", *LLAMA[:2], *LORA, "--strategy", "full_shard", "--steps", "3", "--save-at", "2"]
+        + ["--save", str(ckpt), "--state-dict", "full", "--trace", str(trace), "--quiet"],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
+    conf = peft.LoraConfig.from_pretrained(str(ckpt))
+    assert (conf.r, conf.lora_alpha, conf.lora_dropout, conf.bias) == (R, ALPHA, 0.0, "none")
+    assert sorted(conf.target_modules) == [f"model.layers.{i}.self_attn.{p}_proj" for i in (0, 1) for p in "qv"]
+    with safe_open(str(ckpt / "adapter_model.safetensors"), "pt") as f:
+        keys = sorted(f.keys())
+        assert f.metadata() == {"format": "pt"}
+        b = f.get_tensor("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight")
+    assert keys == sorted(
+        f"base_model.model.model.layers.{i}.self_attn.{p}_proj.lora_{ab}.weight"
+        for i in (0, 1)
+        for p in "qv"
+        for ab in "AB"
+    )
+    assert b.abs().max() > 0  # two steps moved lora_B off its zeros: the adapters change the loss
+    # rtol 1e-6: PEFT's loss was the trace's to the bit here (|rel| 0 with torch 2.15 on the CPU), while
+    # the base without its adapters is 3.7e-5 away after two steps, under hf_loss's default 1e-4
+    hf, rtol = hf_loss_tool(), ["--rtol", "1e-6"]
+    rc = hf.main([str(ckpt), str(trace), *rtol])
+    out = capsys.readouterr().out
+    print(out)
+    assert rc == 0 and out.startswith(
+        f"hf_loss: PASS PeftModel.from_pretrained(LlamaForCausalLM.from_pretrained({ckpt})"
+    ), out
+    # the base without PEFT's file: another loss, so the PASS above read the adapters
+    (ckpt / "adapter_config.json").rename(tmp_path / "adapter_config.json")
+    assert hf.main([str(ckpt), str(trace), *rtol]) == 1
+    verdicts = [line for line in capsys.readouterr().out.splitlines() if line.startswith("hf_loss: ")]
+    assert verdicts[-1].startswith("hf_loss: FAIL LlamaForCausalLM.from_pretrained("), (verdicts, torch.__version__)

@@ -13,6 +13,9 @@ checkpoint with transformers, computes the loss on step S's batch in fp32, and
 prints both; exits 1 if they differ by more than R relative (default 1e-4: fp32
 forward of the same parameters on two code paths differs in summation order
 only; measured |rel| on gpt2-tiny on the CPU: see bench/gpu/run.sh scale).
+A LoRA model's checkpoint also holds PEFT's adapter_model.safetensors and
+adapter_config.json: the base is read as above and the adapters by
+peft.PeftModel.from_pretrained, as a user resumes a PEFT run.
 Exit 2 on bad input, one line on stderr.
 """
 
@@ -60,14 +63,21 @@ def main(argv):
     with safe_open(path, "pt") as f:
         want = float(f.get_tensor("loss"))
     cls = HF[mtype].model_class()
-    model = cls.from_pretrained(ckpt, torch_dtype=torch.float32).to(device).eval()
+    model = cls.from_pretrained(ckpt, torch_dtype=torch.float32)
+    reader = f"{cls.__name__}.from_pretrained({ckpt})"
+    if os.path.exists(os.path.join(ckpt, "adapter_config.json")):
+        import peft
+
+        # model.safetensors holds the adapters too (FSDP's full state dict of the PeftModel):
+        # from_pretrained leaves them out of the base, and PEFT reads its own file
+        model = peft.PeftModel.from_pretrained(model, ckpt)
+        reader = f"PeftModel.from_pretrained({reader}, {ckpt})"
+    model = model.to(device).eval()
     with torch.no_grad():
         got = float(loss_of(model, {"model_type": mtype}, inp.long().to(device), target.long().to(device)))
     rel = abs(got - want) / abs(want)
     verdict = "PASS" if rel <= rtol else "FAIL"
-    print(
-        f"hf_loss: {verdict} {cls.__name__}.from_pretrained({ckpt}) step {step}: loss {got:.7f}, trace {want:.7f}, |rel| {rel:.2e} (rtol {rtol:g})"
-    )
+    print(f"hf_loss: {verdict} {reader} step {step}: loss {got:.7f}, trace {want:.7f}, |rel| {rel:.2e} (rtol {rtol:g})")
     return 0 if verdict == "PASS" else 1
 
 
