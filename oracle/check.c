@@ -98,7 +98,28 @@ int fc_cmd_check(int argc, char **argv) {
     fc_impl *ti = tested->create(&tcfg, MPI_COMM_WORLD, &e);
     if (!ti) die_all(rank, e.msg);
     fc_impl *ei = expected->create(&ecfg, MPI_COMM_WORLD, &e);
-    if (!ei) die_all(rank, e.msg);
+    if (!ei) {
+        tested->destroy(ti);
+        die_all(rank, e.msg);
+    }
+    // --load: both start from the checkpoint (parameters, optimizer state, the
+    // step and so the data position), and the steps judged continue from it
+    if (a.load_dir[0]) {
+        fc_watchdog_mark(0, "load");
+        const fc_impl_ops *ops[2] = {tested, expected};
+        fc_impl *ims[2] = {ti, ei};
+        for (int k = 0; k < 2; k++) {
+            if (!ops[k]->load || !ops[k]->steps_done)
+                fc_fail(&e, "implementation %s does not load checkpoints", ops[k]->name);
+            else if (ops[k]->load(ims[k], a.load_dir, &e) == 0)
+                continue;
+            char msg[sizeof e.msg + 32];
+            snprintf(msg, sizeof msg, "--load: %s", e.msg);  // the same on every rank
+            tested->destroy(ti);  // refused: what the two created is released before MPI ends
+            expected->destroy(ei);
+            die_all(rank, msg);
+        }
+    }
 
     fc_model m;
     fc_model_build_run(&m, &a.cfg);
@@ -125,22 +146,6 @@ int fc_cmd_check(int argc, char **argv) {
     if (rank == 0 && fc_cmp_policy_magnitudes(&policy)) {
         if (fc_magnitude_open(&mag, &ecfg, &e)) fc_die(FC_EXIT_USAGE, "check: the magnitude pass: %s", e.msg);
         mag_buf = mallocCheck(m.numel * sizeof(float));
-    }
-    // --load: both start from the checkpoint (parameters, optimizer state, the
-    // step and so the data position), and the steps judged continue from it
-    if (a.load_dir[0]) {
-        fc_watchdog_mark(0, "load");
-        const fc_impl_ops *ops[2] = {tested, expected};
-        fc_impl *ims[2] = {ti, ei};
-        for (int k = 0; k < 2; k++) {
-            if (!ops[k]->load || !ops[k]->steps_done)
-                fc_fail(&e, "implementation %s does not load checkpoints", ops[k]->name);
-            else if (ops[k]->load(ims[k], a.load_dir, &e) == 0)
-                continue;
-            char msg[sizeof e.msg + 32];
-            snprintf(msg, sizeof msg, "--load: %s", e.msg);  // the same on every rank
-            die_all(rank, msg);
-        }
     }
     // the parameters both start from (initial, or loaded)
     if (tested->export_full(ti, FC_EXPORT_PARAMS, ts.prev, 0, &e) || expected->export_full(ei, FC_EXPORT_PARAMS, es.prev, 0, &e))
