@@ -4,7 +4,7 @@
 usage: python3 fuzz/gen_manifest_corpus.py PATH/TO/fsdpcheck [MPIEXEC]
 
 Standard library only. Saves a few tiny real checkpoints with the fsdpcheck
-binary (a 3-4-2 mlp, so each seed is a few KB), then writes for each:
+binary (a 3-4-2 mlp, so each seed is a few KB; and llama-micro with LoRA), then writes for each:
   - the manifest alone (seeds the parser);
   - the whole checkpoint as an "FCKA" archive (see fuzz_manifest.c), once with
     SHA-256 checking and once without, so the fuzzer starts both at the hash
@@ -53,6 +53,8 @@ def main():
             "full_adamw": ["--model", "mlp.json", "--state-dict", "full"],
             "sharded_sgd": ["--model", "mlp.json", "--optimizer", "sgd", "--state-dict", "sharded"],
             "full_gpt2": ["--model", "gpt.json", "--seq-len", "2", "--state-dict", "full"],
+            # LoRA: PEFT's adapter_model.safetensors and adapter_config.json beside the FULL files
+            "full_lora": ["--model", "llama-micro", "--lora", "2:4:q_proj", "--seq-len", "2", "--state-dict", "full"],
         }
         for tag, flags in runs.items():
             cmd = [binary, "run", "--quiet", "--steps", "2", "--global-batch", "2", "--save", tag] + flags
