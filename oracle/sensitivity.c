@@ -326,9 +326,13 @@ int fc_cmd_sensitivity(int argc, char **argv) {
         snprintf(name, sizeof name, "optim.%s", sb.state_names[i]);
         measure(&p, FC_CMP_OPTIM, bb[2 + i], &tb.model, name, 0);
     }
-    if (tb.model.n_frozen)
-        printf("frozen: %d parameter tensors (--freeze '%s'%s): value, gradient and optimizer state judged "
-               "exactly, any change fails\n", tb.model.n_frozen, tb.cfg.freeze, tb.cfg.model.lora_r ? ", LoRA's base" : "");
+    if (tb.model.n_frozen) {  // by --freeze, or by LoRA (its base; the two exclude each other)
+        char why[300];
+        if (tb.cfg.model.lora_r) snprintf(why, sizeof why, "LoRA's base");
+        else snprintf(why, sizeof why, "--freeze '%s'", tb.cfg.freeze);
+        printf("frozen: %d parameter tensors (%s): value, gradient and optimizer state judged exactly, any change "
+               "fails\n", tb.model.n_frozen, why);
+    }
     int pass = r.pass;
     fc_cmp_result_free(&r);
     fc_batch_free(&bat[0]);

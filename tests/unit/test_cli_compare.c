@@ -352,6 +352,23 @@ Test(compare, sensitivity_finds_the_smallest_delta_caught) {
     expect_usage("sensitivity: --threads needs a value");
 }
 
+// sensitivity with frozen parameters: each kind measured on its largest
+// trainable tensor (a frozen one's zero gradient and state have no relative
+// delta), and the frozen tensors named as judged exactly, by --freeze or LoRA.
+Test(compare, sensitivity_of_frozen_and_lora_runs) {
+    const char *a = trace("frz_local", ARGS("--freeze", "layers[.]1")),
+               *b = trace_w2("frz_fs2", ARGS("--strategy", "full_shard", "--freeze", "layers[.]1"));
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", a, b)), 0, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("grad   grad.layers.0.weight");
+    expect_out("frozen: 2 parameter tensors (--freeze 'layers[.]1'): value, gradient and optimizer state judged "
+               "exactly, any change fails");
+    a = trace("lora_local", ARGS("--model", "llama-micro", "--lora", "2:4:q_proj"));
+    b = trace_w2("lora_fs2", ARGS("--model", "llama-micro", "--lora", "2:4:q_proj", "--strategy", "full_shard"));
+    cr_expect_eq(fsdpcheck(ARGS("sensitivity", a, b)), 0, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
+    expect_out("grad   grad.model.layers.0.self_attn.q_proj.lora_");
+    expect_out("frozen: 11 parameter tensors (LoRA's base): value, gradient");
+}
+
 Test(compare, w2_full_shard_is_close_to_local_but_not_bitwise) {
     const char *a = trace("local", NULL), *b = trace_w2("fs2", ARGS("--strategy", "full_shard"));
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 0, "stdout:\n%s\nstderr:\n%s", R.out, R.err);
