@@ -496,8 +496,8 @@ def frozen_of(cfg, names):
 
 
 FROZEN_CHECKPOINT = (
-    "torch saves no optimizer state for a frozen parameter, fsdpcheck's checkpoints hold zeros for it, "
-    "and the adapter does not convert between the two yet"
+    "a frozen parameter has no optimizer state in torch's checkpoints or in fsdpcheck's FULL and DCP ones, "
+    "and the adapter's checkpoint import and export do not carry that absence yet"
 )
 
 
