@@ -266,6 +266,16 @@ def test_trainer_ckpt_import_and_load_refuse_a_lora_run(lora_ref, tmp_path, caps
     assert not out.exists()
 
 
+def _transformers_major():
+    import transformers
+
+    return int(transformers.__version__.split(".")[0])
+
+
+# transformers 4.56's from_pretrained takes a directory that holds adapter_config.json for a PEFT
+# adapter and looks its base model (base_model_name_or_path) up on the Hub: measured on the oldest
+# pair (LocalEntryNotFoundError offline); transformers 5 loads the base from the directory
+@pytest.mark.skipif(_transformers_major() < 5, reason="transformers < 5 looks a PEFT directory's base up on the Hub")
 def test_full_checkpoint_loads_in_peft_from_pretrained(tmp_path, capsys):
     """The reference's FULL checkpoint of a LoRA model after step 2 of 3 holds
     what PEFT writes beside FSDP's state dict: adapter_model.safetensors under
