@@ -13,6 +13,13 @@
 //   4. clip_grad_norm over the owned gradient elements (core/clip.h), then the
 //      optimizer over this rank's shard (core/optim.h), on the device or, under
 //      cpu_offload, on the host.
+// Frozen parameters (--freeze, LoRA's base; DESIGN §2) as FSDP1 with
+// use_orig_params keeps them: a unit with no trainable parameter has no
+// gradient shard, computes no parameter gradient and reduces nothing; in a
+// unit that trains, the FlatParameter's whole gradient is reduced and the
+// frozen elements' part dropped before the norm; the optimizer steps, and
+// keeps state for, the trainable elements only (state is stored compactly:
+// the frozen runs of the shard are left out).
 // Every collective, wait, compute, free, copy and optimizer step is logged
 // where it is issued (core/schedule.h), with the reference's vocabulary and
 // bytes. Streams (exec.h): a gather's pack and collective run on COMM; the
@@ -33,11 +40,23 @@
 #include "optim.h"
 #include "weights.h"
 
+// A run of this rank's stored elements that is all frozen or all trainable:
+// param[off, off + count), and for a trainable run its optimizer state at
+// state[i][state_off, state_off + count).
+typedef struct {
+    size_t off, count, state_off;
+    int frozen;
+} cu_run;
+
 typedef struct {
     size_t numel, shard, padded, own_off, own_valid, store;  // fc_unit_layout
+    int trains;          // some parameter of the unit trains (core/model.h fc_unit_trains)
+    cu_run *runs;        // [n_runs] the elements the optimizer owns (own_valid sharded, numel no_shard), in order
+    int n_runs;
+    size_t state_n;      // elements of each optimizer state: store less the frozen elements (core/layout.h)
     float *param;        // [store] fp32 master parameters (device, or pinned host under cpu_offload)
-    float *grad;         // [store] fp32 reduced gradient, accumulated over micro-batches
-    float *state[2];     // [store] optimizer state
+    float *grad;         // [store] fp32 reduced gradient, accumulated over micro-batches; NULL when !trains
+    float *state[2];     // [state_n] optimizer state, the frozen runs left out; NULL when state_n is 0
     void *gathered;      // [P] sharded, [N] no_shard: compute parameters in param_dtype; NULL when freed
     int gathered_owned;  // gathered is an allocation (not param itself: no_shard in fp32)
     int ag_pending;      // its all-gather is in flight
@@ -259,7 +278,7 @@ static void backward(fce *f, int k, int sync) {
         cu_unit *U = &f->u[u];
         if (s == f->st[u].first_bwd) {
             ensure_gathered(f, u, FC_PHASE_BACKWARD);
-            if (!U->full_grad) {  // survives across micro-batches under no_sync
+            if (!U->full_grad && U->trains) {  // survives across micro-batches under no_sync
                 U->full_grad = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * pb, FCX_COMPUTE);
                 fcx_zero(f->x, U->full_grad, U->padded * pb, FCX_COMPUTE);
             }
@@ -269,7 +288,7 @@ static void backward(fce *f, int k, int sync) {
         }
         log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
         f->up[u] = U->gathered;
-        f->ug[u] = U->full_grad;
+        f->ug[u] = U->full_grad;  // NULL for a unit that does not train: input gradients only
         fcx_backward(f->x, s, k, f->up, f->ug);
         f->up[u] = NULL;
         f->ug[u] = NULL;
@@ -278,7 +297,7 @@ static void backward(fce *f, int k, int sync) {
             if (f->cfg.backward_prefetch == FC_PREFETCH_POST)
                 prefetch(f, fc_next_backward_unit(m, f->st, s), FC_PHASE_BACKWARD);
             free_gathered(f, u, FC_PHASE_BACKWARD);
-            if (sync) issue_reduce(f, u);
+            if (sync && U->trains) issue_reduce(f, u);  // a unit that does not train reduces nothing
         }
     }
     complete_reduce(f);
@@ -291,16 +310,17 @@ static void backward(fce *f, int k, int sync) {
 // unit (no_shard: the chunk it would own sharded over W), gathered over the
 // shard group and combined exactly (core/clip.h).
 static double grad_norm(fce *f) {
-    int nu = f->m.n_units, G = f->g.G;
+    int nu = f->m.n_units, G = f->g.G, k = 0;
     float **g = mallocCheck((size_t)nu * sizeof *g);
     size_t *n = mallocCheck((size_t)nu * sizeof *n);
     for (int u = 0; u < nu; u++) {
         const cu_unit *U = &f->u[u];
-        g[u] = f->g.sharded ? U->grad : U->grad + U->own_off;
-        n[u] = U->own_valid;  // padding is never normed
+        if (!U->grad) continue;  // no gradient: nothing to norm
+        g[k] = f->g.sharded ? U->grad : U->grad + U->own_off;
+        n[k++] = U->own_valid;  // padding is never normed
     }
     fc_norm_part part;
-    fcx_norm_part(f->x, g, n, nu, f->cfg.norm_type, f->cfg.cpu_offload, &part);
+    fcx_norm_part(f->x, g, n, k, f->cfg.norm_type, f->cfg.cpu_offload, &part);
     fc_norm_part *parts = mallocCheck((size_t)G * sizeof *parts);
     fc_group grp = f->g.sharded ? FC_GROUP_SHARD : FC_GROUP_WORLD;
     log_ev(f, FC_OP_ALL_REDUCE, FC_OP_ALL_REDUCE, -1, -1, grp, sizeof part, FC_PREC_FP32, FC_PHASE_CLIP, 0);
@@ -316,23 +336,51 @@ static double grad_norm(fce *f) {
     return total;
 }
 
-// The optimizer over this rank's own elements, the clip coefficient applied
-// on the way in (the stored gradient stays unclipped for export).
-static void optimizer_step(fce *f, float coef) {
-    int nu = f->m.n_units;
-    float **p = mallocCheck((size_t)nu * sizeof *p), **g = mallocCheck((size_t)nu * sizeof *g);
-    float **s0 = mallocCheck((size_t)nu * sizeof *s0), **s1 = mallocCheck((size_t)nu * sizeof *s1);
-    size_t *n = mallocCheck((size_t)nu * sizeof *n);
-    for (int u = 0; u < nu; u++) {
+// A frozen parameter has no gradient (DESIGN §2): what the reduction of its
+// unit's FlatParameter brought for it is dropped before the clip norm, so
+// none is normed, stepped or exported. After fcx_sync.
+static void drop_frozen_grads(fce *f) {
+    for (int u = 0; u < f->m.n_units; u++) {
         cu_unit *U = &f->u[u];
-        n[u] = f->g.sharded ? U->own_valid : U->numel;
-        p[u] = U->param;
-        g[u] = U->grad;
-        s0[u] = U->state[0];
-        s1[u] = U->state[1];
-        log_ev(f, FC_OP_OPTIM, FC_OP_OPTIM, u, -1, FC_GROUP_NONE, n[u] * sizeof(float), FC_PREC_FP32, FC_PHASE_OPTIM, 0);
+        for (int r = 0; r < U->n_runs && U->grad; r++) {
+            if (!U->runs[r].frozen) continue;
+            float *g = U->grad + U->runs[r].off;
+            size_t bytes = U->runs[r].count * sizeof(float);
+            if (f->cfg.cpu_offload)
+                memset(g, 0, bytes);  // pinned host; the device is idle after fcx_sync
+            else
+                fcx_zero(f->x, g, bytes, FCX_COMPUTE);
+        }
     }
-    fcx_optim(f->x, &f->cfg.optim, f->step, coef, fc_clip_applies(f->cfg.clip_grad_norm, coef), p, g, s0, s1, n, nu,
+}
+
+// The optimizer over this rank's own trainable elements, one buffer per
+// trainable run, the clip coefficient applied on the way in (the stored
+// gradient stays unclipped for export). The log counts what was stepped.
+static void optimizer_step(fce *f, float coef) {
+    int nb = 0;
+    for (int u = 0; u < f->m.n_units; u++) nb += f->u[u].n_runs;
+    size_t cap = nb ? (size_t)nb : 1;
+    float **p = mallocCheck(cap * sizeof *p), **g = mallocCheck(cap * sizeof *g);
+    float **s0 = mallocCheck(cap * sizeof *s0), **s1 = mallocCheck(cap * sizeof *s1);
+    size_t *n = mallocCheck(cap * sizeof *n);
+    int k = 0;
+    for (int u = 0; u < f->m.n_units; u++) {
+        cu_unit *U = &f->u[u];
+        size_t stepped = 0;
+        for (int r = 0; r < U->n_runs; r++) {
+            const cu_run *R = &U->runs[r];
+            if (R->frozen) continue;
+            p[k] = U->param + R->off;
+            g[k] = U->grad + R->off;
+            s0[k] = U->state[0] ? U->state[0] + R->state_off : NULL;
+            s1[k] = U->state[1] ? U->state[1] + R->state_off : NULL;
+            n[k++] = R->count;
+            stepped += R->count;
+        }
+        log_ev(f, FC_OP_OPTIM, FC_OP_OPTIM, u, -1, FC_GROUP_NONE, stepped * sizeof(float), FC_PREC_FP32, FC_PHASE_OPTIM, 0);
+    }
+    fcx_optim(f->x, &f->cfg.optim, f->step, coef, fc_clip_applies(f->cfg.clip_grad_norm, coef), p, g, s0, s1, n, k,
               f->cfg.cpu_offload);
     fcx_order(f->x, FCX_COMM, FCX_COMPUTE);  // the next gathers pack the updated shards
     free(p);
@@ -347,6 +395,7 @@ int fce_step(fce *f, fc_step_info *out, fc_error *e) {
     fc_log_begin_step(&f->log, f->step);
     for (int u = 0; u < f->m.n_units; u++) {
         size_t bytes = f->u[u].store * sizeof(float);
+        if (!f->u[u].grad) continue;
         if (c->cpu_offload)
             memset(f->u[u].grad, 0, bytes);  // pinned host; the device is idle between steps
         else
@@ -366,6 +415,7 @@ int fce_step(fce *f, fc_step_info *out, fc_error *e) {
     fcx_sync(f->x);  // the losses, and under cpu_offload the host gradients, are complete
     double loss = 0;
     for (int k = 0; k < c->grad_accum; k++) loss += fcx_loss_sum(f->x, k) / (float)f->rows;
+    drop_frozen_grads(f);
     double norm = grad_norm(f);
     float coef = c->clip_grad_norm > 0 ? fc_clip_coef(c->clip_grad_norm, norm) : 1.0f;
     f->step++;
@@ -389,6 +439,53 @@ static void init_unit(const fce *f, int u, const float *from_file, float *out) {
     const cu_unit *U = &f->u[u];
     size_t lo = f->g.sharded ? U->own_off : 0, hi = lo + (f->g.sharded ? U->own_valid : U->numel);
     fc_init_unit_range(&f->m, u, f->cfg.seed, from_file, lo, hi, out);
+}
+
+// Unit u's runs over the elements the optimizer owns (sharded: the chunk's
+// own_valid real elements; no_shard: the whole copy), adjacent runs of one
+// kind merged, and the compact state offset of each trainable run. The
+// padding after them keeps state (FSDP1's sharded optimizer state is the
+// padded shard's) unless no parameter of the unit trains.
+static void unit_runs(fce *f, int u) {
+    cu_unit *U = &f->u[u];
+    size_t base = f->g.sharded ? U->own_off : 0, len = f->g.sharded ? U->own_valid : U->numel;
+    U->runs = mallocCheck((size_t)(f->m.units[u].n_params + 1) * sizeof *U->runs);
+    U->n_runs = 0;
+    size_t frozen_n = 0;
+    for (size_t i = 0, r; i < len; i += r) {
+        int fz = 0;
+        r = f->m.n_frozen ? fc_model_run_at(&f->m, u, base + i, len - i, &fz) : len;
+        cu_run *last = U->n_runs ? &U->runs[U->n_runs - 1] : NULL;
+        if (last && last->frozen == fz)
+            last->count += r;
+        else
+            U->runs[U->n_runs++] = (cu_run){i, r, i - frozen_n, fz};
+        if (fz) frozen_n += r;
+    }
+    U->trains = fc_unit_trains(&f->m, u);
+    U->state_n = U->store - fc_unit_frozen_store(fc_layout_of(FC_LAYOUT_FLAT), &f->m, u, &f->g);
+    if (U->state_n != (U->trains ? U->store - frozen_n : 0))
+        fc_die(FC_EXIT_INTERNAL, "unit %d: %zu optimizer state elements, the runs make %zu", u, U->state_n,
+               U->trains ? U->store - frozen_n : 0);
+}
+
+// Unit u's optimizer state [state_n] <-> its store order [store] (host):
+// to_full expands (frozen elements read as zeros), else compacts (frozen
+// elements are not written back).
+static void state_copy(const cu_unit *U, float *full, float *compact, int to_full) {
+    if (to_full) memset(full, 0, U->store * sizeof(float));
+    if (!U->state_n) return;
+    size_t end = 0, s_end = 0;  // past the last run, in store and in state order
+    for (int r = 0; r <= U->n_runs; r++) {
+        // the runs, then the padding after them (trainable: it has state)
+        cu_run R = r < U->n_runs ? U->runs[r] : (cu_run){end, U->store - end, s_end, 0};
+        if (!R.frozen) {
+            float *a = full + R.off, *b = compact + R.state_off;
+            memcpy(to_full ? a : b, to_full ? b : a, R.count * sizeof(float));
+            s_end = R.state_off + R.count;
+        }
+        end = R.off + R.count;
+    }
 }
 
 fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
@@ -428,12 +525,14 @@ fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
         U->own_off = l.own_off;
         U->own_valid = l.own_valid;
         U->store = l.store;
-        size_t bytes = U->store * sizeof(float);
+        unit_runs(f, u);
+        size_t bytes = U->store * sizeof(float), sbytes = U->state_n * sizeof(float);
         U->param = fcx_alloc(x, loc, FC_MEM_PARAM_SHARD, bytes, FCX_COMPUTE);
-        U->grad = fcx_alloc(x, loc, FC_MEM_GRAD_SHARD, bytes, FCX_COMPUTE);
-        for (int i = 0; i < f->n_state; i++) {
-            U->state[i] = fcx_alloc(x, loc, FC_MEM_OPTIM_STATE, bytes, FCX_COMPUTE);
-            fcx_zero(x, U->state[i], bytes, FCX_COMPUTE);
+        // FSDP1 keeps no gradient for a FlatParameter that does not train
+        if (U->trains) U->grad = fcx_alloc(x, loc, FC_MEM_GRAD_SHARD, bytes, FCX_COMPUTE);
+        for (int i = 0; i < f->n_state && sbytes; i++) {
+            U->state[i] = fcx_alloc(x, loc, FC_MEM_OPTIM_STATE, sbytes, FCX_COMPUTE);
+            fcx_zero(x, U->state[i], sbytes, FCX_COMPUTE);
         }
         f->st[u] = fc_unit_stages_of(m, u);
         U->reshard_after_forward = fc_reshard_after_forward(cfg->strategy, m, u);
@@ -464,16 +563,27 @@ int fce_export(fce *f, fc_export what, float *dst, int root, fc_error *e) {
     fcx_sync(f->x);
     for (int u = 0; u < f->m.n_units; u++) {
         cu_unit *U = &f->u[u];
-        const float *src = what == FC_EXPORT_PARAMS ? U->param : what == FC_EXPORT_GRADS ? U->grad : U->state[si];
         float *out = dst ? dst + f->m.units[u].offset : NULL;
+        // this rank's store [store] on the host: a frozen element's state, and
+        // the gradient of a unit that does not train, read as zeros
+        float *mine = callocCheck(U->store ? U->store : 1, sizeof(float));
+        if (what == FC_EXPORT_PARAMS) {
+            fcx_download(f->x, mine, U->param, U->store * sizeof(float));
+        } else if (what == FC_EXPORT_GRADS) {
+            if (U->grad) fcx_download(f->x, mine, U->grad, U->store * sizeof(float));
+        } else if (U->state[si]) {
+            float *compact = mallocCheck(U->state_n * sizeof(float));
+            fcx_download(f->x, compact, U->state[si], U->state_n * sizeof(float));
+            state_copy(U, mine, compact, 1);
+            free(compact);
+        }
         if (!f->g.sharded) {
-            if (f->g.rank == 0) fcx_download(f->x, out, src, U->numel * sizeof(float));
+            if (f->g.rank == 0) memcpy(out, mine, U->numel * sizeof(float));
+            free(mine);
             continue;
         }
         // shard-group rank 0 of every group gathers its group's shards; world
         // rank 0 is shard rank 0 of group 0, and replicas hold the same values
-        float *mine = mallocCheck(U->shard * sizeof(float));
-        fcx_download(f->x, mine, src, U->shard * sizeof(float));
         float *full = f->g.shard_rank == 0 ? mallocCheck(U->padded * sizeof(float)) : NULL;
         mpiCheck(MPI_Gather(mine, (int)U->shard, MPI_FLOAT, full, (int)U->shard, MPI_FLOAT, 0, f->c.shard));
         if (f->g.rank == 0) memcpy(out, full, U->numel * sizeof(float));
@@ -485,22 +595,51 @@ int fce_export(fce *f, fc_export what, float *dst, int root, fc_error *e) {
 
 // ---------------------------------------------------------------------------
 // checkpoints: host views of this rank's shards for the core protocol
-// (core/ckpt_collective.h). Device shards are staged through host copies;
-// offloaded ones are host memory already.
+// (core/ckpt_collective.h), which reads and writes every array in store
+// order. Device shards are staged through host copies; offloaded ones are
+// host memory already, except optimizer states kept compactly (a unit with
+// frozen elements), which are staged in store order, zeros where frozen.
 
 typedef struct {
     fc_ckpt_unit_view *units;
     float **stage;  // [n_units * 3]: host copies of param, state0, state1 (NULL where not staged)
 } ckpt_views;
 
-static float *view_of(fce *f, ckpt_views *cv, int u, int t, float *src, int download) {
-    if (!src) return NULL;
-    if (f->cfg.cpu_offload) return src;
-    size_t bytes = f->u[u].store * sizeof(float);
-    float *h = mallocCheck(bytes ? bytes : 1);
-    if (download) fcx_download(f->x, h, src, bytes);
+// t: 0 the parameters, 1 + i optimizer state i
+static float *view_of(fce *f, ckpt_views *cv, int u, int t, int download) {
+    const cu_unit *U = &f->u[u];
+    if (t > f->n_state) return NULL;
+    float *src = t == 0 ? U->param : U->state[t - 1];
+    int compact = t > 0 && U->state_n != U->store;
+    if (f->cfg.cpu_offload && !compact && src) return src;
+    size_t bytes = U->store * sizeof(float);
+    float *h = callocCheck(bytes ? bytes : 1, 1);
+    if (download && !compact) {
+        fcx_download(f->x, h, src, bytes);
+    } else if (download && src) {
+        float *c = mallocCheck(U->state_n * sizeof(float));
+        fcx_download(f->x, c, src, U->state_n * sizeof(float));
+        state_copy(U, h, c, 1);
+        free(c);
+    }
     cv->stage[u * 3 + t] = h;
     return h;
+}
+
+// A staged view back where it came from, after a load.
+static void unstage(fce *f, ckpt_views *cv, int u, int t) {
+    const cu_unit *U = &f->u[u];
+    float *h = cv->stage[u * 3 + t];
+    float *dst = t == 0 ? U->param : U->state[t - 1];
+    if (!h || !dst) return;
+    if (t == 0 || U->state_n == U->store) {
+        fcx_upload(f->x, dst, h, U->store * sizeof(float));
+        return;
+    }
+    float *c = mallocCheck(U->state_n * sizeof(float));
+    state_copy(U, h, c, 0);
+    fcx_upload(f->x, dst, c, U->state_n * sizeof(float));  // a memcpy into pinned host memory under offload
+    free(c);
 }
 
 static void ckpt_view(fce *f, ckpt_views *cv, fc_ckpt_rank_view *v, int download) {
@@ -515,9 +654,8 @@ static void ckpt_view(fce *f, ckpt_views *cv, fc_ckpt_rank_view *v, int download
                                            U->own_valid,
                                            U->store,
                                            !f->g.sharded,
-                                           view_of(f, cv, u, 0, U->param, download),
-                                           {view_of(f, cv, u, 1, U->state[0], download),
-                                            view_of(f, cv, u, 2, U->state[1], download)},
+                                           view_of(f, cv, u, 0, download),
+                                           {view_of(f, cv, u, 1, download), view_of(f, cv, u, 2, download)},
                                            NULL,
                                            0,
                                            0};
@@ -550,12 +688,8 @@ int fce_load(fce *f, const char *dir, fc_error *e) {
     long step = 0;
     int rc = fc_ckpt_load_collective(&v, dir, NULL, NULL, &step, e);
     if (rc == 0) {
-        for (int u = 0; u < f->m.n_units; u++) {  // staged copies back to the device
-            cu_unit *U = &f->u[u];
-            float *dev[3] = {U->param, U->state[0], U->state[1]};
-            for (int t = 0; t < 3; t++)
-                if (cv.stage[u * 3 + t]) fcx_upload(f->x, dev[t], cv.stage[u * 3 + t], U->store * sizeof(float));
-        }
+        for (int u = 0; u < f->m.n_units; u++)  // staged copies back to the device
+            for (int t = 0; t < 3; t++) unstage(f, &cv, u, t);
         // the step count drives AdamW's bias correction, SGD's first momentum
         // step and the data position
         f->step = step;
@@ -578,7 +712,8 @@ void fce_destroy(fce *f) {
             if (U->gathered_owned) fcx_free(f->x, U->gathered, FCX_COMPUTE);
             if (U->full_grad) fcx_free(f->x, U->full_grad, FCX_COMPUTE);
             fcx_free(f->x, U->param, FCX_COMPUTE);
-            fcx_free(f->x, U->grad, FCX_COMPUTE);
+            if (U->grad) fcx_free(f->x, U->grad, FCX_COMPUTE);
+            free(U->runs);
             for (int i = 0; i < 2; i++)
                 if (U->state[i]) fcx_free(f->x, U->state[i], FCX_COMPUTE);
         }

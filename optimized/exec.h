@@ -89,7 +89,10 @@ void fcx_set_batch(fcx *x, const fc_batch *b);
 // (param_dtype, FlatParameter order). The last stage computes the loss and,
 // fused, the logits' gradient (loss_scale: d loss / d row loss).
 void fcx_forward(fcx *x, int s, int k, void *const *up, float loss_scale);
-// Stage s backward, accumulating into ug[u] (param_dtype).
+// Stage s backward, accumulating into ug[u] (param_dtype). ug[u] is NULL
+// when no parameter of unit u trains (--freeze, LoRA's base): the stage
+// computes its input gradients only. In a unit that trains, a frozen
+// parameter's slot may be left as it was (the engine drops it).
 void fcx_backward(fcx *x, int s, int k, void *const *up, void *const *ug);
 // After fcx_sync: micro-batch k's summed row losses, in the reference's
 // arithmetic (per-row fp32 losses added in double in row order, then fp32).

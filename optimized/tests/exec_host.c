@@ -237,10 +237,16 @@ void fcx_backward(fcx *x, int s, int k, void *const *up, void *const *ug) {
     const float **tab = callocCheck((size_t)x->m.n_units, sizeof *tab);
     float **gtab = callocCheck((size_t)x->m.n_units, sizeof *gtab);
     tab[u] = widen(x, u, up[u], "backward parameters");
-    gtab[u] = widen(x, u, ug[u], "backward gradients");
+    // a unit that does not train gets no gradient buffer (exec.h): the
+    // reference's stage computes its parameter gradients into scratch, dropped
+    int scratch = ug[u] == NULL;
+    if (scratch && fc_unit_trains(&x->m, u)) violation(x, "backward: no gradient buffer for unit %d, which trains", u);
+    gtab[u] = scratch ? callocCheck(x->m.units[u].numel + 1, sizeof(float)) : widen(x, u, ug[u], "backward gradients");
     fc_batch mb = fc_batch_slice(x->batch, k * x->micro, x->micro);
     fc_stage_backward(&x->m, s, tab, &mb, &x->acts, gtab, x->loss_scale);
-    if (gtab[u] != ug[u]) {  // back into param_dtype
+    if (scratch) {
+        free(gtab[u]);
+    } else if (gtab[u] != ug[u]) {  // back into param_dtype
         for (size_t i = 0; i < x->m.units[u].numel; i++) store(x->cfg.param_dtype, ug[u], i, gtab[u][i]);
         free(gtab[u]);
     }

@@ -6,7 +6,9 @@
 // buffer the engine hands it and does the reference's arithmetic; so for
 // every strategy, prefetch setting, accumulation with and without no_sync,
 // clip norm type, divide mode, cpu_offload, optimizer and mixed-precision
-// policy, the engine must give the reference's run: losses, norms,
+// policy, for llama (tied and untied), frozen parameters (a unit mixing
+// frozen and trainable ones, and one with none that trains) and LoRA, the
+// engine must give the reference's run: losses, norms,
 // gradients, parameters and optimizer state bit for bit (fp32; mlp in 16-bit
 // too; gpt2 in 16-bit within 1% of each tensor's scale, as the engine
 // rounds the tied root unit's gradient between its two stages where the
@@ -353,6 +355,45 @@ int main(int argc, char **argv) {
             run_case(label, c, 1, 0);
         }
     }
+    // llama (RMSNorm, RoPE, GQA, SwiGLU; llama-micro's head tied, llama-tiny's
+    // untied), frozen parameters and LoRA: fp32, bitwise, every strategy
+    const char *llamas[] = {"llama-micro", "llama-tiny"};
+    for (int li = 0; li < 2; li++)
+        for (size_t si = 0; si < sizeof strategies / sizeof strategies[0]; si++) {
+            fc_run_config c = base(llamas[li], strategies[si]);
+            int sharded = strategies[si] != FC_STRATEGY_NO_SHARD;
+            c.backward_prefetch = sharded ? FC_PREFETCH_PRE : FC_PREFETCH_NONE;
+            c.forward_prefetch = sharded;
+            snprintf(label, sizeof label, "%s %s", llamas[li], fc_strategy_name(c.strategy));
+            run_case(label, c, 1, 0);
+        }
+    {
+        // frozen and trainable parameters in one unit (the embeddings and a
+        // decoder layer's attention), and a unit with none that trains (layer 1)
+        static const char *freeze = "^model\\.embed_tokens|^model\\.layers\\.0\\.self_attn|^model\\.layers\\.1\\.";
+        for (size_t si = 0; si < sizeof strategies / sizeof strategies[0]; si++) {
+            fc_run_config c = base("llama-tiny", strategies[si]);
+            snprintf(c.freeze, sizeof c.freeze, "%s", freeze);
+            c.clip_grad_norm = 0.05f;
+            c.optim.weight_decay = 0.1;
+            snprintf(label, sizeof label, "llama-tiny --freeze %s", fc_strategy_name(c.strategy));
+            run_case(label, c, 1, 0);
+        }
+        fc_run_config c = base("llama-tiny", FC_STRATEGY_FULL_SHARD);
+        snprintf(c.freeze, sizeof c.freeze, "%s", freeze);
+        c.cpu_offload = 1;
+        c.grad_accum = 2;
+        c.global_batch = 4 * W;
+        run_case("llama-tiny --freeze cpu_offload accumulation", c, 1, 0);
+        fc_error e;
+        for (int si = 0; si < 3; si++) {
+            fc_run_config l = base("llama-tiny", strategies[si]);
+            if (fc_model_config_set_lora(&l.model, "4:8:q_proj|v_proj", &e)) fc_die(FC_EXIT_INTERNAL, "%s", e.msg);
+            l.optim.weight_decay = 0.1;
+            snprintf(label, sizeof label, "llama-tiny LoRA r=4 q_proj|v_proj %s", fc_strategy_name(l.strategy));
+            run_case(label, l, 1, 0);
+        }
+    }
     // mixed precision: mlp bitwise, gpt2 within 1% of each tensor's scale
     const fc_prec pol[][2] = {{FC_PREC_BF16, FC_PREC_FP32}, {FC_PREC_BF16, FC_PREC_BF16}, {FC_PREC_FP16, FC_PREC_FP16},
                               {FC_PREC_FP16, FC_PREC_FP32}};
@@ -387,6 +428,19 @@ int main(int argc, char **argv) {
         f.strategy = FC_STRATEGY_HYBRID_SHARD;
         f.shard_group = z.shard_group;
         ckpt_case(label, z, 1, f, sd, 1);
+        // a frozen model: the engine's compact optimizer state in and out
+        fc_run_config a = base("llama-tiny", FC_STRATEGY_FULL_SHARD), b = base("llama-tiny", FC_STRATEGY_NO_SHARD);
+        snprintf(a.freeze, sizeof a.freeze, "^model\\.embed_tokens|^model\\.layers\\.0\\.self_attn|^model\\.layers\\.1\\.");
+        snprintf(b.freeze, sizeof b.freeze, "%s", a.freeze);
+        a.steps = b.steps = 3;
+        snprintf(label, sizeof label, "checkpoint %s --freeze: engine full_shard saves, reference no_shard loads",
+                 fc_state_dict_name(sd));
+        ckpt_case(label, a, 1, b, sd, 1);
+        b.cpu_offload = 1;
+        b.strategy = FC_STRATEGY_SHARD_GRAD_OP;
+        snprintf(label, sizeof label, "checkpoint %s --freeze: reference full_shard saves, engine shard_grad_op "
+                 "(offload) loads", fc_state_dict_name(sd));
+        ckpt_case(label, a, 0, b, sd, 1);
     }
     int total = 0;
     mpiCheck(MPI_Reduce(&errs, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
