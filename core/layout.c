@@ -173,6 +173,28 @@ size_t fc_unit_frozen_store(const fc_layout_ops *lay, const fc_model *m, int u, 
     return n;
 }
 
+int fc_unit_frozen_slots(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g, fc_piece *out) {
+    const fc_unit *un = &m->units[u];
+    int n = 0;
+    if (!m->n_frozen) return 0;
+    if (!g->sharded) {  // the whole unit in its natural order
+        for (int k = 0; k < un->n_params; k++) {
+            const fc_param *p = &m->params[m->unit_params[un->first_param + k]];
+            if (p->frozen) out[n++] = (fc_piece){p->unit_offset, p->unit_offset, p->numel};
+        }
+        return n;
+    }
+    fc_piece *all = mallocCheck((size_t)(un->n_params ? un->n_params : 1) * sizeof *all);
+    int k = lay->slots(m, u, g->G, g->idx, all);
+    for (int i = 0; i < k; i++) {
+        int frozen;
+        fc_model_run_at(m, u, all[i].unit_off, 1, &frozen);
+        if (frozen) out[n++] = all[i];
+    }
+    free(all);
+    return n;
+}
+
 // natural <-> wire over every chunk's pieces; to the wire, padding is zeroed first
 static void copy_pieces(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *src, float *dst,
                         int to_wire) {

@@ -94,6 +94,12 @@ typedef struct {
     int (*pieces)(const fc_model *m, int u, int G, int j, fc_piece *out);
     // the chunk that holds the unit's element i
     int (*owner)(const fc_model *m, int u, int G, size_t i);
+    // the stretch of chunk j that each of the unit's parameters owns, in
+    // parameter order (unit_off: the parameter's first element): FSDP2 a
+    // parameter's padded rows, one per parameter in every chunk; FSDP1 its
+    // real elements in the chunk (the padding at the end is no parameter's).
+    // Returns how many (at most the unit's parameter count).
+    int (*slots)(const fc_model *m, int u, int G, int j, fc_piece *out);
 } fc_layout_ops;
 
 const fc_layout_ops *fc_layout_of(fc_layout_kind k);
@@ -115,6 +121,12 @@ fc_unit_layout fc_unit_layout_in(const fc_layout_ops *lay, const fc_model *m, in
 // FSDP2 the gradient too, exist for the rest only; FSDP1 keeps a gradient
 // for the whole store of a unit that trains (fc_unit_trains), none otherwise.
 size_t fc_unit_frozen_store(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g);
+// Where they are, for a unit that trains: the stretches of the store that
+// frozen parameters own (lay->slots; no_shard: their elements of the whole
+// unit), in store order, at most the unit's parameter count. Their counts add
+// up to fc_unit_frozen_store. A framework keeps the rest (FSDP2's gradient,
+// both versions' optimizer state) as one array with these stretches left out.
+int fc_unit_frozen_slots(const fc_layout_ops *lay, const fc_model *m, int u, const fc_groups *g, fc_piece *out);
 
 // Copies between one unit's natural order [N] and its wire order [P]:
 // wire[j*S + piece.chunk_off + k] <-> natural[piece.unit_off + k] for every

@@ -47,4 +47,17 @@ static int pp_owner(const fc_model *m, int u, int G, size_t i) {
     return -1;
 }
 
-const fc_layout_ops fc_layout_per_param = {"per_param", 0, pp_chunk_size, pp_pieces, pp_owner};
+// each parameter's c padded rows, whatever j holds of them
+static int pp_slots(const fc_model *m, int u, int G, int j, fc_piece *out) {
+    (void)j;
+    size_t at = 0, rows, cols, c;
+    int k = 0;
+    for (; k < m->units[u].n_params; k++) {
+        const fc_param *p = unit_param(m, u, k, &rows, &cols, &c, G);
+        out[k] = (fc_piece){p->unit_offset, at, c * cols};
+        at += c * cols;
+    }
+    return k;
+}
+
+const fc_layout_ops fc_layout_per_param = {"per_param", 0, pp_chunk_size, pp_pieces, pp_owner, pp_slots};

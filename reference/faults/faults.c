@@ -405,7 +405,19 @@ static int even_owner(const fc_model *m, int u, int G, size_t i) {
     return -1;
 }
 
-static const fc_layout_ops EVEN_ROWS = {"per_param_even", 0, even_chunk_size, even_pieces, even_owner};
+static int even_slots(const fc_model *m, int u, int G, int j, fc_piece *out) {
+    (void)j;
+    size_t at = 0, rows, cols, q, c;
+    int k = 0;
+    for (; k < m->units[u].n_params; k++) {
+        const fc_param *p = even_param(m, u, k, G, &rows, &cols, &q, &c);
+        out[k] = (fc_piece){p->unit_offset, at, c * cols};
+        at += c * cols;
+    }
+    return k;
+}
+
+static const fc_layout_ops EVEN_ROWS = {"per_param_even", 0, even_chunk_size, even_pieces, even_owner, even_slots};
 
 const fc_layout_ops *fc_fault_layout(const struct fc_fsdp *f, const fc_layout_ops *lay) {
     return is(f, FC_FAULT_FSDP2_EVEN_ROWS) && !lay->wire_is_natural ? &EVEN_ROWS : lay;

@@ -158,6 +158,34 @@ Test(freeze, runs_and_frozen_store_match_element_by_element) {
                         }
                         cr_expect_eq(fc_unit_frozen_store(lay, &m, u, &g), want, "%s unit %d G=%d rank %d layout %s",
                                      models[mi][0], u, G, rank, lay->name);
+                        if (!fc_unit_trains(&m, u)) continue;
+                        // where: in store order, inside the store, each a frozen parameter's,
+                        // every frozen real element of the chunk in one, adding up to the count
+                        fc_unit_layout l = fc_unit_layout_in(lay, &m, u, &g);
+                        fc_piece sl[64], pc[64];
+                        int ns = fc_unit_frozen_slots(lay, &m, u, &g, sl), np = 0;
+                        size_t sum = 0, end = 0;
+                        for (int k = 0; k < ns; k++) {
+                            cr_expect(sl[k].chunk_off >= end && sl[k].chunk_off + sl[k].count <= l.store,
+                                      "%s unit %d G=%d rank %d %s: slot %d [%zu, +%zu) of a store of %zu", models[mi][0],
+                                      u, G, rank, lay->name, k, sl[k].chunk_off, sl[k].count, l.store);
+                            cr_expect(fz[sl[k].unit_off], "slot %d is a trainable parameter's", k);
+                            end = sl[k].chunk_off + sl[k].count;
+                            sum += sl[k].count;
+                        }
+                        cr_expect_eq(sum, want, "%s unit %d G=%d rank %d %s: slots of %zu elements, want %zu",
+                                     models[mi][0], u, G, rank, lay->name, sum, want);
+                        if (g.sharded) np = lay->pieces(&m, u, g.G, g.idx, pc);
+                        else pc[np++] = (fc_piece){0, 0, N};
+                        for (int q = 0; q < np; q++)
+                            for (size_t i = 0; i < pc[q].count; i++) {
+                                if (!fz[pc[q].unit_off + i]) continue;
+                                size_t at = pc[q].chunk_off + i;
+                                int in = 0;
+                                for (int k = 0; k < ns; k++) in |= at >= sl[k].chunk_off && at < sl[k].chunk_off + sl[k].count;
+                                cr_expect(in, "%s unit %d G=%d rank %d %s: frozen element at %zu in no slot",
+                                          models[mi][0], u, G, rank, lay->name, at);
+                            }
                     }
                 }
             }
