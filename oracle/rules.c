@@ -80,6 +80,10 @@ int fc_rule_recompute_gathers(const fc_run_config *cfg, const fc_model *m, int u
            fc_rule_frees_after_forward(cfg->strategy, m, u);
 }
 
+int fc_rule_recompute_gathers_as(fc_sched_api api, const fc_run_config *cfg, const fc_model *m, int u) {
+    return api == FC_API_REFERENCE && fc_rule_recompute_gathers(cfg, m, u);
+}
+
 int fc_rule_frees_after_forward_as(fc_sched_api api, fc_strategy s, const fc_model *m, int u) {
     if (api == FC_API_TORCH_FSDP2) return fc_rule_row_of(s)->frees_after_fwd;
     return fc_rule_frees_after_forward(s, m, u);

@@ -98,6 +98,14 @@ int fc_rule_forward_prefetches_as(fc_sched_api api, const fc_run_config *cfg, in
 //    it reached the previous unit. An at-need backward all-gather then follows
 //    the compute of the stage before it, not that stage's free and reduction.
 int fc_rule_late_post_backward_as(fc_sched_api api, const fc_run_config *cfg, int first_iteration);
+//  - Activation checkpointing outside the unit: torch's checkpoint_wrapper
+//    (NO_REENTRANT, the adapter's and apply_activation_checkpointing's
+//    default) recomputes when autograd first unpacks a saved tensor, after
+//    the unit's pre-backward hook has gathered it, so FSDP1's _pre_forward
+//    finds it unsharded and the recompute gathers nothing (measured, torch
+//    2.15: test_schedule.py's fsdp1-act_ckpt-outside); FSDP2 never does. The
+//    reference states FSDP1's second all-gather (DESIGN §5).
+int fc_rule_recompute_gathers_as(fc_sched_api api, const fc_run_config *cfg, const fc_model *m, int u);
 //  - FSDP1's limit_all_gathers bounds device work, not units gathered: before
 //    an all-gather it waits (CPU thread) for the free event of the all-gather
 //    two back (_FreeEventQueue); in issue order a third unit may be gathered,

@@ -100,7 +100,7 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
     for (int u = 0; u < t->nu; u++) {
         t->st[u] = fc_rule_stages(&t->m, u);
         t->ckpt[u] = fc_rule_checkpointed(cfg, &t->m, u);
-        t->rec_gathers[u] = t->g.sharded && fc_rule_recompute_gathers(cfg, &t->m, u);
+        t->rec_gathers[u] = t->g.sharded && fc_rule_recompute_gathers_as(api, cfg, &t->m, u);
         t->lay[u] = fc_rule_layout(t->m.units[u].numel, &t->g);
         if (t->per_param && t->g.sharded) {
             // per-parameter shards (rules.h): no flat chunk, every rank's shard the same size

@@ -140,11 +140,6 @@ def parse_run(argv, world):
             f"--comm-log with {'--ckpt-at' if ckpt_at else '--load'}: the schedule is recorded for a run from its "
             "initial weights, not across a reload"
         )
-    if a.comm_log and cfg.get("activation_checkpointing", "none") != "none":
-        raise UsageError(
-            "--comm-log with activation checkpointing: the recorder does not place the recompute's forward "
-            "(the reference's recompute phase) yet"
-        )
     if a.comm_log and cfg["model"].get("model_type") not in COMM_LOG_MODELS:
         raise UsageError(
             f"--comm-log: recorded for {' and '.join(COMM_LOG_MODELS)} models (their stages are known to the "

@@ -17,8 +17,9 @@ How it records, and why:
     wait_for_unshard, reshard, post_backward, _prefetch_unshard) and
     FSDPState._pre_backward, FSDP1's
     _runtime_utils (_unshard, _reshard, _pre/_post_backward_hook,
-    _prefetch_handle). A torch without one of them is refused (exit 2, the
-    name), never recorded half.
+    _prefetch_handle), and the checkpoint wrapper's CheckpointWrapper and its
+    _checkpoint_wrapped_module. A torch without one of them is refused (exit
+    2, the name), never recorded half.
   - Compute: forward of a stage when its module's forward starts (a forward
     pre-hook registered after FSDP's, so FSDP has gathered by then); backward
     of a stage when FSDP's pre-backward hook of its unit returns (FSDP has
@@ -31,10 +32,22 @@ How it records, and why:
     wait), so a prefetch shows as issued early and waited at need. An
     asynchronous collective with no such wait point is left unwaited, and the
     theory says so.
+  - Activation checkpointing (torch's checkpoint_wrapper, inside or outside
+    the unit): the recompute is the wrapped module's forward called again in
+    backward, when autograd first needs one of its saved activations. Hooks on
+    that module (its pre-hook ahead of FSDP's own) put whatever runs inside it
+    in phase recompute: the stages' forward events (the same stage hooks) and
+    any all-gather or free FSDP issues for it, read off the wrapped calls as
+    above. A checkpointed unit's backward compute is logged once both its
+    pre-backward returned and its recompute ended, the later of the two
+    (autograd computes it next). On torch 2.15 the recompute issues no
+    collective in either placement, as recorded: the unit's pre-backward has
+    gathered it; inside, the recompute does not pass FSDP's forward; outside,
+    FSDP1's _pre_forward and FSDP2's skip a unit in pre-backward.
   - The optimizer: optimizer.step() updates every unit's shard at once; one
     optim event per unit follows it (bytes 0: not measured).
 Only the training step is recorded: the adapter's own gathers for the trace,
-the loss all_reduce and checkpointing are outside it.
+the loss all_reduce and saving or loading a checkpoint are outside it.
 """
 
 import contextlib
@@ -91,6 +104,7 @@ class CommLog:
         self.PF = post_forward  # FSDP2's integer reshard_after_forward R, 0 if none
         self.ag_group = {}  # unit -> the group of its all-gather in flight
         self.unit_of = {id(m): u for u, m in enumerate(units)}
+        self.root, self.n_units = units[0], len(units)
         self.stages = stages
         self.first_bwd_stage = {}  # unit -> the stage its backward starts with
         self.last_stage = {}  # unit -> its first stage in forward order (its last in backward)
@@ -107,6 +121,10 @@ class CommLog:
         self.gathered = set()  # units gathered (an all-gather issued, not freed)
         self.unwaited_ag = set()  # FSDP2: units whose all-gather is not yet waited
         self.bwd_done = set()  # (unit, stage) whose backward compute is logged this micro-batch
+        self.checkpointed = set()  # units activation checkpointing recomputes in backward
+        self.recomputing = None  # the unit whose recompute runs now
+        self.recomputed = set()  # checkpointed units recomputed this micro-batch
+        self.bwd_pending = set()  # checkpointed units past their pre-backward, not yet recomputed
         self.undo = []
 
     # -- events ---------------------------------------------------------------
@@ -126,13 +144,15 @@ class CommLog:
     def begin_micro(self, k):
         self.micro = k
         self.bwd_done.clear()
+        self.recomputed.clear()
+        self.bwd_pending.clear()
 
     def set_phase(self, phase):
         self.phase = phase
         self.on = phase is not None
 
     def optimizer_stepped(self):
-        for u in range(len(self.unit_of)):
+        for u in range(self.n_units):
             self.event("optim", unit=u)
 
     def group_name(self, group):
@@ -188,7 +208,11 @@ class CommLog:
 
     def backward_of(self, unit, stage=None):
         """The backward compute of unit's first backward stage (or of stage),
-        once per micro-batch."""
+        once per micro-batch; of a checkpointed unit, once it is past its
+        pre-backward and its recompute both (autograd computes it next)."""
+        if unit in self.checkpointed and unit not in self.recomputed:
+            self.bwd_pending.add(unit)
+            return
         s = self.first_bwd_stage[unit] if stage is None else stage
         if (unit, s) in self.bwd_done:
             return
@@ -255,6 +279,7 @@ class CommLog:
             # after FSDP's own pre-hooks (theirs gather), before the module computes
             m.register_forward_pre_hook(functools.partial(self._forward_hook, u, self.stages.index((m, u))))
         (self._install_fsdp2 if api == "fsdp2" else self._install_fsdp1)()
+        self._install_recompute()
 
     def uninstall(self):
         for owner, name, orig in reversed(self.undo):
@@ -262,8 +287,49 @@ class CommLog:
         self.undo.clear()
 
     def _forward_hook(self, unit, stage, module, args):
-        if self.on and self.phase == "forward":
+        if self.on and self.phase in ("forward", "recompute"):
             self.event("forward", unit=unit, stage=stage)
+
+    def _install_recompute(self):
+        """Activation checkpointing: torch's checkpoint_wrapper runs the module
+        it wraps again (its __call__, hooks and all) when autograd first needs
+        a saved activation of it. That module's forward, called in backward, is
+        the recompute: a pre-hook ahead of FSDP's own (FSDP2's pre-forward
+        outside the unit) opens phase recompute, a hook that runs even when the
+        recompute stops early (torch's early stop raises out of it) closes it.
+        Whatever FSDP issues in between is the recompute's."""
+        from torch.distributed.algorithms._checkpoint import checkpoint_wrapper as cw
+
+        self._need(cw, ["CheckpointWrapper"])
+        for w in self.root.modules():
+            if not isinstance(w, cw.CheckpointWrapper):
+                continue
+            inner = w._modules.get("_checkpoint_wrapped_module")  # not getattr: the wrapper forwards it
+            if inner is None:
+                raise UsageError(
+                    "--comm-log: this torch's CheckpointWrapper lacks _checkpoint_wrapped_module: the recompute "
+                    "cannot be recorded on it"
+                )
+            # the unit it recomputes: the wrapped module, or the unit inside it (FSDP1's wrapper outside)
+            u = next((self.unit_of[id(m)] for m in inner.modules() if id(m) in self.unit_of), None)
+            if u is None:
+                raise UsageError("--comm-log: a checkpoint wrapper around no FSDP unit: its recompute has no unit")
+            self.unit_of.setdefault(id(w), u)  # FSDP2 inside: the wrapper is the unit's module
+            self.checkpointed.add(u)
+            inner.register_forward_pre_hook(functools.partial(self._recompute_begins, u), prepend=True)
+            inner.register_forward_hook(functools.partial(self._recompute_ends, u), always_call=True)
+
+    def _recompute_begins(self, unit, module, args):
+        if self.on and self.phase == "backward":
+            self.phase, self.recomputing = "recompute", unit
+
+    def _recompute_ends(self, unit, module, args, out):
+        if self.phase == "recompute" and self.recomputing == unit:
+            self.phase, self.recomputing = "backward", None
+            self.recomputed.add(unit)
+            if unit in self.bwd_pending:
+                self.bwd_pending.discard(unit)
+                self.backward_of(unit)
 
     @contextlib.contextmanager
     def _context(self, unit, prefetch=None):

@@ -66,17 +66,31 @@ def test_run_refuses_an_integer_reshard_after_forward_outside_fsdp2(good, tmp_pa
     assert unsupported("fsdp2", cfg, "cpu") is None
 
 
-def test_comm_log_refuses_a_checkpointed_run(tmp_path, capsys):
-    """The recorder does not place the recompute's forward yet: a checkpointed
-    run's schedule is refused, never recorded as if it had none."""
-    t = reference_trace(
-        tmp_path / "ckpt", "--model", "gpt2-tiny", "--strategy", "full_shard", "--steps", "1",
-        "--activation-checkpointing", "inside",
-    )  # fmt: skip
-    out = tmp_path / "out"
-    argv = ["run", "--api", "fsdp2", "--like", t, "--trace", str(out), "--comm-log"]
-    refused(argv, capsys, "--comm-log with activation checkpointing")
-    assert not out.exists()
+def test_comm_log_refuses_a_checkpoint_wrapper_it_cannot_place(monkeypatch):
+    """The recorder places the recompute through torch's CheckpointWrapper and
+    the module it wraps: a torch without them, or a wrapper around no FSDP
+    unit, is refused (exit 2, naming what is missing), never recorded as if
+    the run had no recompute."""
+    from torch import nn
+    from torch.distributed.algorithms._checkpoint import checkpoint_wrapper as cw
+
+    from fsdpcheck_torch.commlog import CommLog
+    from fsdpcheck_torch.errors import UsageError
+
+    def recorder(root, units):
+        return CommLog(0, 1, 1, [root, *units], [(u, i + 1) for i, u in enumerate(units)])
+
+    block = nn.Linear(2, 2)
+    root = nn.Sequential(cw.checkpoint_wrapper(nn.Linear(2, 2)))  # the wrapper's module is no unit
+    with pytest.raises(UsageError, match="a checkpoint wrapper around no FSDP unit"):
+        recorder(root, [block])._install_recompute()
+    root = nn.Sequential(cw.checkpoint_wrapper(block))
+    del root[0]._modules["_checkpoint_wrapped_module"]
+    with pytest.raises(UsageError, match="CheckpointWrapper lacks _checkpoint_wrapped_module"):
+        recorder(root, [block])._install_recompute()
+    monkeypatch.delattr(cw, "CheckpointWrapper")
+    with pytest.raises(UsageError, match="lacks CheckpointWrapper"):
+        recorder(nn.Sequential(block), [block])._install_recompute()
 
 
 def test_run_refuses_an_fsdp_config_of_the_other_version(good, tmp_path, capsys):

@@ -6,7 +6,14 @@ checks it with P10 (oracle/rules.c, theory*.c).
 Every case passes as its API. Judged as the reference, the cases that touch a
 divergence README names fail on exactly that divergence: the acceptance is
 per API, and the check can fail. A recorded log with one event moved fails.
-One torchrun runs every case (`run --jobs`)."""
+One torchrun runs every case (`run --jobs`).
+
+Activation checkpointing (the act-ckpt cases): the recompute's forward is
+recorded in phase recompute, with whatever FSDP issues for it (commlog.py).
+With the checkpoint outside the unit, torch's FSDP1 gathers nothing in the
+recompute (oracle/rules.h fc_rule_recompute_gathers_as), where the reference
+states a second all-gather (DESIGN §5): judged as the reference, that case
+fails on it."""
 
 import json
 import subprocess
@@ -61,6 +68,29 @@ CASES = {
     "fsdp2-zero2-no_sync": ("fsdp2", ["--strategy", "shard_grad_op", "--grad-accum", "2", "--no-sync"], "bytes"),
     "fsdp2-no_shard-clip": ("fsdp2", ["--strategy", "no_shard", "--clip-grad-norm", "1.0"], "expected 1 norm"),
     "fsdp2-bf16": ("fsdp2", ["--strategy", "full_shard", "--param-dtype", "bf16", "--reduce-dtype", "bf16"], "bf16"),
+    "fsdp1-act_ckpt-inside": (
+        "fsdp1",
+        ["--strategy", "full_shard", "--activation-checkpointing", "inside"]
+        + ["--backward-prefetch", "pre", "--grad-accum", "2", "--clip-grad-norm", "1.0"],
+        None,
+    ),
+    "fsdp1-act_ckpt-outside": (
+        "fsdp1",
+        ["--strategy", "full_shard", "--activation-checkpointing", "outside", "--clip-grad-norm", "1.0"],
+        "expected 1 recompute free, got 0",
+    ),
+    "fsdp2-act_ckpt-inside": (
+        "fsdp2",
+        ["--fsdp-version", "2", "--strategy", "full_shard", "--activation-checkpointing", "inside"]
+        + ["--grad-accum", "2", "--clip-grad-norm", "1.0"],
+        "expected 0 backward all_gather, got 1",
+    ),
+    "fsdp2-act_ckpt-outside": (
+        "fsdp2",
+        ["--fsdp-version", "2", "--strategy", "full_shard", "--activation-checkpointing", "outside"]
+        + ["--clip-grad-norm", "1.0"],
+        "expected 0 backward all_gather, got 1",
+    ),
 }
 
 
@@ -122,6 +152,45 @@ def test_real_schedule_is_the_theorys(logs, name):
     assert rc == 0 and f"PASS (0 of {W} rank(s) with violations)" in out, out
 
 
+def test_act_ckpt_logs_place_the_recompute(logs):
+    """Every checkpointed block recomputes once per micro-batch, in phase
+    recompute, after the forward pass and before its own backward compute."""
+    for name in ("fsdp1-act_ckpt-inside", "fsdp1-act_ckpt-outside", "fsdp2-act_ckpt-inside", "fsdp2-act_ckpt-outside"):
+        if name not in cases():  # FSDP2's, on a torch whose FSDP2 schedule is not modelled
+            continue
+        with open(logs / name / "commlog.jsonl") as f:
+            events = [json.loads(x) for x in f]
+        rec = [e for e in events if e["phase"] == "recompute"]
+        micros = 2 if "--grad-accum" in CASES[name][1] else 1
+        assert sorted((e["rank"], e["step"], e["micro"], e["stage"]) for e in rec if e["op"] == "forward") == sorted(
+            (r, s, k, b) for r in range(W) for s in range(2) for k in range(micros) for b in (1, 2)
+        ), name
+        for e in rec:
+            bwd = next(
+                x
+                for x in events
+                if (x["rank"], x["step"], x["micro"], x["op"], x["stage"])
+                == (e["rank"], e["step"], e["micro"], "backward", e["stage"])
+            )
+            assert bwd["order"] > e["order"], (name, e, bwd)
+
+
+def test_a_moved_recompute_fails(logs, tmp_path):
+    """The FSDP1 act-ckpt-inside log with a block's recompute moved after its backward compute."""
+    api, flags, _ = CASES["fsdp1-act_ckpt-inside"]
+    with open(logs / "fsdp1-act_ckpt-inside" / "commlog.jsonl") as f:
+        lines = [json.loads(x) for x in f]
+    i = next(k for k, e in enumerate(lines) if e["phase"] == "recompute")
+    j = i + 1  # the backward compute after it
+    assert lines[j]["op"] == "backward" and lines[j]["stage"] == lines[i]["stage"], lines[j]
+    lines[i]["order"], lines[j]["order"] = lines[j]["order"], lines[i]["order"]
+    lines[i], lines[j] = lines[j], lines[i]
+    bad = tmp_path / "moved.jsonl"
+    bad.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    rc, out = schedule(str(bad), f"torch-{api}", flags)
+    assert rc == 1 and f"recompute of stage {lines[j]['stage']}" in out, out
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_as_the_reference_only_the_named_divergence_fails(logs, name):
     needs_fsdp2(name)
@@ -131,6 +200,47 @@ def test_as_the_reference_only_the_named_divergence_fails(logs, name):
         assert rc == 0, out
     else:
         assert rc == 1 and says in out, out
+
+
+def test_the_recorder_places_a_recompute():
+    """In one process, no FSDP: a checkpointed block's forward called in
+    backward is its recompute (phase recompute, then backward again, even when
+    it raises as torch's early stop does), and the block's backward compute,
+    asked for at its pre-backward, is logged once the recompute ended."""
+    import torch
+    from torch import nn
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    from fsdpcheck_torch.commlog import CommLog
+
+    block = nn.Linear(2, 2)
+    root = nn.Sequential(nn.Linear(2, 2), checkpoint_wrapper(block))
+    log = CommLog(0, 1, 1, [root, block], [(root[0], 0), (block, 1)])
+    log._install_recompute()
+    assert log.checkpointed == {1} and log.unit_of[id(root[1])] == 1
+    log.set_phase("backward")
+    log.backward_of(1)  # its pre-backward: the recompute is still to come
+    assert log.events == [] and log.bwd_pending == {1}
+    block(torch.ones(2))
+    assert log.phase == "backward" and [(e["op"], e["stage"], e["phase"]) for e in log.events] == [
+        ("backward", 1, "backward")
+    ]
+
+    def stop(module, args):
+        assert log.phase == "recompute"
+        raise RuntimeError("early stop")
+
+    handle = block.register_forward_pre_hook(stop)
+    log.begin_micro(1)
+    with pytest.raises(RuntimeError, match="early stop"):
+        block(torch.ones(2))
+    handle.remove()
+    assert log.phase == "backward" and log.recomputed == {1}
+    log.backward_of(1)  # pre-backward after the recompute: logged at once
+    assert [e["micro"] for e in log.events if e["op"] == "backward"] == [0, 1]
+    log.set_phase("forward")
+    block(torch.ones(2))  # the forward pass is no recompute
+    assert log.phase == "forward" and log.recomputed == {1}
 
 
 def test_a_moved_event_fails(logs, tmp_path):
