@@ -25,7 +25,10 @@ int fc_cuda_config_check(const fc_run_config *cfg, int W, fc_error *e);
 // Device bytes a run of cfg needs on `rank` of W, an upper bound: fp32
 // shards, gradients and optimizer state (none under cpu_offload), every unit
 // gathered at once in param_dtype, the two largest unsharded gradients, the
-// reduction buffers, activations and their gradients, the workspace.
+// reduction buffers, activations and their gradients, the workspace. Frozen
+// parameters count honestly: optimizer state only for trainable elements,
+// and a unit with no trainable parameter has no gradient shard, gathered
+// gradient or reduction buffer.
 size_t fc_cuda_device_bytes(const fc_run_config *cfg, int W, int rank);
 
 // Refuses when `need` exceeds `free_bytes` on device `dev` (called `name`).

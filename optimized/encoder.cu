@@ -1,17 +1,20 @@
-// optimized/encoder.cu — GPT-2's token + position embedding, forward and a
+// optimized/encoder.cu — the token embedding, with GPT-2's position table
+// added (Llama has none: wpe NULL, RoPE places the tokens), forward and a
 // deterministic backward (no atomics): the token gradient goes bucket by
 // bucket (enc_buckets.h), each bucket's rows added in position order, then
 // added to dwte once, as the reference does (reference/layers.c).
 #include "common.cuh"
 #include "kernels.h"
 
-// out [B,T,C] = wte [ids[b,t]] + wpe [t]
+// out [B,T,C] = wte [ids[b,t]] + wpe [t]; wpe NULL: wte [ids[b,t]] alone (not
+// + 0, which would turn a -0 into +0)
 template <class T>
 __global__ static void encoder_forward_kernel(T *out, const int32_t *ids, const T *wte, const T *wpe, int Tn, int C,
                                               size_t n) {
     GRID_STRIDE(i, n) {
         size_t bt = i / (size_t)C, c = i % (size_t)C, t = bt % (size_t)Tn;
-        out[i] = from_f32<T>(to_f32(wte[(size_t)ids[bt] * C + c]) + to_f32(wpe[t * C + c]));
+        float e = to_f32(wte[(size_t)ids[bt] * C + c]);
+        out[i] = from_f32<T>(wpe ? e + to_f32(wpe[t * C + c]) : e);
     }
 }
 

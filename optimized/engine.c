@@ -13,13 +13,14 @@
 //   4. clip_grad_norm over the owned gradient elements (core/clip.h), then the
 //      optimizer over this rank's shard (core/optim.h), on the device or, under
 //      cpu_offload, on the host.
-// Frozen parameters (--freeze, LoRA's base; DESIGN §2) as FSDP1 with
-// use_orig_params keeps them: a unit with no trainable parameter has no
-// gradient shard, computes no parameter gradient and reduces nothing; in a
-// unit that trains, the FlatParameter's whole gradient is reduced and the
-// frozen elements' part dropped before the norm; the optimizer steps, and
-// keeps state for, the trainable elements only (state is stored compactly:
-// the frozen runs of the shard are left out).
+// Frozen parameters (--freeze, LoRA's base; DESIGN §2) as FSDP keeps them: a
+// unit with no trainable parameter has no gradient shard, computes no
+// parameter gradient and reduces nothing; in a unit that trains, the unit's
+// whole gradient is reduced (FSDP1's FlatParameter) and only the trainable
+// elements' part is accumulated, normed and stepped. Optimizer state, and
+// under FSDP2 the gradient shard too, is kept for what trains only: one array
+// with the frozen parameters' stretches of the store left out
+// (core/layout.h fc_unit_frozen_slots).
 // Every collective, wait, compute, free, copy and optimizer step is logged
 // where it is issued (core/schedule.h), with the reference's vocabulary and
 // bytes. Streams (exec.h): a gather's pack and collective run on COMM; the
@@ -49,20 +50,30 @@ typedef struct {
 } cu_run;
 
 typedef struct {
-    size_t numel, shard, padded, own_off, own_valid, store;  // fc_unit_layout
+    size_t numel, shard, padded, own_off, own_valid, store;  // fc_unit_layout_in
+    size_t gathered_numel;  // the compute buffer: P in FSDP1's flat order (padding at the end), N in FSDP2's
+    fc_piece *own;       // [n_own] where this rank's chunk's real elements sit in the unit (core/layout.h);
+    int n_own;           // no_shard: the whole unit, one piece
     int trains;          // some parameter of the unit trains (core/model.h fc_unit_trains)
-    cu_run *runs;        // [n_runs] the elements the optimizer owns (own_valid sharded, numel no_shard), in order
+    cu_run *runs;        // [n_runs] the real elements this rank owns (its chunk's pieces; no_shard: all), in order
     int n_runs;
-    size_t state_n;      // elements of each optimizer state: store less the frozen elements (core/layout.h)
+    fc_piece *fz;        // [n_fz] the frozen parameters' stretches of the store (fc_unit_frozen_slots)
+    int n_fz;
+    size_t state_n;      // elements of each optimizer state: store less the frozen stretches; 0 when !trains
+    int grad_compact;    // the gradient shard leaves the frozen stretches out too (FSDP2), as the state does
     float *param;        // [store] fp32 master parameters (device, or pinned host under cpu_offload)
-    float *grad;         // [store] fp32 reduced gradient, accumulated over micro-batches; NULL when !trains
-    float *state[2];     // [state_n] optimizer state, the frozen runs left out; NULL when state_n is 0
-    void *gathered;      // [P] sharded, [N] no_shard: compute parameters in param_dtype; NULL when freed
+    float *grad;         // [store] fp32 (grad_compact: [state_n]) reduced gradient, accumulated over
+                         //   micro-batches; NULL when !trains
+    float *state[2];     // [state_n] optimizer state, the frozen stretches left out; NULL when state_n is 0
+    void *gathered;      // [gathered_numel] sharded, [N] no_shard: compute parameters in param_dtype; NULL when freed
     int gathered_owned;  // gathered is an allocation (not param itself: no_shard in fp32)
     int ag_pending;      // its all-gather is in flight
     fcx_req ag_req;
-    void *ag_send;       // [S] param_dtype: the packed shard the all-gather sends
-    void *full_grad;     // [P] param_dtype: the unsharded gradient, first backward stage to reduction
+    void *ag_send;       // [S] param_dtype: the packed shard the all-gather sends (or the post-forward slice)
+    void *ag_wire;       // [P] param_dtype: FSDP2's all-gather output in wire order, copied out at the wait
+    void *pf_slice;      // [P / PF] param_dtype: FSDP2's integer reshard_after_forward keeps this between
+    int ag_from_slice;   //   forward and backward; the all-gather in flight rebuilds from it (POST_FORWARD)
+    void *full_grad;     // [gathered_numel] param_dtype: the unsharded gradient, first backward stage to reduction
     int reshard_after_forward;
 } cu_unit;
 
@@ -73,6 +84,7 @@ struct fce {
     fc_groups g;
     int local;           // strategy local: no collectives, no log
     fcx *x;
+    const fc_layout_ops *lay;  // FSDP1's flat chunks or FSDP2's per-parameter rows (core/layout.h)
     float pre, post;     // gradient divide factors (core/layout.h)
     cu_unit *u;          // [n_units]
     fc_unit_stages *st;  // [n_units]
@@ -98,10 +110,13 @@ void fce_comms_make(const fc_run_config *cfg, MPI_Comm comm, fce_comms *c) {
     mpiCheck(MPI_Comm_rank(comm, &rank));
     c->g = fc_groups_of(cfg, W, rank);
     fc_mpi_layout_comms(comm, c->g.G, &c->world, &c->shard, &c->replica);
+    c->post_fwd = MPI_COMM_NULL;  // FSDP2's integer reshard_after_forward: PF consecutive ranks
+    if (c->g.PF) fc_mpi_comm_split(comm, rank / c->g.PF, rank, &c->post_fwd);
 }
 
 void fce_comms_free(fce_comms *c) {
     if (c->world == MPI_COMM_NULL) return;
+    if (c->post_fwd != MPI_COMM_NULL) mpiCheck(MPI_Comm_free(&c->post_fwd));
     mpiCheck(MPI_Comm_free(&c->shard));
     mpiCheck(MPI_Comm_free(&c->replica));
     mpiCheck(MPI_Comm_free(&c->world));
@@ -122,30 +137,57 @@ static void log_ev(fce *f, fc_op op, fc_op of, int unit, int stage, fc_group g, 
 // ---------------------------------------------------------------------------
 // all-gather, free, prefetch
 
+// The group unit u's next all-gather runs over: the shard group, or, for a
+// unit holding its post-forward slice, that slice's group of PF ranks.
+static fc_group gather_group(const cu_unit *U) {
+    return U->pf_slice || U->ag_from_slice ? FC_GROUP_POST_FORWARD : FC_GROUP_SHARD;
+}
+
 static void issue_all_gather(fce *f, int u, fc_phase ph, int prefetch) {
     cu_unit *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
     size_t pb = prec_bytes(pd);
+    fc_group grp = gather_group(U);
     if (f->cfg.cpu_offload)  // the fp32 shard comes to the device: the pack reads it from pinned host memory
         log_ev(f, FC_OP_H2D, FC_OP_H2D, u, -1, FC_GROUP_NONE, U->shard * sizeof(float), FC_PREC_FP32, ph, 0);
-    U->gathered = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->padded * pb, FCX_COMM);
+    U->gathered = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->gathered_numel * pb, FCX_COMM);
     U->gathered_owned = 1;
-    U->ag_send = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, FCX_COMM);
-    fcx_cast(f->x, U->ag_send, pd, U->param, U->shard, FCX_COMM);
-    // 16-bit gathers send 16-bit data, straight into the compute buffer
-    fcx_all_gather(f->x, FCX_GROUP_SHARD, U->ag_send, U->gathered, U->shard, pd, &U->ag_req);
+    // FSDP1's flat order gathers straight into the compute buffer; FSDP2's
+    // rank-major rows into a wire buffer, copied out at the wait
+    void *recv = U->gathered;
+    if (!f->lay->wire_is_natural)
+        recv = U->ag_wire = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->padded * pb, FCX_COMM);
+    if (U->pf_slice) {  // the PF slices kept after forward are the wire order's consecutive blocks
+        U->ag_send = U->pf_slice;
+        U->pf_slice = NULL;
+        U->ag_from_slice = 1;
+        fcx_all_gather(f->x, FCX_GROUP_POST_FORWARD, U->ag_send, recv, U->padded / (size_t)f->g.PF, pd, &U->ag_req);
+    } else {
+        U->ag_send = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, FCX_COMM);
+        fcx_cast(f->x, U->ag_send, pd, U->param, U->shard, FCX_COMM);
+        // 16-bit gathers send 16-bit data
+        fcx_all_gather(f->x, FCX_GROUP_SHARD, U->ag_send, recv, U->shard, pd, &U->ag_req);
+    }
     U->ag_pending = 1;
     f->alive++;
-    log_ev(f, FC_OP_ALL_GATHER, FC_OP_ALL_GATHER, u, -1, FC_GROUP_SHARD, U->padded * pb, pd, ph, prefetch);
+    log_ev(f, FC_OP_ALL_GATHER, FC_OP_ALL_GATHER, u, -1, grp, U->padded * pb, pd, ph, prefetch);
 }
 
 static void wait_all_gather(fce *f, int u, fc_phase ph) {
     cu_unit *U = &f->u[u];
+    fc_group grp = gather_group(U);
     fcx_wait(f->x, &U->ag_req);  // COMPUTE now runs after the gather
-    fcx_free(f->x, U->ag_send, FCX_COMM);  // its uses (pack, collective) were all on COMM
+    if (U->ag_wire) {  // copy-out: each chunk's pieces to their place in the unit
+        fcx_permute(f->x, u, U->gathered, U->ag_wire, 0, f->cfg.param_dtype, FCX_COMPUTE);
+        fcx_free(f->x, U->ag_wire, FCX_COMPUTE);
+        U->ag_wire = NULL;
+    }
+    // its uses (pack, collective) were all on COMM
+    fcx_free(f->x, U->ag_send, FCX_COMM);
     U->ag_send = NULL;
+    U->ag_from_slice = 0;
     U->ag_pending = 0;
-    log_ev(f, FC_OP_WAIT, FC_OP_ALL_GATHER, u, -1, FC_GROUP_SHARD, 0, f->cfg.param_dtype, ph, 0);
+    log_ev(f, FC_OP_WAIT, FC_OP_ALL_GATHER, u, -1, grp, 0, f->cfg.param_dtype, ph, 0);
 }
 
 // Makes unit u's compute parameters available to COMPUTE.
@@ -168,9 +210,27 @@ static void ensure_gathered(fce *f, int u, fc_phase ph) {
     if (U->ag_pending) wait_all_gather(f, u, ph);
 }
 
+// FSDP2's integer reshard_after_forward: before unit u's gathered parameters
+// are freed after forward, this rank keeps block pf_rank of PF of the wire
+// order (torch's to_sharded_post_forward narrows each parameter's all-gather
+// output the same way), so that backward's all-gather over the PF ranks
+// rebuilds the unit with the same bits.
+static void keep_post_forward_slice(fce *f, int u) {
+    cu_unit *U = &f->u[u];
+    fc_prec pd = f->cfg.param_dtype;
+    size_t pb = prec_bytes(pd), n = U->padded / (size_t)f->g.PF;
+    void *wire = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->padded * pb, FCX_COMPUTE);  // [P] padding 0
+    fcx_permute(f->x, u, U->gathered, wire, 1, pd, FCX_COMPUTE);
+    U->pf_slice = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * pb, FCX_COMPUTE);
+    fcx_copy(f->x, U->pf_slice, (char *)wire + (size_t)f->g.pf_rank * n * pb, n * pb, FCX_COMPUTE);
+    fcx_free(f->x, wire, FCX_COMPUTE);
+    fcx_order(f->x, FCX_COMM, FCX_COMPUTE);  // backward's all-gather (COMM) sends the slice
+}
+
 static void free_gathered(fce *f, int u, fc_phase ph) {
     cu_unit *U = &f->u[u];
     if (!U->gathered) return;
+    if (f->g.PF && ph == FC_PHASE_FORWARD) keep_post_forward_slice(f, u);
     // every use is on COMPUTE, which waited for the gather that wrote it
     if (U->gathered_owned) fcx_free(f->x, U->gathered, FCX_COMPUTE);
     if (f->g.sharded) {
@@ -192,6 +252,12 @@ static void prefetch(fce *f, int v, fc_phase ph) {
 // ---------------------------------------------------------------------------
 // gradient reduction (one in flight, as FSDP's post-backward stream)
 
+// Where trainable run R's gradient is: at its store offset, or in a compact
+// gradient (FSDP2 with frozen parameters) where its state is.
+static float *grad_of(const cu_unit *U, const cu_run *R) {
+    return U->grad + (U->grad_compact ? R->state_off : R->off);
+}
+
 // Finishes the reduction in flight: the replica all-reduce (hybrid), the
 // post-divide and the accumulation into the fp32 gradient shard.
 static void complete_reduce(fce *f) {
@@ -210,11 +276,22 @@ static void complete_reduce(fce *f) {
             fcx_wait(f->x, &r);
             log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_REPLICATE, 0, rd, FC_PHASE_BACKWARD, 0);
         }
-        // padding never reaches the gradient: only the chunk's valid elements
-        fcx_accumulate(f->x, U->grad, f->rs_out, rd, U->own_valid, f->post, FCX_COMPUTE);
+        // padding never reaches the gradient, nor does a frozen parameter's
+        // share: only the chunk's trainable runs
+        for (int k = 0; k < U->n_runs; k++) {
+            const cu_run *R = &U->runs[k];
+            if (!R->frozen)
+                fcx_accumulate(f->x, grad_of(U, R), (char *)f->rs_out + R->off * rb, rd, R->count, f->post,
+                               FCX_COMPUTE);
+        }
     } else {
         log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_WORLD, 0, rd, FC_PHASE_BACKWARD, 0);
-        fcx_accumulate(f->x, U->grad, f->rs_send, rd, U->numel, f->post, FCX_COMPUTE);
+        for (int k = 0; k < U->n_runs; k++) {  // no_shard: the runs are the whole unit's
+            const cu_run *R = &U->runs[k];
+            if (!R->frozen)
+                fcx_accumulate(f->x, U->grad + R->off, (char *)f->rs_send + R->off * rb, rd, R->count, f->post,
+                               FCX_COMPUTE);
+        }
     }
     if (f->cfg.cpu_offload)  // the accumulation wrote the fp32 gradient shard into pinned host memory
         log_ev(f, FC_OP_D2H, FC_OP_D2H, u, -1, FC_GROUP_NONE, U->own_valid * sizeof(float), FC_PREC_FP32,
@@ -233,8 +310,16 @@ static void issue_reduce(fce *f, int u) {
     cu_unit *U = &f->u[u];
     fc_prec rd = f->cfg.reduce_dtype;
     size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
+    fc_prec pd = f->cfg.param_dtype;
+    // copy-in: FSDP2's gradient goes to the rank-major wire order, padding zeroed
+    void *wire = U->full_grad;
+    if (!f->lay->wire_is_natural) {
+        wire = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * prec_bytes(pd), FCX_COMPUTE);
+        fcx_permute(f->x, u, U->full_grad, wire, 1, pd, FCX_COMPUTE);
+    }
     f->rs_send = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, FCX_COMPUTE);
-    fcx_predivide(f->x, f->rs_send, rd, U->full_grad, f->cfg.param_dtype, P, f->pre, FCX_COMPUTE);
+    fcx_predivide(f->x, f->rs_send, rd, wire, pd, P, f->pre, FCX_COMPUTE);
+    if (wire != U->full_grad) fcx_free(f->x, wire, FCX_COMPUTE);
     fcx_free(f->x, U->full_grad, FCX_COMPUTE);
     U->full_grad = NULL;
     f->rs_unit = u;
@@ -279,11 +364,12 @@ static void backward(fce *f, int k, int sync) {
         if (s == f->st[u].first_bwd) {
             ensure_gathered(f, u, FC_PHASE_BACKWARD);
             if (!U->full_grad && U->trains) {  // survives across micro-batches under no_sync
-                U->full_grad = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * pb, FCX_COMPUTE);
-                fcx_zero(f->x, U->full_grad, U->padded * pb, FCX_COMPUTE);
+                size_t n = U->gathered_numel;
+                U->full_grad = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, n * pb, FCX_COMPUTE);
+                fcx_zero(f->x, U->full_grad, n * pb, FCX_COMPUTE);
             }
             // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
-            if (f->cfg.backward_prefetch == FC_PREFETCH_PRE)
+            if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_PRE)
                 prefetch(f, fc_next_backward_unit(m, f->st, s), FC_PHASE_BACKWARD);
         }
         log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
@@ -294,7 +380,7 @@ static void backward(fce *f, int k, int sync) {
         f->ug[u] = NULL;
         if (s == f->st[u].last_bwd) {
             // BACKWARD_POST: after this gradient compute, before its reduction
-            if (f->cfg.backward_prefetch == FC_PREFETCH_POST)
+            if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_POST)
                 prefetch(f, fc_next_backward_unit(m, f->st, s), FC_PHASE_BACKWARD);
             free_gathered(f, u, FC_PHASE_BACKWARD);
             if (sync && U->trains) issue_reduce(f, u);  // a unit that does not train reduces nothing
@@ -310,14 +396,23 @@ static void backward(fce *f, int k, int sync) {
 // unit (no_shard: the chunk it would own sharded over W), gathered over the
 // shard group and combined exactly (core/clip.h).
 static double grad_norm(fce *f) {
-    int nu = f->m.n_units, G = f->g.G, k = 0;
-    float **g = mallocCheck((size_t)nu * sizeof *g);
-    size_t *n = mallocCheck((size_t)nu * sizeof *n);
+    int nu = f->m.n_units, G = f->g.G, k = 0, cap = 1;
+    for (int u = 0; u < nu; u++) cap += f->u[u].n_runs;
+    float **g = mallocCheck((size_t)cap * sizeof *g);
+    size_t *n = mallocCheck((size_t)cap * sizeof *n);
     for (int u = 0; u < nu; u++) {
         const cu_unit *U = &f->u[u];
         if (!U->grad) continue;  // no gradient: nothing to norm
-        g[k] = f->g.sharded ? U->grad : U->grad + U->own_off;
-        n[k++] = U->own_valid;  // padding is never normed
+        if (!f->g.sharded) {  // the chunk it would own sharded over W (frozen elements hold 0)
+            g[k] = U->grad + U->own_off;
+            n[k++] = U->own_valid;
+            continue;
+        }
+        for (int q = 0; q < U->n_runs; q++) {  // padding and frozen parameters are never normed
+            if (U->runs[q].frozen) continue;
+            g[k] = grad_of(U, &U->runs[q]);
+            n[k++] = U->runs[q].count;
+        }
     }
     fc_norm_part part;
     fcx_norm_part(f->x, g, n, k, f->cfg.norm_type, f->cfg.cpu_offload, &part);
@@ -334,24 +429,6 @@ static double grad_norm(fce *f) {
     free(g);
     free(n);
     return total;
-}
-
-// A frozen parameter has no gradient (DESIGN §2): what the reduction of its
-// unit's FlatParameter brought for it is dropped before the clip norm, so
-// none is normed, stepped or exported. After fcx_sync.
-static void drop_frozen_grads(fce *f) {
-    for (int u = 0; u < f->m.n_units; u++) {
-        cu_unit *U = &f->u[u];
-        for (int r = 0; r < U->n_runs && U->grad; r++) {
-            if (!U->runs[r].frozen) continue;
-            float *g = U->grad + U->runs[r].off;
-            size_t bytes = U->runs[r].count * sizeof(float);
-            if (f->cfg.cpu_offload)
-                memset(g, 0, bytes);  // pinned host; the device is idle after fcx_sync
-            else
-                fcx_zero(f->x, g, bytes, FCX_COMPUTE);
-        }
-    }
 }
 
 // The optimizer over this rank's own trainable elements, one buffer per
@@ -372,7 +449,7 @@ static void optimizer_step(fce *f, float coef) {
             const cu_run *R = &U->runs[r];
             if (R->frozen) continue;
             p[k] = U->param + R->off;
-            g[k] = U->grad + R->off;
+            g[k] = grad_of(U, R);
             s0[k] = U->state[0] ? U->state[0] + R->state_off : NULL;
             s1[k] = U->state[1] ? U->state[1] + R->state_off : NULL;
             n[k++] = R->count;
@@ -396,6 +473,7 @@ int fce_step(fce *f, fc_step_info *out, fc_error *e) {
     for (int u = 0; u < f->m.n_units; u++) {
         size_t bytes = f->u[u].store * sizeof(float);
         if (!f->u[u].grad) continue;
+        if (f->u[u].grad_compact) bytes = f->u[u].state_n * sizeof(float);
         if (c->cpu_offload)
             memset(f->u[u].grad, 0, bytes);  // pinned host; the device is idle between steps
         else
@@ -415,7 +493,6 @@ int fce_step(fce *f, fc_step_info *out, fc_error *e) {
     fcx_sync(f->x);  // the losses, and under cpu_offload the host gradients, are complete
     double loss = 0;
     for (int k = 0; k < c->grad_accum; k++) loss += fcx_loss_sum(f->x, k) / (float)f->rows;
-    drop_frozen_grads(f);
     double norm = grad_norm(f);
     float coef = c->clip_grad_norm > 0 ? fc_clip_coef(c->clip_grad_norm, norm) : 1.0f;
     f->step++;
@@ -434,57 +511,63 @@ int fce_step(fce *f, fc_step_info *out, fc_error *e) {
 
 // The initial values of this rank's stored elements of unit u (host [store]):
 // counter-based init is a pure function of (seed, name, index), so each rank
-// makes only its own shard; from a file, the rank keeps its range.
+// makes only its own pieces; from a file, the rank keeps its range.
 static void init_unit(const fce *f, int u, const float *from_file, float *out) {
     const cu_unit *U = &f->u[u];
-    size_t lo = f->g.sharded ? U->own_off : 0, hi = lo + (f->g.sharded ? U->own_valid : U->numel);
-    fc_init_unit_range(&f->m, u, f->cfg.seed, from_file, lo, hi, out);
+    for (int q = 0; q < U->n_own; q++)
+        fc_init_unit_range(&f->m, u, f->cfg.seed, from_file, U->own[q].unit_off, U->own[q].unit_off + U->own[q].count,
+                           out + U->own[q].chunk_off);
 }
 
-// Unit u's runs over the elements the optimizer owns (sharded: the chunk's
-// own_valid real elements; no_shard: the whole copy), adjacent runs of one
-// kind merged, and the compact state offset of each trainable run. The
-// padding after them keeps state (FSDP1's sharded optimizer state is the
-// padded shard's) unless no parameter of the unit trains.
+// Unit u's frozen stretches, and its runs over the real elements this rank
+// owns (its chunk's pieces; no_shard: the whole unit), adjacent runs of one
+// kind merged, with each trainable run's offset in the compact arrays: its
+// store offset less the frozen stretches before it.
 static void unit_runs(fce *f, int u) {
     cu_unit *U = &f->u[u];
-    size_t base = f->g.sharded ? U->own_off : 0, len = f->g.sharded ? U->own_valid : U->numel;
-    U->runs = mallocCheck((size_t)(f->m.units[u].n_params + 1) * sizeof *U->runs);
-    U->n_runs = 0;
-    size_t frozen_n = 0;
-    for (size_t i = 0, r; i < len; i += r) {
-        int fz = 0;
-        r = f->m.n_frozen ? fc_model_run_at(&f->m, u, base + i, len - i, &fz) : len;
-        cu_run *last = U->n_runs ? &U->runs[U->n_runs - 1] : NULL;
-        if (last && last->frozen == fz)
-            last->count += r;
-        else
-            U->runs[U->n_runs++] = (cu_run){i, r, i - frozen_n, fz};
-        if (fz) frozen_n += r;
-    }
+    int np = f->m.units[u].n_params;
     U->trains = fc_unit_trains(&f->m, u);
-    U->state_n = U->store - fc_unit_frozen_store(fc_layout_of(FC_LAYOUT_FLAT), &f->m, u, &f->g);
-    if (U->state_n != (U->trains ? U->store - frozen_n : 0))
-        fc_die(FC_EXIT_INTERNAL, "unit %d: %zu optimizer state elements, the runs make %zu", u, U->state_n,
-               U->trains ? U->store - frozen_n : 0);
+    U->fz = mallocCheck((size_t)(np ? np : 1) * sizeof *U->fz);
+    U->n_fz = U->trains ? fc_unit_frozen_slots(f->lay, &f->m, u, &f->g, U->fz) : 0;
+    U->runs = mallocCheck((size_t)(np + U->n_own + 1) * sizeof *U->runs);
+    U->n_runs = 0;
+    for (int q = 0; q < U->n_own; q++) {
+        size_t base = U->own[q].unit_off, at = U->own[q].chunk_off, len = U->own[q].count;
+        for (size_t i = 0, r; i < len; i += r) {
+            int fz = 0;
+            r = f->m.n_frozen ? fc_model_run_at(&f->m, u, base + i, len - i, &fz) : len;
+            size_t before = 0;  // frozen elements of the store before this run
+            for (int k = 0; k < U->n_fz && U->fz[k].chunk_off < at + i; k++) before += U->fz[k].count;
+            cu_run *last = U->n_runs ? &U->runs[U->n_runs - 1] : NULL;
+            if (last && last->frozen == fz && last->off + last->count == at + i && (fz || last->state_off + last->count == at + i - before))
+                last->count += r;
+            else
+                U->runs[U->n_runs++] = (cu_run){at + i, r, fz ? 0 : at + i - before, fz};
+        }
+    }
+    size_t frozen = 0;
+    for (int k = 0; k < U->n_fz; k++) frozen += U->fz[k].count;
+    U->state_n = U->store - fc_unit_frozen_store(f->lay, &f->m, u, &f->g);
+    if (U->state_n != (U->trains ? U->store - frozen : 0))
+        fc_die(FC_EXIT_INTERNAL, "unit %d: %zu optimizer state elements, the frozen stretches leave %zu", u, U->state_n,
+               U->trains ? U->store - frozen : 0);
+    // FSDP2 keeps no gradient for a frozen parameter; FSDP1's FlatParameter a whole one
+    U->grad_compact = !f->lay->wire_is_natural && U->n_fz > 0;
 }
 
-// Unit u's optimizer state [state_n] <-> its store order [store] (host):
-// to_full expands (frozen elements read as zeros), else compacts (frozen
-// elements are not written back).
+// Unit u's compact array [state_n] <-> its store order [store] (host):
+// to_full expands (the frozen stretches read as zeros), else compacts (they
+// are not written back).
 static void state_copy(const cu_unit *U, float *full, float *compact, int to_full) {
     if (to_full) memset(full, 0, U->store * sizeof(float));
     if (!U->state_n) return;
-    size_t end = 0, s_end = 0;  // past the last run, in store and in state order
-    for (int r = 0; r <= U->n_runs; r++) {
-        // the runs, then the padding after them (trainable: it has state)
-        cu_run R = r < U->n_runs ? U->runs[r] : (cu_run){end, U->store - end, s_end, 0};
-        if (!R.frozen) {
-            float *a = full + R.off, *b = compact + R.state_off;
-            memcpy(to_full ? a : b, to_full ? b : a, R.count * sizeof(float));
-            s_end = R.state_off + R.count;
-        }
-        end = R.off + R.count;
+    size_t at = 0, c = 0;  // store and compact positions
+    for (int k = 0; k <= U->n_fz; k++) {  // the stretch before each frozen one, then the rest
+        size_t end = k < U->n_fz ? U->fz[k].chunk_off : U->store;
+        float *a = full + at, *b = compact + c;
+        memcpy(to_full ? a : b, to_full ? b : a, (end - at) * sizeof(float));
+        c += end - at;
+        at = k < U->n_fz ? end + U->fz[k].count : end;
     }
 }
 
@@ -511,6 +594,7 @@ fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
             return NULL;
         }
     }
+    f->lay = fc_layout_of(fc_layout_kind_of(cfg));
     f->c = *c;  // the engine owns the communicators from here
     c->world = MPI_COMM_NULL;
     f->u = callocCheck((size_t)m->n_units, sizeof(cu_unit));
@@ -518,18 +602,27 @@ fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
     fc_mem_loc loc = cfg->cpu_offload ? FC_LOC_HOST : FC_LOC_DEVICE;
     for (int u = 0; u < m->n_units; u++) {
         cu_unit *U = &f->u[u];
-        fc_unit_layout l = fc_unit_layout_of(m->units[u].numel, &f->g);
+        fc_unit_layout l = fc_unit_layout_in(f->lay, m, u, &f->g);
         U->numel = l.numel;
         U->shard = l.shard;
         U->padded = l.padded;
         U->own_off = l.own_off;
         U->own_valid = l.own_valid;
         U->store = l.store;
+        U->gathered_numel = f->lay->wire_is_natural ? U->padded : U->numel;
+        U->own = mallocCheck((size_t)fc_layout_max_pieces(m, u) * sizeof *U->own);
+        if (f->g.sharded) {
+            U->n_own = f->lay->pieces(m, u, f->g.G, f->g.idx, U->own);
+        } else {  // no_shard stores, steps and initialises the whole unit
+            U->own[0] = (fc_piece){0, 0, U->numel};
+            U->n_own = 1;
+        }
         unit_runs(f, u);
         size_t bytes = U->store * sizeof(float), sbytes = U->state_n * sizeof(float);
         U->param = fcx_alloc(x, loc, FC_MEM_PARAM_SHARD, bytes, FCX_COMPUTE);
         // FSDP1 keeps no gradient for a FlatParameter that does not train
-        if (U->trains) U->grad = fcx_alloc(x, loc, FC_MEM_GRAD_SHARD, bytes, FCX_COMPUTE);
+        size_t gbytes = U->grad_compact ? sbytes : bytes;
+        if (U->trains) U->grad = fcx_alloc(x, loc, FC_MEM_GRAD_SHARD, gbytes, FCX_COMPUTE);
         for (int i = 0; i < f->n_state && sbytes; i++) {
             U->state[i] = fcx_alloc(x, loc, FC_MEM_OPTIM_STATE, sbytes, FCX_COMPUTE);
             fcx_zero(x, U->state[i], sbytes, FCX_COMPUTE);
@@ -570,7 +663,13 @@ int fce_export(fce *f, fc_export what, float *dst, int root, fc_error *e) {
         if (what == FC_EXPORT_PARAMS) {
             fcx_download(f->x, mine, U->param, U->store * sizeof(float));
         } else if (what == FC_EXPORT_GRADS) {
-            if (U->grad) fcx_download(f->x, mine, U->grad, U->store * sizeof(float));
+            size_t gn = U->grad_compact ? U->state_n : U->store;
+            float *g = U->grad_compact ? mallocCheck(gn * sizeof(float) + 1) : mine;
+            if (U->grad) fcx_download(f->x, g, U->grad, gn * sizeof(float));
+            if (g != mine) state_copy(U, mine, g, 1);
+            if (g != mine) free(g);
+        } else if (U->state[si] && U->state_n == U->store) {
+            fcx_download(f->x, mine, U->state[si], U->store * sizeof(float));
         } else if (U->state[si]) {
             float *compact = mallocCheck(U->state_n * sizeof(float));
             fcx_download(f->x, compact, U->state[si], U->state_n * sizeof(float));
@@ -584,9 +683,9 @@ int fce_export(fce *f, fc_export what, float *dst, int root, fc_error *e) {
         }
         // shard-group rank 0 of every group gathers its group's shards; world
         // rank 0 is shard rank 0 of group 0, and replicas hold the same values
-        float *full = f->g.shard_rank == 0 ? mallocCheck(U->padded * sizeof(float)) : NULL;
+        float *full = f->g.shard_rank == 0 ? mallocCheck(U->padded * sizeof(float)) : NULL;  // [P] wire order
         mpiCheck(MPI_Gather(mine, (int)U->shard, MPI_FLOAT, full, (int)U->shard, MPI_FLOAT, 0, f->c.shard));
-        if (f->g.rank == 0) memcpy(out, full, U->numel * sizeof(float));
+        if (f->g.rank == 0) fc_layout_to_natural(f->lay, &f->m, u, f->g.G, full, out);
         free(full);
         free(mine);
     }
@@ -659,6 +758,11 @@ static void ckpt_view(fce *f, ckpt_views *cv, fc_ckpt_rank_view *v, int download
                                            NULL,
                                            0,
                                            0};
+        if (!f->lay->wire_is_natural) {  // FSDP2's rows: the chunk is pieces
+            cv->units[u].pieces = U->own;
+            cv->units[u].n_pieces = U->n_own;
+            cv->units[u].max_pieces = fc_layout_max_pieces(&f->m, u);
+        }
     }
     // the chunks of replica 0 of every shard group tile each unit once (for
     // no_shard, every rank's W-way chunk of its full copy)
@@ -709,11 +813,15 @@ void fce_destroy(fce *f) {
             cu_unit *U = &f->u[u];
             if (U->ag_pending) fcx_wait(f->x, &U->ag_req);
             if (U->ag_send) fcx_free(f->x, U->ag_send, FCX_COMM);
+            if (U->ag_wire) fcx_free(f->x, U->ag_wire, FCX_COMM);
+            if (U->pf_slice) fcx_free(f->x, U->pf_slice, FCX_COMPUTE);
+            free(U->own);
             if (U->gathered_owned) fcx_free(f->x, U->gathered, FCX_COMPUTE);
             if (U->full_grad) fcx_free(f->x, U->full_grad, FCX_COMPUTE);
             fcx_free(f->x, U->param, FCX_COMPUTE);
             if (U->grad) fcx_free(f->x, U->grad, FCX_COMPUTE);
             free(U->runs);
+            free(U->fz);
             for (int i = 0; i < 2; i++)
                 if (U->state[i]) fcx_free(f->x, U->state[i], FCX_COMPUTE);
         }

@@ -24,6 +24,7 @@ typedef struct {
     MPI_Comm world;    // a duplicate of the caller's communicator
     MPI_Comm shard;    // the G ranks of the reduction layout
     MPI_Comm replica;  // the ranks holding the same chunk (hybrid replicas)
+    MPI_Comm post_fwd; // FSDP2's integer reshard_after_forward: PF consecutive ranks (else MPI_COMM_NULL)
 } fce_comms;
 
 // Collective over comm.

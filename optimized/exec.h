@@ -31,8 +31,9 @@ typedef struct fcx fcx;
 
 typedef enum { FCX_COMPUTE, FCX_COMM, FCX_NSTREAMS } fcx_stream;
 // The ranks a collective runs over: the reduction layout's G ranks (the shard
-// group; the whole world for no_shard), or the R replicas of one chunk.
-typedef enum { FCX_GROUP_SHARD, FCX_GROUP_REPLICA } fcx_group;
+// group; the whole world for no_shard), the R replicas of one chunk, or
+// FSDP2's integer reshard_after_forward group of PF consecutive ranks.
+typedef enum { FCX_GROUP_SHARD, FCX_GROUP_REPLICA, FCX_GROUP_POST_FORWARD } fcx_group;
 
 // A collective in flight, completed by fcx_wait.
 typedef struct {
@@ -62,6 +63,14 @@ void fcx_order(fcx *x, fcx_stream waiter, fcx_stream signaler);
 
 // ---- elementwise ----------------------------------------------------------
 void fcx_zero(fcx *x, void *p, size_t bytes, fcx_stream s);
+// dst [bytes] = src [bytes], both device memory.
+void fcx_copy(fcx *x, void *dst, const void *src, size_t bytes, fcx_stream s);
+// Unit u's copies between its natural order [N] and the run's wire order [P]
+// (core/layout.h fc_layout_to_natural / fc_layout_to_wire), in precision p:
+// to_wire writes every real element to its chunk's place and zeros the
+// padding; else the natural buffer gets every chunk's pieces. FSDP2's
+// copy-out after an all-gather and copy-in before a reduce-scatter.
+void fcx_permute(fcx *x, int u, void *natural, void *wire, int to_wire, fc_prec p, fcx_stream s);
 // dst [n] in p = src [n] fp32 rounded to p (src: device or pinned host).
 void fcx_cast(fcx *x, void *dst, fc_prec p, const float *src, size_t n, fcx_stream s);
 // dst [n] in rd = round_rd(round_rd(g) / pre), g [n] in pd: the pre-divide.

@@ -24,6 +24,7 @@
 #include "cuda_config.h"
 #include "enc_buckets.h"
 #include "kernels.h"
+#include "layout.h"
 #include "model_cu.h"
 #include "optim.h"
 
@@ -44,10 +45,12 @@ struct fcx {
     fc_cu_acts L;
     void *acts;          // [2 * L.half]
     fc_cu_model *cm;
-    fc_cucomm *shard, *replica;
+    fc_cucomm *shard, *replica, *post_fwd;
+    size_t **pmap;       // [n_units] device: FSDP2's piece maps (fck_permute); NULL under FSDP1
+    int *n_pmap;         // [n_units] pieces in each
     fc_norm_part *dnorm; // [FCK_NORM_BLOCKS + 1 + G] device: the blocks' partial norms, this rank's, the gather
     int K, micro, T, rows, in_dim;
-    int32_t *d_input, *d_target;  // [local * T] (gpt2), target [local] (mlp)
+    int32_t *d_input, *d_target;  // [local * T] (gpt2, llama), target [local] (mlp)
     float *d_features;            // [local * in] (mlp)
     int32_t *d_tok, *d_off, *d_pos;  // per micro-batch buckets: [K][rows], [K][rows + 1], [K][rows]
     int *n_tok;                       // [K]
@@ -142,6 +145,49 @@ void fcx_order(fcx *x, fcx_stream waiter, fcx_stream signaler) {
 // ---------------------------------------------------------------------------
 // elementwise
 
+void fcx_copy(fcx *x, void *dst, const void *src, size_t bytes, fcx_stream s) {
+    if (!bytes) return;
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, x->st[s]));
+}
+
+void fcx_permute(fcx *x, int u, void *natural, void *wire, int to_wire, fc_prec p, fcx_stream s) {
+    if (!x->pmap || !x->pmap[u])
+        fc_die(FC_EXIT_INTERNAL, "%s:%d: a permute of unit %d, which has no piece map (FSDP1)", __FILE__, __LINE__, u);
+    const fc_layout_ops *lay = fc_layout_of(fc_layout_kind_of(&x->cfg));
+    size_t P = lay->chunk_size(&x->m, u, x->g.G) * (size_t)x->g.G;
+    fck_permute(natural, wire, x->pmap[u], x->n_pmap[u], P, to_wire, p, x->st[s]);
+}
+
+// FSDP2's piece maps, uploaded once: for each unit, every chunk's pieces as
+// (unit offset, wire offset j * S + chunk offset, count).
+static void make_piece_maps(fcx *x) {
+    const fc_layout_ops *lay = fc_layout_of(fc_layout_kind_of(&x->cfg));
+    if (lay->wire_is_natural) return;
+    int nu = x->m.n_units, G = x->g.G;
+    x->pmap = callocCheck((size_t)nu, sizeof *x->pmap);
+    x->n_pmap = callocCheck((size_t)nu, sizeof *x->n_pmap);
+    for (int u = 0; u < nu; u++) {
+        int mp = fc_layout_max_pieces(&x->m, u);
+        size_t S = lay->chunk_size(&x->m, u, G);
+        fc_piece *pc = mallocCheck((size_t)mp * sizeof *pc);
+        size_t *h = mallocCheck((size_t)G * (size_t)mp * 3 * sizeof *h);
+        int n = 0;
+        for (int j = 0; j < G; j++) {
+            int k = lay->pieces(&x->m, u, G, j, pc);
+            for (int q = 0; q < k; q++, n++) {
+                h[3 * n] = pc[q].unit_off;
+                h[3 * n + 1] = (size_t)j * S + pc[q].chunk_off;
+                h[3 * n + 2] = pc[q].count;
+            }
+        }
+        x->n_pmap[u] = n;
+        x->pmap[u] = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, (size_t)n * 3 * sizeof *h, FCX_COMPUTE);
+        fcx_upload(x, x->pmap[u], h, (size_t)n * 3 * sizeof *h);
+        free(h);
+        free(pc);
+    }
+}
+
 void fcx_zero(fcx *x, void *p, size_t bytes, fcx_stream s) {
     if (!bytes) return;
     if (loc_of(x, p, bytes) == FC_LOC_HOST) {  // pinned host: zero it once the stream is done with it
@@ -168,7 +214,7 @@ void fcx_accumulate(fcx *x, float *grad, const void *src, fc_prec rd, size_t n, 
 // collectives
 
 static fc_cucomm *group(fcx *x, fcx_group g) {
-    fc_cucomm *c = g == FCX_GROUP_SHARD ? x->shard : x->replica;
+    fc_cucomm *c = g == FCX_GROUP_SHARD ? x->shard : g == FCX_GROUP_REPLICA ? x->replica : x->post_fwd;
     if (!c) fc_die(FC_EXIT_INTERNAL, "%s:%d: no communicator for group %d", __FILE__, __LINE__, (int)g);
     return c;
 }
@@ -326,7 +372,7 @@ fcx *fcx_cuda_create(const fc_run_config *cfg, const fce_comms *c, int dev, fc_c
     fc_rank_samples(cfg, c->g.W, c->g.rank, &first, &local);
     x->K = cfg->grad_accum;
     x->micro = local / x->K;
-    x->T = cfg->model.kind == FC_MODEL_GPT2 ? cfg->seq_len : 1;
+    x->T = fc_model_has_tokens(&cfg->model) ? cfg->seq_len : 1;
     x->rows = x->micro * x->T;
     x->in_dim = cfg->model.kind == FC_MODEL_MLP ? cfg->model.dims[0] : 0;
 
@@ -334,7 +380,7 @@ fcx *fcx_cuda_create(const fc_run_config *cfg, const fce_comms *c, int dev, fc_c
     x->mm = fck_mm_create(x->ws, FC_CUDA_WORKSPACE);
     fc_cu_acts_layout(&x->L, &cfg->model, x->micro, x->T, cfg->param_dtype);
     x->acts = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, 2 * x->L.half, FCX_COMPUTE);
-    x->cm = fc_cu_model_create(&x->m, &x->L, x->acts, cfg->param_dtype, x->mm);
+    x->cm = fc_cu_model_create(&x->m, &x->L, x->acts, cfg->param_dtype, x->mm, x->st[FCX_COMPUTE]);
     size_t dn = FCK_NORM_BLOCKS + 1 + (size_t)c->g.G;
     x->dnorm = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, dn * sizeof(fc_norm_part), FCX_COMPUTE);
     size_t R = (size_t)x->rows, K = (size_t)x->K;
@@ -360,6 +406,8 @@ fcx *fcx_cuda_create(const fc_run_config *cfg, const fce_comms *c, int dev, fc_c
 
     x->shard = fc_comm_create(kind, c->shard, &x->book);
     if (c->g.hybrid && c->g.R > 1) x->replica = fc_comm_create(kind, c->replica, &x->book);
+    if (c->post_fwd != MPI_COMM_NULL) x->post_fwd = fc_comm_create(kind, c->post_fwd, &x->book);
+    make_piece_maps(x);
     // the device's own count from here on, less what is tagged already
     size_t free_b = 0, total = 0;
     cudaCheck(cudaDeviceSynchronize());
@@ -374,6 +422,10 @@ void fcx_cuda_destroy(fcx *x) {
     fcx_sync(x);
     fc_comm_destroy(x->shard);
     fc_comm_destroy(x->replica);
+    fc_comm_destroy(x->post_fwd);
+    for (int u = 0; x->pmap && u < x->m.n_units; u++) fcx_free(x, x->pmap[u], FCX_COMPUTE);
+    free(x->pmap);
+    free(x->n_pmap);
     fc_cu_model_destroy(x->cm);
     fck_mm_destroy(x->mm);
     void *own[] = {x->ws, x->acts, x->dnorm, x->d_features, x->d_input, x->d_target, x->d_tok, x->d_off, x->d_pos,

@@ -41,3 +41,26 @@ extern "C" void fck_accumulate(float *grad, const void *src, fc_prec rd, size_t 
     FC_DISPATCH(rd, R, accumulate_kernel<R><<<fc_blocks(n, 256), 256, 0, s>>>(grad, (const R *)src, n, post));
     cudaCheckLaunch();
 }
+
+// FSDP2's copy-out / copy-in (core/layout.h): map [3 * n] holds, per piece,
+// (unit offset, wire offset, count); block b moves piece b.
+template <class D>
+__global__ static void permute_kernel(D *natural, D *wire, const size_t *map, int to_wire) {
+    const size_t *pc = map + 3 * (size_t)blockIdx.x;
+    D *nat = natural + pc[0], *wir = wire + pc[1];
+    for (size_t i = threadIdx.x; i < pc[2]; i += blockDim.x) {
+        if (to_wire)
+            wir[i] = nat[i];
+        else
+            nat[i] = wir[i];
+    }
+}
+
+extern "C" void fck_permute(void *natural, void *wire, const size_t *map, int n, size_t P, int to_wire, fc_prec p,
+                            cudaStream_t s) {
+    size_t es = p == FC_PREC_FP32 ? 4 : 2;
+    if (to_wire) cudaCheck(cudaMemsetAsync(wire, 0, P * es, s));  // the padding is zeros
+    if (!n) return;
+    FC_DISPATCH(p, D, permute_kernel<D><<<n, 256, 0, s>>>((D *)natural, (D *)wire, map, to_wire));
+    cudaCheckLaunch();
+}

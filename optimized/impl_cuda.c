@@ -142,8 +142,9 @@ static void cuda_destroy(fc_impl *im) {
 static const fc_impl_ops CUDA_OPS = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "cuda",
-    .fsdp_versions = FC_IMPL_FSDP(1),  // FSDP2's per-parameter layout: not yet (cuda_config.c refuses it)
-    .features = 0,                     // activation checkpointing: not yet (cuda_config.c refuses it)
+    .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),
+    // activation checkpointing: not yet (cuda_config.c refuses it)
+    .features = FC_IMPL_LLAMA | FC_IMPL_FREEZE,
     .create = cuda_create,
     .step = cuda_step,
     .export_full = cuda_export,

@@ -25,14 +25,20 @@ void fck_cast(void *dst, fc_prec p, const float *src, size_t n, cudaStream_t s);
 void fck_predivide(void *dst, fc_prec rd, const void *g, fc_prec pd, size_t n, float pre, cudaStream_t s);
 // grad [n] fp32 += round_rd(src / post), src [n] (rd); grad may be pinned host memory
 void fck_accumulate(float *grad, const void *src, fc_prec rd, size_t n, float post, cudaStream_t s);
+// Unit copies between the natural order [N] and FSDP2's wire order [P] (p):
+// map [3 * n] (device) = per piece (unit offset, wire offset, count), from
+// core/layout.h's pieces of every chunk; to_wire zeroes the padding first.
+void fck_permute(void *natural, void *wire, const size_t *map, int n, size_t P, int to_wire, fc_prec p,
+                 cudaStream_t s);
 
-// ---- encoder.cu: token + position embedding ---------------------------------
-// out [B,T,C] = wte [V,C] [ids [B,T]] + wpe [P,C] [t]
+// ---- encoder.cu: token (+ position) embedding --------------------------------
+// out [B,T,C] = wte [V,C] [ids [B,T]] + wpe [P,C] [t]; wpe NULL (llama): wte's row alone
 void fck_encoder_forward(void *out, const int32_t *ids, const void *wte, const void *wpe, int B, int T, int C,
                          fc_prec p, cudaStream_t s);
 // dwte [V,C] += per token bucket (enc_buckets.h: tok [n_tok], off [n_tok+1],
 // pos [B*T]) the sum of dout [B,T,C] rows in position order; dwpe [P,C] +=
-// sum over b ascending of dout [b,t]. No atomics.
+// sum over b ascending of dout [b,t]. Either may be NULL (frozen, or llama's
+// absent wpe). No atomics.
 void fck_encoder_backward(void *dwte, void *dwpe, const void *dout, const int32_t *tok, const int32_t *off,
                           const int32_t *pos, int n_tok, int B, int T, int C, fc_prec p, cudaStream_t s);
 
@@ -43,6 +49,37 @@ void fck_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
 // dinp [N,C] +=; dw, db [C] +=; dout, inp [N,C]; w [C]; mean, rstd [N] fp32
 void fck_layernorm_backward(void *dinp, void *dw, void *db, const void *dout, const void *inp, const void *w,
                             const float *mean, const float *rstd, int N, int C, fc_prec p, cudaStream_t s);
+
+// ---- rmsnorm.cu: Llama's RMSNorm, no mean, no bias ---------------------------
+// out [N,C] = w [C] * (inp [N,C] * rstd); rstd [N] fp32 = 1 / sqrt(mean(inp^2) + eps)
+void fck_rmsnorm_forward(void *out, float *rstd, const void *inp, const void *w, int N, int C, float eps, fc_prec p,
+                         cudaStream_t s);
+// dinp [N,C] +=; dw [C] += (NULL: a frozen weight, not computed); dout, inp [N,C]; w [C]; rstd [N] fp32
+void fck_rmsnorm_backward(void *dinp, void *dw, const void *dout, const void *inp, const void *w, const float *rstd,
+                          int N, int C, fc_prec p, cudaStream_t s);
+
+// ---- rope.cu: rotary embedding, Hugging Face's rotate_half form --------------
+// x [B,T,H,hd] (H heads of hd per token); cosv, sinv [T,hd/2] fp32 (device),
+// built on the host by the reference's arithmetic (model_cu.c).
+// out = x cos + rotate_half(x) sin (out may alias inp)
+void fck_rope_forward(void *out, const void *inp, const float *cosv, const float *sinv, int B, int T, int H, int hd,
+                      fc_prec p, cudaStream_t s);
+// dinp += the transpose rotation of dout
+void fck_rope_backward(void *dinp, const void *dout, const float *cosv, const float *sinv, int B, int T, int H,
+                       int hd, fc_prec p, cudaStream_t s);
+
+// ---- swiglu.cu: LlamaMLP's gate ----------------------------------------------
+// out [n] = silu(gate) * up, silu(x) = x / (1 + exp(-x))
+void fck_swiglu_forward(void *out, const void *gate, const void *up, size_t n, fc_prec p, cudaStream_t s);
+// dgate, dup [n] += (either may be NULL)
+void fck_swiglu_backward(void *dgate, void *dup, const void *dout, const void *gate, const void *up, size_t n,
+                         fc_prec p, cudaStream_t s);
+
+// ---- lora.cu: LoRA's scaling around its two matmuls --------------------------
+// out [n] += t [n] * scale
+void fck_lora_add(void *out, const void *t, float scale, size_t n, fc_prec p, cudaStream_t s);
+// out [n] = inp [n] * scale
+void fck_scale(void *out, const void *inp, float scale, size_t n, fc_prec p, cudaStream_t s);
 
 // ---- matmul.cu: cuBLASLt -----------------------------------------------------
 typedef struct fck_mm fck_mm;
@@ -66,13 +103,22 @@ void fck_residual(void *out, const void *a, const void *b, size_t n, fc_prec p, 
 void fck_gelu_forward(void *out, const void *inp, size_t n, fc_prec p, cudaStream_t s);
 void fck_gelu_backward(void *dinp, const void *inp, const void *dout, size_t n, fc_prec p, cudaStream_t s);
 
-// ---- attention.cu: causal multi-head attention core -------------------------
+// ---- attention.cu: causal attention cores -----------------------------------
+// GPT-2, multi-head, scores q.k / sqrt(C/NH):
 // out [B,T,C]; att [B,NH,T,T] (softmax, 0 above the diagonal); qkv [B,T,3C]
 void fck_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, fc_prec p,
                            cudaStream_t s);
 // dqkv [B,T,3C] +=; dpreatt [B,NH,T,T] scratch; dout [B,T,C]
 void fck_attention_backward(void *dqkv, void *dpreatt, const void *dout, const void *qkv, const void *att, int B,
                             int T, int C, int NH, fc_prec p, cudaStream_t s);
+// Llama, grouped-query (NKV divides NH; query head h reads kv head h / (NH/NKV)),
+// scores q.k * hs**-0.5: out [B,T,NH*hs]; att [B,NH,T,T]; q [B,T,NH*hs]; k, v [B,T,NKV*hs]
+void fck_gqa_attention_forward(void *out, void *att, const void *q, const void *k, const void *v, int B, int T, int NH,
+                               int NKV, int hs, fc_prec p, cudaStream_t s);
+// dq [B,T,NH*hs], dk, dv [B,T,NKV*hs] += (any may be NULL); dpreatt [B,NH,T,T] scratch; dout [B,T,NH*hs]
+void fck_gqa_attention_backward(void *dq, void *dk, void *dv, void *dpreatt, const void *dout, const void *q,
+                                const void *k, const void *v, const void *att, int B, int T, int NH, int NKV, int hs,
+                                fc_prec p, cudaStream_t s);
 
 // ---- classifier.cu: fused softmax + cross-entropy + its gradient ------------
 // losses [N] fp32 = per-row log_softmax loss of logits [N,V] at targets [N];

@@ -243,7 +243,19 @@ stage_scale() {
       grep -E "PASS|FAIL|diverge|max|worst" "$RESULTS/last.out" | tail -n 6
     done
   done
-  skip "the 135M llama: the CUDA port has no llama kernels yet (issue 19, part 5: it refuses the model; the reference and the torch adapter have it)"
+  # the 135M llama (SmolLM2-135M's config.json; llama-tiny in the dry run),
+  # B=2, T=64, FSDP1 and FSDP2, fp32 and bf16: the port's llama kernels
+  local llama="$ROOT/examples/models/llama.smollm2-135m.config.json"
+  [ "$DRY" = 1 ] && llama=llama-tiny
+  for v in 1 2; do
+    for pol in "fp32 fp32" "bf16 fp32"; do
+      set -- $pol
+      step "check --impl $IMPL the 135M llama FSDP$v W=2 param $1 reduce $2" $limit "$MPIEXEC" -n 2 "$FC" check \
+        --impl "$IMPL" --model "$llama" --fsdp-version $v --strategy full_shard --steps 3 --global-batch 2 \
+        --seq-len 64 --param-dtype "$1" --reduce-dtype "$2"
+      grep -E "PASS|FAIL|diverge|max|worst" "$RESULTS/last.out" | tail -n 6
+    done
+  done
   local work
   work=$(mktemp -d) || exit 2
   step "the port saves FULL after step 2 of 3 ($model, W=1)" $limit "$MPIEXEC" -n 1 "$FC" run --impl "$IMPL" --model $model \

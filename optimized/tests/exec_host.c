@@ -9,6 +9,7 @@
 #include "alloc_book.h"
 #include "clip.h"
 #include "forward.h"
+#include "layout.h"
 #include "mpicheck.h"
 #include "optim.h"
 #include "staged.h"
@@ -23,7 +24,8 @@ struct fcx {
     fc_run_config cfg;
     fc_model m;
     fc_groups g;
-    MPI_Comm shard, replica;
+    MPI_Comm shard, replica, post_fwd;
+    const fc_layout_ops *lay;
     fc_book book;
     const fc_batch *batch;  // this rank's samples of the step
     int micro, K;
@@ -113,6 +115,32 @@ void fcx_zero(fcx *x, void *p, size_t bytes, fcx_stream s) {
     memset(p, 0, bytes);
 }
 
+void fcx_copy(fcx *x, void *dst, const void *src, size_t bytes, fcx_stream s) {
+    (void)s;
+    need(x, dst, bytes, "copy dst");
+    need(x, src, bytes, "copy src");
+    memmove(dst, src, bytes);
+}
+
+void fcx_permute(fcx *x, int u, void *natural, void *wire, int to_wire, fc_prec p, fcx_stream s) {
+    (void)s;
+    size_t N = x->m.units[u].numel, P = x->lay->chunk_size(&x->m, u, x->g.G) * (size_t)x->g.G;
+    need(x, natural, N * esize(p), "permute natural");
+    need(x, wire, P * esize(p), "permute wire");
+    float *a = mallocCheck(N * sizeof(float) + 1), *b = mallocCheck(P * sizeof(float) + 1);
+    if (to_wire) {
+        for (size_t i = 0; i < N; i++) a[i] = load(p, natural, i);
+        fc_layout_to_wire(x->lay, &x->m, u, x->g.G, a, b);
+        for (size_t i = 0; i < P; i++) store(p, wire, i, b[i]);
+    } else {
+        for (size_t i = 0; i < P; i++) b[i] = load(p, wire, i);
+        fc_layout_to_natural(x->lay, &x->m, u, x->g.G, b, a);
+        for (size_t i = 0; i < N; i++) store(p, natural, i, a[i]);
+    }
+    free(a);
+    free(b);
+}
+
 void fcx_cast(fcx *x, void *dst, fc_prec p, const float *src, size_t n, fcx_stream s) {
     (void)s;
     need(x, dst, n * esize(p), "cast dst");
@@ -137,7 +165,11 @@ void fcx_accumulate(fcx *x, float *grad, const void *src, fc_prec rd, size_t n, 
 // ---------------------------------------------------------------------------
 // collectives: MPI now, delivered at the wait
 
-static MPI_Comm comm_of(fcx *x, fcx_group g) { return g == FCX_GROUP_SHARD ? x->shard : x->replica; }
+static MPI_Comm comm_of(fcx *x, fcx_group g) {
+    MPI_Comm c = g == FCX_GROUP_SHARD ? x->shard : g == FCX_GROUP_REPLICA ? x->replica : x->post_fwd;
+    if (c == MPI_COMM_NULL) fc_die(FC_EXIT_INTERNAL, "exec_host: a collective over group %d, which this run has not", g);
+    return c;
+}
 static MPI_Datatype type_of(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 static void defer(fcx_req *r, void *result, void *dst, size_t bytes) {
@@ -292,6 +324,9 @@ fcx *fcx_host_create(const fc_run_config *cfg, const fce_comms *c) {
     x->g = c->g;
     mpiCheck(MPI_Comm_dup(c->shard, &x->shard));
     mpiCheck(MPI_Comm_dup(c->replica, &x->replica));
+    x->post_fwd = MPI_COMM_NULL;
+    if (c->post_fwd != MPI_COMM_NULL) mpiCheck(MPI_Comm_dup(c->post_fwd, &x->post_fwd));
+    x->lay = fc_layout_of(fc_layout_kind_of(cfg));
     fc_model_build_run(&x->m, cfg);
     fc_book_init(&x->book);
     int first, local;
@@ -314,6 +349,7 @@ void fcx_host_destroy(fcx *x) {
     fc_model_free(&x->m);
     mpiCheck(MPI_Comm_free(&x->shard));
     mpiCheck(MPI_Comm_free(&x->replica));
+    if (x->post_fwd != MPI_COMM_NULL) mpiCheck(MPI_Comm_free(&x->post_fwd));
     free(x);
 }
 

@@ -5,10 +5,12 @@
 # ctest's SKIP_RETURN_CODE.
 #
 #   matrix W        `check --impl LIB` against the reference (default fp32
-#                   policy) for every strategy and prefetch setting, both
-#                   models, plus accumulation (with and without no_sync), clip
-#                   (norm types 1, 2, inf), cpu_offload and SGD. W = 1 runs
-#                   NCCL, W > 1 the host-staged MPI backend (chosen automatically).
+#                   policy) for every strategy and prefetch setting, every
+#                   model (mlp, gpt2, llama tied and untied), plus accumulation
+#                   (with and without no_sync), clip (norm types 1, 2, inf),
+#                   cpu_offload and SGD; then frozen parameters (--freeze: some
+#                   of a unit, a whole unit) and LoRA. W = 1 runs NCCL, W > 1
+#                   the host-staged MPI backend (chosen automatically).
 #   mixed W         bf16 / fp16 storage and compute for real: every sharded
 #                   strategy against the port's own no_shard under the same
 #                   policy (the oracle's default policy for it), then against
@@ -59,7 +61,8 @@ ENVELOPE_FP16_RTOL=""   # unmeasured
 
 case $mode in
 matrix)
-  for model in mlp-tiny gpt2-tiny; do
+  # llama-micro: the head tied, GQA 2:1; llama-tiny: untied, GQA 4:2, head_dim 6 != C/H
+  for model in mlp-tiny gpt2-tiny llama-micro llama-tiny; do
     for s in no_shard full_shard shard_grad_op hybrid_shard hybrid_shard_zero2; do
       for pf in "" "--backward-prefetch pre --forward-prefetch" "--backward-prefetch post --limit-all-gathers" \
                 "--backward-prefetch pre --forward-prefetch --limit-all-gathers"; do
@@ -82,9 +85,24 @@ matrix)
     run "$model sgd" fsdp check --impl "$lib" --model $model --strategy hybrid_shard --shard-group $hybrid_group \
       --global-batch $B --optimizer sgd --momentum 0.9
   done
+  # frozen parameters: some of a unit (the tied wte: both its gradient paths
+  # skipped), then whole units (the engine gives the port no gradient buffer)
+  run "gpt2-tiny --freeze wte|ln_1" fsdp check --impl "$lib" --model gpt2-tiny --strategy full_shard --global-batch $B \
+    --freeze 'wte|ln_1' --backward-prefetch pre
+  run "mlp-tiny --freeze layers.0 (a whole unit)" fsdp check --impl "$lib" --model mlp-tiny --strategy shard_grad_op \
+    --global-batch $B --freeze 'layers[.]0'
+  run "llama-tiny --freeze layers.0 and the norms" fsdp check --impl "$lib" --model llama-tiny --strategy full_shard \
+    --global-batch $B --freeze 'layers[.]0[.]|norm' --clip-grad-norm 0.05
+  # LoRA: the base frozen (the root unit trains nothing), the adapters' gradients
+  run "llama-micro --lora q_proj|v_proj" fsdp check --impl "$lib" --model llama-micro --strategy full_shard \
+    --global-batch $B --lora 2:4:'q_proj|v_proj'
+  run "llama-tiny --lora every linear, K=2" fsdp check --impl "$lib" --model llama-tiny --strategy hybrid_shard \
+    --shard-group $hybrid_group --global-batch $B --grad-accum 2 --lora 3:6:'proj'
+  run "llama-tiny --lora cpu_offload" fsdp check --impl "$lib" --model llama-tiny --strategy no_shard --global-batch $B \
+    --cpu-offload --lora 2:4:'o_proj|down_proj'
   ;;
 mixed)
-  for model in mlp-tiny gpt2-tiny; do
+  for model in mlp-tiny gpt2-tiny llama-tiny; do
     for pol in "bf16 fp32" "bf16 bf16" "fp16 fp16"; do
       set -- $pol
       pd=$1 rd=$2
@@ -139,7 +157,8 @@ determinism)
   for cfg in "--model gpt2-tiny --strategy full_shard --backward-prefetch pre --forward-prefetch" \
              "--model gpt2-tiny --strategy hybrid_shard --shard-group $hybrid_group --param-dtype bf16 --reduce-dtype bf16" \
              "--model mlp-tiny --strategy no_shard --param-dtype fp16 --reduce-dtype fp16 --clip-grad-norm 0.1 --norm-type inf" \
-             "--model gpt2-tiny --strategy shard_grad_op --cpu-offload --grad-accum 2 --no-sync"; do
+             "--model gpt2-tiny --strategy shard_grad_op --cpu-offload --grad-accum 2 --no-sync" \
+             "--model llama-tiny --strategy full_shard --param-dtype bf16 --reduce-dtype bf16 --lora 2:4:q_proj"; do
     # shellcheck disable=SC2086
     run "twice, bitwise: $cfg" fsdp check --impl "$lib" --against "$lib" --bitwise $cfg --global-batch $B
   done

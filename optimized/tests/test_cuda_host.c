@@ -284,6 +284,42 @@ Test(cuda_config, accepts) {
     cr_assert_eq(fc_cuda_config_check(&c, 1, &e), 0, "%s", e.msg);
 }
 
+// llama (tied and untied), --freeze and LoRA run on the port since issue 19 part 5
+Test(cuda_config, accepts_llama_frozen_lora) {
+    fc_error e;
+    fc_run_config c = cfg_of("llama-micro", FC_STRATEGY_FULL_SHARD);  // tied head
+    cr_assert_eq(fc_cuda_config_check(&c, 2, &e), 0, "%s", e.msg);
+    c = cfg_of("llama-tiny", FC_STRATEGY_HYBRID_SHARD);  // untied head, GQA 4:2, head_dim 6
+    c.shard_group = 2;
+    cr_assert_eq(fc_cuda_config_check(&c, 4, &e), 0, "%s", e.msg);
+    c = cfg_of("gpt2-tiny", FC_STRATEGY_FULL_SHARD);
+    snprintf(c.freeze, sizeof c.freeze, "%s", "wte|ln_1");
+    cr_assert_eq(fc_cuda_config_check(&c, 2, &e), 0, "%s", e.msg);
+    c = cfg_of("mlp-tiny", FC_STRATEGY_NO_SHARD);
+    snprintf(c.freeze, sizeof c.freeze, "%s", "layers[.]0");
+    cr_assert_eq(fc_cuda_config_check(&c, 2, &e), 0, "%s", e.msg);
+    c = cfg_of("llama-tiny", FC_STRATEGY_SHARD_GRAD_OP);
+    cr_assert_eq(fc_model_config_set_lora(&c.model, "2:4:q_proj|v_proj", &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_cuda_config_check(&c, 4, &e), 0, "%s", e.msg);
+}
+
+// what stays refused for llama: the attention's sequence limit and recompute (FSDP2 is accepted)
+Test(cuda_config, llama_refusals) {
+    fc_error e;
+    fc_run_config c = cfg_of("llama-tiny", FC_STRATEGY_FULL_SHARD);
+    c.model.n_positions = 9000;
+    c.seq_len = 8500;
+    cr_assert_eq(fc_cuda_config_check(&c, 1, &e), -1);
+    cr_assert(strstr(e.msg, "--seq-len 8500: the CUDA attention kernels take at most 8192 tokens"), "%s", e.msg);
+    c = cfg_of("llama-micro", FC_STRATEGY_FULL_SHARD);
+    cr_assert_eq(fc_model_config_set_lora(&c.model, "2:4:q_proj", &e), 0, "%s", e.msg);
+    c.fsdp_version = 2;  // FSDP2's rows, frozen base and all: accepted
+    cr_assert_eq(fc_cuda_config_check(&c, 2, &e), 0, "%s", e.msg);
+    c.act_ckpt = FC_ACT_CKPT_INSIDE;
+    cr_assert_eq(fc_cuda_config_check(&c, 2, &e), -1);
+    cr_assert(strstr(e.msg, "--activation-checkpointing"), "%s", e.msg);
+}
+
 Test(cuda_config, refusals) {
     fc_error e;
     fc_run_config c = cfg_of("mlp-tiny", FC_STRATEGY_LOCAL);
@@ -315,10 +351,32 @@ Test(cuda_config, memory) {
     c.cpu_offload = 0;
     c.param_dtype = FC_PREC_BF16;
     cr_assert_lt(fc_cuda_device_bytes(&c, 4, 0), four);
+    // frozen: wte (38.6M elements, in the root unit) keeps no AdamW state
+    c.param_dtype = FC_PREC_FP32;
+    snprintf(c.freeze, sizeof c.freeze, "%s", "wte");
+    size_t frozen = fc_cuda_device_bytes(&c, 1, 0), wte = (size_t)50257 * 768;
+    cr_assert_eq(one - frozen, wte * 4 * 2, "%zu - %zu", one, frozen);  // exactly its two states
+    // a whole unit frozen: neither its gradient shard nor its state, nor its gathered gradient
+    snprintf(c.freeze, sizeof c.freeze, "%s", "h[.]3[.]");
+    size_t block = fc_cuda_device_bytes(&c, 1, 0);
+    cr_assert_lt(block, one);
+    c.freeze[0] = 0;
     cr_assert_eq(fc_cuda_memory_fits(100, 200, 0, "GPU", &e), 0);
     cr_assert_eq(fc_cuda_memory_fits((size_t)3 << 30, (size_t)1 << 30, 1, "NVIDIA H100", &e), -1);
     cr_assert(strstr(e.msg, "needs about 3.00 GiB of device memory but device 1 (NVIDIA H100) has 1.00 GiB free"), "%s",
               e.msg);
+}
+
+// LoRA: the frozen base keeps no gradient and no state; only the adapters train
+Test(cuda_config, memory_lora) {
+    fc_error e;
+    fc_run_config c = cfg_of("llama-tiny", FC_STRATEGY_FULL_SHARD);
+    c.model.vocab_size = 32000;  // a root unit (embed, head) worth counting
+    size_t full = fc_cuda_device_bytes(&c, 2, 0);
+    cr_assert_eq(fc_model_config_set_lora(&c.model, "2:4:q_proj|v_proj", &e), 0, "%s", e.msg);
+    size_t lora = fc_cuda_device_bytes(&c, 2, 0);
+    // the root's 2 * 32000 * 16 elements: shard 4 B + grad shard 4 B + 2 states 8 B, and its gathered gradient
+    cr_assert_lt(lora + (size_t)32000 * 16 * (4 + 8) / 2, full, "%zu %zu", lora, full);
 }
 
 // ---------------------------------------------------------------------------
@@ -344,6 +402,41 @@ Test(acts, gpt2_layout) {
     cr_assert_eq(h.esz, 2);
     fc_cu_acts_free(&a);
     fc_cu_acts_free(&h);
+}
+
+Test(acts, llama_layout) {
+    fc_error e;
+    fc_run_config c = cfg_of("llama-tiny", FC_STRATEGY_FULL_SHARD);
+    fc_cu_acts a, r;
+    fc_cu_acts_layout(&a, &c.model, 3, 7, FC_PREC_FP32);
+    size_t NT = 21, C = 16, Q = 4 * 6, KV = 2 * 6, I = 40, V = 97, att = 3 * 4 * 7 * 7;
+    cr_assert_eq(a.NT, 21);
+    cr_assert_eq(a.n, 2);
+    cr_assert_null(a.blk);
+    cr_assert_geq(a.lay[0].ln1, a.encoded + NT * C * 4);
+    cr_assert_geq(a.lay[0].ln1_rstd, a.lay[0].ln1 + NT * C * 4);
+    cr_assert_geq(a.lay[0].qp, a.lay[0].ln1_rstd + NT * 4);
+    cr_assert_geq(a.lay[0].kp, a.lay[0].qp + NT * Q * 4);
+    cr_assert_geq(a.lay[0].q, a.lay[0].kp + NT * KV * 4);
+    cr_assert_geq(a.lay[0].v, a.lay[0].k + NT * KV * 4);
+    cr_assert_geq(a.lay[0].atty, a.lay[0].att + att * 4);
+    cr_assert_geq(a.lay[0].attproj, a.lay[0].atty + NT * Q * 4);
+    cr_assert_geq(a.lay[0].down, a.lay[0].h + NT * I * 4);
+    cr_assert_geq(a.lay[1].ln1, a.lay[0].res3 + NT * C * 4);
+    cr_assert_geq(a.logits, a.lnf_rstd + NT * 4);
+    cr_assert_geq(a.losses, a.logits + NT * V * 4);
+    cr_assert_geq(a.rope_sin, a.rope_cos + 7 * 3 * 4);  // [T, hd/2] fp32
+    cr_assert_geq(a.half, a.rope_sin + 7 * 3 * 4);
+    cr_assert_eq(a.lora_u, 0);  // no LoRA, no scratch
+    cr_assert_eq(fc_model_config_set_lora(&c.model, "3:6:o_proj", &e), 0, "%s", e.msg);
+    fc_cu_acts_layout(&r, &c.model, 3, 7, FC_PREC_BF16);
+    cr_assert_eq(r.esz, 2);
+    cr_assert_gt(r.lora_u, 0);
+    cr_assert_geq(r.lora_t, r.lora_u + NT * 3 * 2);
+    cr_assert_geq(r.half, r.lora_t + NT * I * 2);  // the widest adapted output: I = 40
+    cr_assert_eq(r.half % 256, 0);
+    fc_cu_acts_free(&a);
+    fc_cu_acts_free(&r);
 }
 
 Test(acts, mlp_layout) {

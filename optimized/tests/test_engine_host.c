@@ -385,14 +385,63 @@ int main(int argc, char **argv) {
         c.grad_accum = 2;
         c.global_batch = 4 * W;
         run_case("llama-tiny --freeze cpu_offload accumulation", c, 1, 0);
+        for (int si = 0; si < 2; si++) {  // FSDP2: no gradient and no state for a frozen parameter's rows
+            fc_run_config v = base("llama-tiny", si ? FC_STRATEGY_HYBRID_SHARD : FC_STRATEGY_FULL_SHARD);
+            snprintf(v.freeze, sizeof v.freeze, "%s", freeze);
+            v.fsdp_version = 2;
+            v.cpu_offload = si;
+            v.clip_grad_norm = 0.05f;
+            v.optim.weight_decay = 0.1;
+            snprintf(label, sizeof label, "llama-tiny FSDP2 --freeze %s%s", fc_strategy_name(v.strategy),
+                     si ? " cpu_offload" : "");
+            run_case(label, v, 1, 0);
+        }
         fc_error e;
-        for (int si = 0; si < 3; si++) {
-            fc_run_config l = base("llama-tiny", strategies[si]);
+        for (int si = 0; si < 4; si++) {
+            fc_run_config l = base("llama-tiny", si == 3 ? FC_STRATEGY_FULL_SHARD : strategies[si]);
             if (fc_model_config_set_lora(&l.model, "4:8:q_proj|v_proj", &e)) fc_die(FC_EXIT_INTERNAL, "%s", e.msg);
             l.optim.weight_decay = 0.1;
-            snprintf(label, sizeof label, "llama-tiny LoRA r=4 q_proj|v_proj %s", fc_strategy_name(l.strategy));
+            l.fsdp_version = si == 3 ? 2 : 1;
+            snprintf(label, sizeof label, "llama-tiny LoRA r=4 q_proj|v_proj FSDP%d %s", l.fsdp_version,
+                     fc_strategy_name(l.strategy));
             run_case(label, l, 1, 0);
         }
+    }
+    // FSDP2 (fully_shard): per-parameter dim-0 rows, copy-in/copy-out, the
+    // root kept after forward, implicit backward prefetch, and an integer
+    // reshard_after_forward gathering over its PF ranks in backward
+    for (int mi = 0; mi < 3; mi++) {
+        const char *model = mi == 2 ? "llama-tiny" : models[mi];
+        static const fc_strategy v2s[] = {FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_HYBRID_SHARD,
+                                          FC_STRATEGY_HYBRID_SHARD_ZERO2};
+        for (size_t si = 0; si < sizeof v2s / sizeof v2s[0]; si++) {
+            fc_run_config c = base(model, v2s[si]);
+            c.fsdp_version = 2;
+            c.forward_prefetch = si == 0;
+            snprintf(label, sizeof label, "%s FSDP2 %s", model, fc_strategy_name(c.strategy));
+            run_case(label, c, 1, 0);
+        }
+        for (int pf = 2; pf <= W && W % pf == 0 && pf < W; pf++) {
+            fc_run_config c = base(model, FC_STRATEGY_FULL_SHARD);
+            c.fsdp_version = 2;
+            c.reshard_after_forward = pf;
+            snprintf(label, sizeof label, "%s FSDP2 reshard_after_forward=%d", model, pf);
+            run_case(label, c, 1, 0);
+        }
+        fc_run_config c = base(model, FC_STRATEGY_FULL_SHARD);
+        c.fsdp_version = 2;
+        c.cpu_offload = 1;
+        c.grad_accum = 2;
+        c.global_batch = 4 * W;
+        c.clip_grad_norm = 0.05f;
+        snprintf(label, sizeof label, "%s FSDP2 cpu_offload accumulation clip", model);
+        run_case(label, c, 1, 0);
+        c = base(model, FC_STRATEGY_FULL_SHARD);
+        c.fsdp_version = 2;
+        c.param_dtype = c.reduce_dtype = FC_PREC_BF16;
+        c.steps = 1;
+        snprintf(label, sizeof label, "%s FSDP2 bf16", model);
+        run_case(label, c, mi == 0, 1e-2);
     }
     // mixed precision: mlp bitwise, gpt2 within 1% of each tensor's scale
     const fc_prec pol[][2] = {{FC_PREC_BF16, FC_PREC_FP32}, {FC_PREC_BF16, FC_PREC_BF16}, {FC_PREC_FP16, FC_PREC_FP16},
@@ -441,6 +490,29 @@ int main(int argc, char **argv) {
         snprintf(label, sizeof label, "checkpoint %s --freeze: reference full_shard saves, engine shard_grad_op "
                  "(offload) loads", fc_state_dict_name(sd));
         ckpt_case(label, a, 0, b, sd, 1);
+        // FSDP2's rows in and out (its sharded checkpoint: DCP's per-rank files)
+        fc_state_dict sd2 = kind ? FC_STATE_DICT_DCP : FC_STATE_DICT_FULL;
+        fc_run_config v = base("llama-tiny", FC_STRATEGY_FULL_SHARD), r1 = base("llama-tiny", FC_STRATEGY_FULL_SHARD);
+        v.fsdp_version = 2;
+        v.steps = r1.steps = 3;
+        snprintf(label, sizeof label, "checkpoint %s: engine FSDP2 saves, reference FSDP1 loads", fc_state_dict_name(sd2));
+        ckpt_case(label, v, 1, r1, sd2, 1);
+        // the compact FSDP2 gradient and state of a frozen model, in and out
+        fc_run_config vf = v, rf = r1;
+        snprintf(vf.freeze, sizeof vf.freeze, "^model\\.embed_tokens|^model\\.layers\\.0\\.self_attn");
+        snprintf(rf.freeze, sizeof rf.freeze, "%s", vf.freeze);
+        snprintf(label, sizeof label, "checkpoint %s --freeze: engine FSDP2 saves, reference FSDP1 loads",
+                 fc_state_dict_name(sd2));
+        ckpt_case(label, vf, 1, rf, sd2, 1);
+        rf.fsdp_version = 2;
+        snprintf(label, sizeof label, "checkpoint %s --freeze: reference FSDP2 saves, engine FSDP2 loads",
+                 fc_state_dict_name(sd2));
+        ckpt_case(label, rf, 0, vf, sd2, 1);
+        r1.fsdp_version = 2;
+        r1.strategy = FC_STRATEGY_SHARD_GRAD_OP;
+        snprintf(label, sizeof label, "checkpoint %s: reference FSDP2 shard_grad_op saves, engine FSDP2 loads",
+                 fc_state_dict_name(sd2));
+        ckpt_case(label, r1, 0, v, sd2, 1);
     }
     int total = 0;
     mpiCheck(MPI_Reduce(&errs, &total, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
