@@ -104,7 +104,9 @@ int fc_rule_late_post_backward_as(fc_sched_api api, const fc_run_config *cfg, in
 //    the unit's pre-backward hook has gathered it, so FSDP1's _pre_forward
 //    finds it unsharded and the recompute gathers nothing (measured, torch
 //    2.15: test_schedule.py's fsdp1-act_ckpt-outside); FSDP2 never does. The
-//    reference states FSDP1's second all-gather (DESIGN §5).
+//    reference states FSDP1's second all-gather (DESIGN §5), which a
+//    REENTRANT checkpoint_wrapper does pay (measured: 4 backward all-gathers
+//    against 2 for two checkpointed FSDP1 blocks, README).
 int fc_rule_recompute_gathers_as(fc_sched_api api, const fc_run_config *cfg, const fc_model *m, int u);
 //  - FSDP1's limit_all_gathers bounds device work, not units gathered: before
 //    an all-gather it waits (CPU thread) for the free event of the all-gather
