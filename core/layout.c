@@ -195,18 +195,26 @@ int fc_unit_frozen_slots(const fc_layout_ops *lay, const fc_model *m, int u, con
     return n;
 }
 
+int fc_layout_wire_pieces(const fc_layout_ops *lay, const fc_model *m, int u, int G, fc_piece *out) {
+    size_t S = lay->chunk_size(m, u, G);
+    int n = 0;
+    for (int j = 0; j < G; j++) {
+        int k = lay->pieces(m, u, G, j, out + n);
+        for (int q = n; q < n + k; q++) out[q].chunk_off += (size_t)j * S;
+        n += k;
+    }
+    return n;
+}
+
 // natural <-> wire over every chunk's pieces; to the wire, padding is zeroed first
 static void copy_pieces(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *src, float *dst,
                         int to_wire) {
-    size_t S = lay->chunk_size(m, u, G);
-    if (to_wire) memset(dst, 0, S * (size_t)G * sizeof *dst);
-    fc_piece *pc = mallocCheck((size_t)fc_layout_max_pieces(m, u) * sizeof *pc);
-    for (int j = 0; j < G; j++) {
-        int n = lay->pieces(m, u, G, j, pc);
-        for (int k = 0; k < n; k++) {
-            size_t w = (size_t)j * S + pc[k].chunk_off, x = pc[k].unit_off;
-            memcpy(dst + (to_wire ? w : x), src + (to_wire ? x : w), pc[k].count * sizeof *dst);
-        }
+    if (to_wire) memset(dst, 0, lay->chunk_size(m, u, G) * (size_t)G * sizeof *dst);
+    fc_piece *pc = mallocCheck((size_t)G * (size_t)fc_layout_max_pieces(m, u) * sizeof *pc);
+    int n = fc_layout_wire_pieces(lay, m, u, G, pc);
+    for (int k = 0; k < n; k++) {
+        size_t w = pc[k].chunk_off, x = pc[k].unit_off;
+        memcpy(dst + (to_wire ? w : x), src + (to_wire ? x : w), pc[k].count * sizeof *dst);
     }
     free(pc);
 }

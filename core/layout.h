@@ -135,6 +135,11 @@ void fc_layout_to_natural(const fc_layout_ops *lay, const fc_model *m, int u, in
                           float *natural);
 void fc_layout_to_wire(const fc_layout_ops *lay, const fc_model *m, int u, int G, const float *natural,
                        float *wire);
+// Every chunk's pieces of unit u in wire order, chunk_off counted from the
+// wire's start (j * S + the piece's offset in chunk j): the map both copies
+// above follow, and a device's copy kernel too. out holds at most G *
+// fc_layout_max_pieces(m, u); returns how many.
+int fc_layout_wire_pieces(const fc_layout_ops *lay, const fc_model *m, int u, int G, fc_piece *out);
 // S = ceil(n / G): the chunk size of an n-element buffer over G ranks.
 size_t fc_chunk_size(size_t n, int G);
 // Chunk j of G of an n-element buffer, padding excluded: [j*S, j*S + count).

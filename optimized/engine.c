@@ -539,7 +539,8 @@ static void unit_runs(fce *f, int u) {
             size_t before = 0;  // frozen elements of the store before this run
             for (int k = 0; k < U->n_fz && U->fz[k].chunk_off < at + i; k++) before += U->fz[k].count;
             cu_run *last = U->n_runs ? &U->runs[U->n_runs - 1] : NULL;
-            if (last && last->frozen == fz && last->off + last->count == at + i && (fz || last->state_off + last->count == at + i - before))
+            // adjacent in the store: no frozen stretch between, so the state is adjacent too
+            if (last && last->frozen == fz && last->off + last->count == at + i)
                 last->count += r;
             else
                 U->runs[U->n_runs++] = (cu_run){at + i, r, fz ? 0 : at + i - before, fz};

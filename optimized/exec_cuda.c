@@ -159,7 +159,7 @@ void fcx_permute(fcx *x, int u, void *natural, void *wire, int to_wire, fc_prec 
 }
 
 // FSDP2's piece maps, uploaded once: for each unit, every chunk's pieces as
-// (unit offset, wire offset j * S + chunk offset, count).
+// (unit offset, wire offset, count) (core/layout.h fc_layout_wire_pieces).
 static void make_piece_maps(fcx *x) {
     const fc_layout_ops *lay = fc_layout_of(fc_layout_kind_of(&x->cfg));
     if (lay->wire_is_natural) return;
@@ -167,18 +167,14 @@ static void make_piece_maps(fcx *x) {
     x->pmap = callocCheck((size_t)nu, sizeof *x->pmap);
     x->n_pmap = callocCheck((size_t)nu, sizeof *x->n_pmap);
     for (int u = 0; u < nu; u++) {
-        int mp = fc_layout_max_pieces(&x->m, u);
-        size_t S = lay->chunk_size(&x->m, u, G);
-        fc_piece *pc = mallocCheck((size_t)mp * sizeof *pc);
-        size_t *h = mallocCheck((size_t)G * (size_t)mp * 3 * sizeof *h);
-        int n = 0;
-        for (int j = 0; j < G; j++) {
-            int k = lay->pieces(&x->m, u, G, j, pc);
-            for (int q = 0; q < k; q++, n++) {
-                h[3 * n] = pc[q].unit_off;
-                h[3 * n + 1] = (size_t)j * S + pc[q].chunk_off;
-                h[3 * n + 2] = pc[q].count;
-            }
+        size_t most = (size_t)G * (size_t)fc_layout_max_pieces(&x->m, u);
+        fc_piece *pc = mallocCheck(most * sizeof *pc);
+        size_t *h = mallocCheck(most * 3 * sizeof *h);
+        int n = fc_layout_wire_pieces(lay, &x->m, u, G, pc);
+        for (int q = 0; q < n; q++) {
+            h[3 * q] = pc[q].unit_off;
+            h[3 * q + 1] = pc[q].chunk_off;
+            h[3 * q + 2] = pc[q].count;
         }
         x->n_pmap[u] = n;
         x->pmap[u] = fcx_alloc(x, FC_LOC_DEVICE, FC_MEM_ACTIVATIONS, (size_t)n * 3 * sizeof *h, FCX_COMPUTE);
