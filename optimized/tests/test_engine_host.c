@@ -441,7 +441,9 @@ int main(int argc, char **argv) {
         c.param_dtype = c.reduce_dtype = FC_PREC_BF16;
         c.steps = 1;
         snprintf(label, sizeof label, "%s FSDP2 bf16", model);
-        run_case(label, c, mi == 0, 1e-2);
+        // bitwise but for gpt2, whose tied root gradient the engine rounds
+        // between its two stages (the 1% row above); llama-tiny is untied
+        run_case(label, c, mi != 1, 1e-2);
     }
     // mixed precision: mlp bitwise, gpt2 within 1% of each tensor's scale
     const fc_prec pol[][2] = {{FC_PREC_BF16, FC_PREC_FP32}, {FC_PREC_BF16, FC_PREC_BF16}, {FC_PREC_FP16, FC_PREC_FP16},
