@@ -497,12 +497,9 @@ static int validate_lora(const fc_model_config *c, fc_error *e) {
     if (!(c->lora_alpha > 0) || !isfinite(c->lora_alpha))
         return fc_fail(e, "LoRA alpha %g must be a finite number above 0", c->lora_alpha);
     regex_t re;
-    int rc = regcomp(&re, c->lora_target, REG_EXTENDED | REG_NOSUB);
-    if (rc) {
-        char why[128];
-        regerror(rc, &re, why, sizeof why);
-        return fc_fail(e, "LoRA target '%s' is not a POSIX extended regex: %s", c->lora_target, why);
-    }
+    char what[200];
+    snprintf(what, sizeof what, "LoRA target '%s'", c->lora_target);
+    if (fc_regex_compile(&re, what, c->lora_target, e)) return -1;
     int hits = 0;
     for (int i = 0; i < FC_LLAMA_N_LINEAR; i++) {
         char name[96];

@@ -193,14 +193,56 @@ void fc_model_build_run(fc_model *m, const fc_run_config *c) {
         fc_die(FC_EXIT_INTERNAL, "%s:%d: a validated --freeze failed: %s", __FILE__, __LINE__, e.msg);
 }
 
-int fc_model_freeze(fc_model *m, const char *regex, fc_error *e) {
-    regex_t re;
-    int rc = regcomp(&re, regex, REG_EXTENDED | REG_NOSUB);
+int fc_regex_compile(regex_t *re, const char *what, const char *rx, fc_error *e) {
+    size_t product = 1;
+    int after_quantifier = 0;
+    for (size_t i = 0; rx[i];) {
+        char c = rx[i];
+        if (c == '\\' && rx[i + 1]) {  // an escaped character is an atom
+            i += 2, after_quantifier = 0;
+            continue;
+        }
+        if (c == '[') {  // a bracket expression is an atom: skip to its ']' (a leading ']' is a member)
+            size_t j = i + 1 + (rx[i + 1] == '^');
+            j += rx[j] == ']';
+            while (rx[j] && rx[j] != ']') j++;
+            i = rx[j] ? j + 1 : j, after_quantifier = 0;
+            continue;
+        }
+        int interval = c == '{' && rx[i + 1] >= '0' && rx[i + 1] <= '9';
+        if (c == '*' || c == '+' || c == '?' || interval) {
+            if (after_quantifier)
+                return fc_fail(e, "%s: a quantifier right after another (a repeated repetition) is refused, as the "
+                                  "adapter's Python re refuses it", what);
+            size_t end = i + 1;
+            if (interval) {  // {m}, {m,} or {m,n}: the larger bound counts
+                unsigned long m = strtoul(rx + i + 1, NULL, 10), n = m;
+                const char *comma = strchr(rx + i, ','), *close = strchr(rx + i, '}');
+                if (comma && close && comma < close && comma[1] != '}') n = strtoul(comma + 1, NULL, 10);
+                if (n > FC_REGEX_REPEAT_MAX || (product *= n ? n : 1) > FC_REGEX_REPEAT_MAX)
+                    return fc_fail(e, "%s: its repeat counts multiply past %d (no parameter name is that long)", what,
+                                   FC_REGEX_REPEAT_MAX);
+                end = close ? (size_t)(close - rx) + 1 : strlen(rx);
+            }
+            i = end, after_quantifier = 1;
+            continue;
+        }
+        i++, after_quantifier = 0;
+    }
+    int rc = regcomp(re, rx, REG_EXTENDED | REG_NOSUB);
     if (rc) {
         char why[128];
-        regerror(rc, &re, why, sizeof why);
-        return fc_fail(e, "--freeze '%s' is not a POSIX extended regex: %s", regex, why);
+        regerror(rc, re, why, sizeof why);
+        return fc_fail(e, "%s is not a POSIX extended regex: %s", what, why);
     }
+    return 0;
+}
+
+int fc_model_freeze(fc_model *m, const char *regex, fc_error *e) {
+    regex_t re;
+    char what[300];
+    snprintf(what, sizeof what, "--freeze '%s'", regex);
+    if (fc_regex_compile(&re, what, regex, e)) return -1;
     int *hit = callocCheck((size_t)m->n_params, sizeof *hit), n = 0;
     for (int i = 0; i < m->n_params; i++) n += hit[i] = regexec(&re, m->params[i].name, 0, NULL, 0) == 0;
     regfree(&re);

@@ -15,6 +15,7 @@
 #ifndef FC_MODEL_H
 #define FC_MODEL_H
 
+#include <regex.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -97,6 +98,14 @@ void fc_model_build_run(fc_model *m, const fc_run_config *c);
 // regex that does not compile, one that matches no parameter or every one
 // (torch.optim refuses an empty parameter list).
 int fc_model_freeze(fc_model *m, const char *regex, fc_error *e);
+// regcomp(re, rx, REG_EXTENDED | REG_NOSUB) for a user's pattern (`what`:
+// "--freeze 'x'", "LoRA target 'x'"), refusing first what would make glibc's
+// regcomp build an enormous tree: a quantifier right after another (t++...,
+// which Python's re, the adapter's, also refuses), and repeat counts {m,n}
+// whose bounds multiply past FC_REGEX_REPEAT_MAX (found by fuzz.cli: 't+'
+// followed by 100 '+' took over 2 GB). 0, or -1 with e set and nothing to free.
+#define FC_REGEX_REPEAT_MAX 1024
+int fc_regex_compile(regex_t *re, const char *what, const char *rx, fc_error *e);
 
 // The run of unit u's natural order that starts at element `off` and stays
 // in one parameter, at most n elements: returns its length and sets *frozen

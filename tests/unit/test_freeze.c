@@ -71,6 +71,12 @@ Test(freeze, refuses_what_torch_or_fsdpcheck_cannot_train) {
         {"gpt2-tiny", "(", "is not a POSIX extended regex"},
         {"gpt2-tiny", "q_proj", "matches no parameter of model gpt2-tiny"},
         {"gpt2-tiny", ".", "freezes every parameter of model"},
+        // what would make glibc's regcomp build an enormous tree (fuzz.cli: 't' and 100 '+' took 2.8 GB)
+        {"gpt2-tiny", "wte++++++++++++++++++++++++++++++++++++++++++++++++++", "a quantifier right after another"},
+        {"gpt2-tiny", "wte*?", "a quantifier right after another"},
+        {"gpt2-tiny", "wte{2}{3}", "a quantifier right after another"},
+        {"gpt2-tiny", "w{1025}", "multiply past 1024"},
+        {"gpt2-tiny", "((w{8}){8}){17}", "multiply past 1024"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         fc_run_config c = run_cfg(bad[i].model, bad[i].re);
@@ -78,6 +84,18 @@ Test(freeze, refuses_what_torch_or_fsdpcheck_cannot_train) {
         cr_expect_neq(fc_run_config_validate(&c, &e), 0, "%s", bad[i].re);
         cr_expect(strstr(e.msg, bad[i].says) != NULL, "'%s': %s", bad[i].re, e.msg);
     }
+    // an escaped or bracketed quantifier is an atom, and small counts pass
+    const char *good[] = {"h\\.0\\.+attn", "[+*]|wte", "(h\\.[0-9]){1}\\.ln_1", "^transformer\\.h\\.0\\.attn\\.c_[a-z]{4}"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        fc_run_config g = run_cfg("gpt2-tiny", good[i]);
+        fc_error ge;
+        cr_expect_eq(fc_run_config_validate(&g, &ge), 0, "'%s': %s", good[i], ge.msg);
+    }
+    // the LoRA target goes through the same compile
+    fc_model_config lm = preset("llama-tiny");
+    fc_error le;
+    cr_expect_neq(fc_model_config_set_lora(&lm, "4:8:q_proj++", &le), 0);
+    cr_expect(strstr(le.msg, "a quantifier right after another") != NULL, "%s", le.msg);
     // the frozen-parameter faults need frozen parameters (and frozen_decay a decay)
     fc_run_config c = run_cfg("gpt2-tiny", "");
     c.strategy = FC_STRATEGY_FULL_SHARD;
