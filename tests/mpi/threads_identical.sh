@@ -7,8 +7,9 @@
 # (FSDPCHECK_MM_AVX2=1: no AVX-512VL 8 x 16 blocks); every file of every trace must be
 # byte-identical to the 1-thread trace of its W. The models are big enough
 # that every parallel loop runs threaded (each layer's work is above
-# FC_PAR_MIN): gpt2-tiny at B=32, T=32, and a wider GPT-2 (C=64, 4 heads,
-# vocab 1000) at B=8, T=64. The run must also print the thread count asked for.
+# FC_PAR_MIN): gpt2-tiny and llama-tiny at B=32, T=32, and a wider GPT-2 (C=64,
+# 4 heads, vocab 1000) and a wider Llama (C=64, 4 query and 2 key/value heads,
+# I=160, vocab 1000, untied head) at B=8, T=64. The run must also print the thread count asked for.
 # Each failure is printed; their count is the exit code.
 set -u
 mpiexec=$1 bin=$2 impl=${3:-reference}
@@ -19,6 +20,10 @@ fails=0 files=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 cat >"$tmp/gpt2-c64.json" <<'JSON'
 {"model_type": "gpt2", "vocab_size": 1000, "n_positions": 64, "n_embd": 64, "n_head": 4, "n_layer": 2}
+JSON
+cat >"$tmp/llama-c64.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+ "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64, "tie_word_embeddings": false}
 JSON
 run() {  # run NAME W THREADS FLAGS...
   local name=$1 W=$2 t=$3; shift 3
@@ -36,9 +41,12 @@ same() {  # same BASE OTHER: every file of the two traces byte-identical
   [ "$(ls "$tmp/$2" | wc -l)" -eq "$n" ] || fail "$2: not the same files as $1"
   files=$((files + n))
 }
-for model in gpt2-tiny c64; do
-  if [ $model = gpt2-tiny ]; then flags="--model gpt2-tiny --global-batch 32 --seq-len 32"
-  else flags="--model $tmp/gpt2-c64.json --global-batch 8 --seq-len 64"; fi
+for model in gpt2-tiny c64 llama-tiny llama-c64; do
+  case $model in
+    gpt2-tiny | llama-tiny) flags="--model $model --global-batch 32 --seq-len 32" ;;
+    c64) flags="--model $tmp/gpt2-c64.json --global-batch 8 --seq-len 64" ;;
+    llama-c64) flags="--model $tmp/llama-c64.json --global-batch 8 --seq-len 64" ;;
+  esac
   flags="$flags --steps 3"
   run "$model-W1-t1" 1 1 $flags || continue
   for t in 2 3 4; do run "$model-W1-t$t" 1 $t $flags && same "$model-W1-t1" "$model-W1-t$t"; done
