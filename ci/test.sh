@@ -78,7 +78,9 @@ bash ci/coverage.sh --preset debug-coverage --labels 'unit|mpi|property|gate' --
 stage "release: the conformance gate (sweep per W, fault catalogue, port template, watchdog)"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$JOBS"
-ctest --preset gate
+# -j: the gate's tests say what they take (PROCESSORS; the watchdog and W=4 runs take the
+# whole machine); in turn they took 191 s of CI's run at 2d00fd0
+ctest --preset gate -j "$JOBS"
 
 stage "the rules' mutation test: every rule of core/layout.c flipped, each must fail the gate"
 bash tests/mutation/rules.sh

@@ -527,7 +527,7 @@ Test(report, markdown_memory_table_formulas) {
     char want[64];
     const double psi = PSI;
     for (int W = 1; W <= 4; W++) {
-        char key[8];
+        char key[16];
         snprintf(key, sizeof key, "%d", W);
         snprintf(want, sizeof want, "%.0f", psi * 16);
         cr_assert_str_eq(t_cell(o.md, H, key, "DDP 16Ψ"), want, "W=%d", W);
