@@ -37,7 +37,7 @@ set(FSDPCHECK_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/fsdpcheck)
 # MPI include path, so a header added to impl.h's includes and not here fails
 # a test. Consumers write #include <fsdpcheck/impl.h>.
 set(FSDPCHECK_PUBLIC_HEADERS
-  impl.h check.h checkpoint.h config.h dtype.h hd.h model.h round.h safetensors.h schedule.h sha256.h)
+  impl.h check.h checkpoint.h config.h dtype.h fileio.h hd.h model.h round.h safetensors.h schedule.h sha256.h)
 # The same set mirrored into the build tree, so in-tree consumers of
 # fsdpcheck::core see exactly what an installed port sees.
 set(FSDPCHECK_BUILD_INCLUDEDIR ${PROJECT_BINARY_DIR}/include)

@@ -104,12 +104,12 @@ static void fsync_parent_dir(const char *path) {
     fc_fsync_dir(dir);
 }
 
-int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e) {
+int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_commit_kind kind, fc_error *e) {
     // A full disk often shows up only at fflush, fsync or even fclose.
     const char *failed = NULL;
     if (ferror(fp)) failed = "write";
     if (!failed && fflush(fp) != 0) failed = "flush";
-    if (!failed && fsync(fileno(fp)) != 0) failed = "fsync";
+    if (!failed && kind == FC_DURABLE && fsync(fileno(fp)) != 0) failed = "fsync";
     int err = errno;
     if (fclose(fp) != 0 && !failed) failed = "close", err = errno;
     if (!failed && rename(tmp, path) != 0) failed = "rename", err = errno;
@@ -117,7 +117,7 @@ int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e) {
         unlink(tmp);  // never leave a partial file behind
         return fc_fail(e, "%s: cannot %s %s: %s", path, failed, tmp, strerror(err));
     }
-    fsync_parent_dir(path);
+    if (kind == FC_DURABLE) fsync_parent_dir(path);
     return 0;
 }
 
@@ -134,5 +134,5 @@ int fc_write_file_atomic(const char *path, const void *data, size_t len, fc_erro
         fc_abort_tmp(fp, tmp);
         return fc_fail(e, "%s: cannot write %s: short write", path, tmp);
     }
-    return fc_commit_tmp(fp, tmp, path, e);
+    return fc_commit_tmp(fp, tmp, path, FC_DURABLE, e);
 }

@@ -31,15 +31,26 @@ int fc_mkdir_p(const char *path, fc_error *e);
 int fc_write_file_atomic(const char *path, const void *data, size_t len, fc_error *e);
 // The crash-safe write protocol, in three calls:
 //   fc_open_tmp    opens "<path>.tmp.<pid>" (its name goes into tmp);
-//   fc_commit_tmp  flushes, fsyncs, closes, renames it to path and fsyncs the
-//                  directory; on any failure it removes the temporary, sets e;
+//   fc_commit_tmp  flushes, (FC_DURABLE) fsyncs, closes, renames it to path and
+//                  (FC_DURABLE) fsyncs the directory; on any failure it removes
+//                  the temporary, sets e;
 //   fc_abort_tmp   closes and removes it, when the caller's own writes failed.
 #include <stdio.h>
 #include "hd.h"
 
 FC_BEGIN_DECLS
+// What a committed file survives.
+//   FC_DURABLE  a crash of the machine too: the file and its directory entry are
+//               fsynced (checkpoints, their manifests, reports, trace.json);
+//   FC_ATOMIC   a crash of the process: the rename alone, so no partial file ever
+//               has the name; after a crash of the machine the file may be short or
+//               empty, and every reader refuses such a file (core/safetensors.h).
+//               For the traces' tensor files: a run's evidence, made again by
+//               running again, and gigabytes a step at real scale (fsync doubled a
+//               traced gpt2-124m run, measured in ci/bench.sh's notes).
+typedef enum { FC_DURABLE, FC_ATOMIC } fc_commit_kind;
 FILE *fc_open_tmp(const char *path, char *tmp, size_t tmp_len, fc_error *e);
-int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_error *e);
+int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_commit_kind kind, fc_error *e);
 void fc_abort_tmp(FILE *fp, const char *tmp);
 // Makes the entries of directory dir (a rename, an unlink) durable: fsync on
 // the directory, best effort (some file systems refuse it).

@@ -830,13 +830,15 @@ static int stream_open(fc_st_stream *s, const char *path, const fc_st_entry *ent
         free(sizes);
         return -1;
     }
-    *s = (fc_st_stream){fp, tmp, strdupCheck(path), sizes, n, 0};
+    *s = (fc_st_stream){fp, tmp, strdupCheck(path), sizes, n, 0, FC_DURABLE};
     return 0;
 }
 
 int fc_st_stream_open(fc_st_stream *s, const char *path, const fc_st_entry *entries, int n,
-                      const fc_st_meta_kv *meta, int n_meta, fc_error *e) {
-    return stream_open(s, path, entries, n, meta, n_meta, 0, e);
+                      const fc_st_meta_kv *meta, int n_meta, fc_commit_kind kind, fc_error *e) {
+    if (stream_open(s, path, entries, n, meta, n_meta, 0, e)) return -1;
+    s->kind = kind;
+    return 0;
 }
 
 int fc_st_stream_put(fc_st_stream *s, const void *data, fc_error *e) {
@@ -867,7 +869,7 @@ int fc_st_stream_commit(fc_st_stream *s, fc_error *e) {
         fc_st_stream_abort(s);
         return st_fail(path, e, "%d of %d entries written: not committed", got, want);
     }
-    int rc = fc_commit_tmp(s->fp, s->tmp, s->path, e);
+    int rc = fc_commit_tmp(s->fp, s->tmp, s->path, s->kind, e);
     s->fp = NULL;
     fc_st_stream_abort(s);  // frees the rest
     return rc;

@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "dtype.h"
+#include "fileio.h"
 #include "hd.h"
 
 FC_BEGIN_DECLS
@@ -91,16 +92,18 @@ int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st
 // holds them all at once: open validates the entries (their data is not read)
 // and writes the header to the temporary; put appends the next entry's data,
 // in entry order; commit, once every entry is in, does what fc_st_write does
-// last. A failed put or commit removes the temporary (as abort does) and
-// leaves nothing at path; abort after a failure is harmless.
+// last, as durably as kind says (core/fileio.h: fc_st_write is FC_DURABLE). A
+// failed put or commit removes the temporary (as abort does) and leaves nothing
+// at path; abort after a failure is harmless.
 typedef struct {
     FILE *fp;        // the temporary, NULL once committed or aborted
     char *tmp, *path;
     size_t *sizes;   // [n] bytes of each entry
     int n, next;     // entries, and the next one put writes
+    fc_commit_kind kind;
 } fc_st_stream;
 int fc_st_stream_open(fc_st_stream *s, const char *path, const fc_st_entry *entries, int n,
-                      const fc_st_meta_kv *meta, int n_meta, fc_error *e);
+                      const fc_st_meta_kv *meta, int n_meta, fc_commit_kind kind, fc_error *e);
 int fc_st_stream_put(fc_st_stream *s, const void *data, fc_error *e);
 int fc_st_stream_commit(fc_st_stream *s, fc_error *e);
 void fc_st_stream_abort(fc_st_stream *s);

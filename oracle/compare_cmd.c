@@ -160,7 +160,7 @@ static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_
         fc_abort_tmp(f, tmp);
         fc_die(FC_EXIT_USAGE, "--report %s: write failed", path);
     }
-    if (fc_commit_tmp(f, tmp, path, &e)) fc_die(FC_EXIT_USAGE, "--report %s: %s", path, e.msg);
+    if (fc_commit_tmp(f, tmp, path, FC_DURABLE, &e)) fc_die(FC_EXIT_USAGE, "--report %s: %s", path, e.msg);
 }
 
 int fc_cmd_compare(int argc, char **argv) {

@@ -45,7 +45,11 @@ int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
     char path[2048];
     snprintf(path, sizeof path, "%s/init.safetensors", dir);
     fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"content", "init"}};
-    int rc = fc_st_write(path, ent, m->n_params, meta, 2, e);
+    // the tensor files of a trace are committed atomically, not durably (core/fileio.h: FC_ATOMIC)
+    fc_st_stream st;
+    int rc = fc_st_stream_open(&st, path, ent, m->n_params, meta, 2, FC_ATOMIC, e);
+    for (int i = 0; !rc && i < m->n_params; i++) rc = fc_st_stream_put(&st, ent[i].data, e);
+    if (!rc) rc = fc_st_stream_commit(&st, e);
     free(ent);
     return rc;
 }
@@ -129,7 +133,7 @@ int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e)
     snprintf(path, sizeof path, "%s/step-%06ld.safetensors", w->dir, s->step);
     snprintf(step, sizeof step, "%ld", s->step);
     fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"step", step}};
-    int rc = fc_st_stream_open(&w->st, path, ent, k, meta, 2, e);
+    int rc = fc_st_stream_open(&w->st, path, ent, k, meta, 2, FC_ATOMIC, e);
     for (int i = 0; !rc && i < head; i++) rc = fc_st_stream_put(&w->st, ent[i].data, e);
     for (int i = 0; i < n; i++) free(names[i]);
     free(names);

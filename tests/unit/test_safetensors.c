@@ -402,7 +402,7 @@ Test(safetensors, stream_writes_the_same_bytes) {
     fc_error e = {{0}};
     cr_assert_eq(fc_st_write(path, en, N_RT, rt_meta, 2, &e), 0, "%s", e.msg);
     fc_st_stream st;
-    cr_assert_eq(fc_st_stream_open(&st, streamed, nodata, N_RT, rt_meta, 2, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_open(&st, streamed, nodata, N_RT, rt_meta, 2, FC_ATOMIC, &e), 0, "%s", e.msg);
     for (int i = 0; i < N_RT; i++) {
         cr_expect_eq(count_entries(dir), 2, "entry %d: the temporary and rt.safetensors", i);
         cr_assert_eq(fc_st_stream_put(&st, en[i].data, &e), 0, "%s", e.msg);
@@ -429,7 +429,7 @@ Test(safetensors, stream_misuse_leaves_nothing) {
     fc_st_entry en[2] = {{"a", FC_DT_U8, 1, {2}, NULL}, {"b", FC_DT_U8, 1, {2}, NULL}};
     fc_error e = {{0}};
     fc_st_stream st;
-    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, FC_ATOMIC, &e), 0, "%s", e.msg);
     cr_assert_eq(fc_st_stream_put(&st, v, &e), 0, "%s", e.msg);
     cr_expect_eq(fc_st_stream_commit(&st, &e), -1);
     cr_expect(strstr(e.msg, "1 of 2 entries written: not committed"), "%s", e.msg);
@@ -437,14 +437,14 @@ Test(safetensors, stream_misuse_leaves_nothing) {
     cr_expect_eq(fc_st_stream_put(&st, v, &e), -1);  // aborted: closed
     cr_expect(strstr(e.msg, "the stream is not open"), "%s", e.msg);
 
-    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, FC_ATOMIC, &e), 0, "%s", e.msg);
     cr_assert_eq(fc_st_stream_put(&st, v, &e), 0, "%s", e.msg);
     cr_assert_eq(fc_st_stream_put(&st, v, &e), 0, "%s", e.msg);
     cr_expect_eq(fc_st_stream_put(&st, v, &e), -1);
     cr_expect(strstr(e.msg, "all entries were already written"), "%s", e.msg);
     cr_expect_eq(count_entries(dir), 0);
 
-    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_open(&st, path, en, 2, NULL, 0, FC_ATOMIC, &e), 0, "%s", e.msg);
     cr_expect_eq(fc_st_stream_put(&st, NULL, &e), -1);
     cr_expect(strstr(e.msg, "entry 0: NULL data"), "%s", e.msg);
     cr_expect_eq(count_entries(dir), 0);
