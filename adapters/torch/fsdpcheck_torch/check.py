@@ -224,7 +224,8 @@ def run_reference(job, fsdpcheck, mpiexec, env):
     ref_flags = list(job.flags)
     if "--divide" not in job.flags:
         ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, job.opts.get("--force-sum-reduction"))]
-    cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags + ["--trace", job.ref_dir, "--quiet"]
+    # not --quiet: its last lines give every rank's peak resident set
+    cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags + ["--trace", job.ref_dir]
     t0 = time.time()
     p = run_bounded(cmd, env, job.timeout, "the reference run")
     job.t["reference_s"] = time.time() - t0
@@ -233,6 +234,7 @@ def run_reference(job, fsdpcheck, mpiexec, env):
         if p.returncode == 2:
             raise UsageError(f"the reference refused the config: {msg}")
         raise RuntimeError(f"the reference run failed (exit {p.returncode}): {msg}")
+    job.t["reference_rss_mib"] = reference_rss(p.stdout)
 
 
 class Crash(Exception):
@@ -250,37 +252,69 @@ GRACE_S = 30
 
 
 def run_bounded(cmd, env, timeout, what):
-    """subprocess.run for a launcher (mpiexec, torchrun): past `timeout` the
-    whole run is stopped and Hung raised. The launcher runs in a session of its
-    own and gets SIGTERM: mpiexec and torchrun take their ranks down with them
-    (torchrun's workers sit in sessions of their own, out of reach of a signal
-    to its group); SIGKILL to the group after GRACE_S if it has not ended."""
-    p = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.communicate(timeout=GRACE_S)
-        except subprocess.TimeoutExpired:
-            # the launcher's own group only: a worker that outlived SIGTERM may
-            # hold the pipes open, so wait for the launcher, not for their end
+    """subprocess.run for a launcher (mpiexec, torchrun) or one process: past
+    `timeout` the whole run is stopped and Hung raised. The launcher runs in a
+    session of its own and gets SIGTERM: mpiexec and torchrun take their ranks
+    down with them (torchrun's workers sit in sessions of their own, out of
+    reach of a signal to its group); SIGKILL to the group after GRACE_S if it
+    has not ended. The child is reaped with os.wait4, so the result carries
+    its peak resident set (`peak_rss_mib`: the largest of the process and the
+    descendants it waited for; for `fsdpcheck compare`, the process itself).
+    Its output goes through files, not pipes: nothing waits on a reader."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        status, ru = _wait(p, timeout)
+        if status is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
-        raise Hung(f"{what} did not finish within {timeout:.0f} s (--timeout): a hung rank or collective")
-    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+                os.killpg(p.pid, signal.SIGTERM)
+            status, ru = _wait(p, GRACE_S)
+            if status is None:
+                # the launcher's own group only: a worker that outlived SIGTERM
+                # is not waited for, the launcher is
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                _wait(p, None)
+            raise Hung(f"{what} did not finish within {timeout:.0f} s (--timeout): a hung rank or collective")
+        out.seek(0)
+        err.seek(0)
+        done = subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read())
+    done.peak_rss_mib = ru.ru_maxrss / 1024.0  # Linux: KiB
+    return done
+
+
+def _wait(p, timeout):
+    """(status, rusage) of p once it has ended, or (None, None) after timeout
+    seconds (None: no limit). Sets p.returncode, so Popen never waits again."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return status, ru
+        if deadline is not None and time.monotonic() >= deadline:
+            return None, None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def reference_rss(stdout):
+    """[MiB per rank] from `fsdpcheck run`'s "peak RSS per rank (MiB): 0: 12.5, 1: 13.0"
+    line; [] when it printed none (one process: local prints no memory)."""
+    import re
+
+    for line in stdout.splitlines():
+        if line.startswith("peak RSS per rank (MiB):"):
+            return [float(x) for x in re.findall(r"\d+: ([0-9.]+)", line)]
+    return []
 
 
 def run_torch(jobs, env):
@@ -415,6 +449,7 @@ def compare(job, fsdpcheck, env):
     t0 = time.time()
     p = run_bounded(cmd, env, job.timeout, "fsdpcheck compare")
     job.t["compare_s"] = time.time() - t0
+    job.t["compare_rss_mib"] = p.peak_rss_mib
     if p.returncode == 2:
         raise RuntimeError(f"fsdpcheck compare refused the traces: {p.stderr.strip() or p.stdout.strip()}")
     return p.returncode, p.stdout + p.stderr
@@ -549,8 +584,13 @@ def cmd_check(argv):
     split = ""
     if t.get("trace_s") is not None:  # rank 0's own clock, from the torch trace.json
         split = f" of which gathering full tensors {t['gather_s']:.1f} s and trace writing {t['trace_s']:.1f} s,"
+    ranks = lambda xs: ", ".join(f"{r}: {x:.1f}" for r, x in enumerate(xs))
+    if t.get("reference_rss_mib"):
+        print("reference peak RSS per rank (MiB): " + ranks(t["reference_rss_mib"]))
     if t.get("rss_mib"):
-        print("torch peak RSS per rank (MiB): " + ", ".join(f"{r}: {x:.1f}" for r, x in enumerate(t["rss_mib"])))
+        print("torch peak RSS per rank (MiB): " + ranks(t["rss_mib"]))
+    if t.get("compare_rss_mib"):
+        print(f"compare peak RSS (MiB): {t['compare_rss_mib']:.1f}")
     print(
         f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference {t['reference_s']:.1f} s, "
         f"torch {t['torch_s']:.1f} s,{split} compare {t['compare_s']:.1f} s)"

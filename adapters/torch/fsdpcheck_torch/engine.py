@@ -522,6 +522,9 @@ class Run:
         t0 = time.perf_counter()
         if self.rank == 0:
             tracefile.write_init(out, {n: init[n] for n in self.names})
+        # every rank read the whole initial model; FSDP holds its own shards now, and
+        # no rank keeps a full copy beyond them (gpt2-124m: 500 MB a rank)
+        del init
         self.timing["trace_write"] += time.perf_counter() - t0
         token_ids = M.takes_token_ids(self.mcfg)  # gpt2, llama: the input is token ids (long)
         rec = getattr(self, "commlog", None)  # --comm-log: the step's schedule (commlog.py)

@@ -6,6 +6,7 @@ known bug), and the measurement behind pytorch#162338's signature."""
 
 import os
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -203,3 +204,17 @@ def test_a_reference_run_past_its_timeout_is_exit_3(tmp_path):
     assert rc == 3, out
     assert "the reference run did not finish within 0 s (--timeout)" in out, out
     assert "Traceback" not in out, out
+
+
+def test_run_bounded_reports_the_childs_peak_resident_set():
+    # a child that touches 300 MiB: its peak resident set is at least that, and the output arrives whole
+    code = "b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); print('done ' * 20000)"
+    p = check.run_bounded([sys.executable, "-c", code], dict(os.environ), 60, "the child")
+    assert p.returncode == 0 and p.stdout.count("done") == 20000, p
+    assert 300 <= p.peak_rss_mib < 2000, p.peak_rss_mib
+
+
+def test_reference_rss_reads_run_s_line():
+    out = "step 1: loss 2.3\npeak RSS per rank (MiB): 0: 2196.6, 1: 1815.4, 2: 12.0\n"
+    assert check.reference_rss(out) == [2196.6, 1815.4, 12.0]
+    assert check.reference_rss("fsdpcheck run: local (one process)\n") == []
