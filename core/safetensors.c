@@ -885,8 +885,14 @@ void fc_st_stream_abort(fc_st_stream *s) {
 
 int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
                 int n_meta, fc_error *e) {
+    return fc_st_write_as(path, entries, n, meta, n_meta, FC_DURABLE, e);
+}
+
+int fc_st_write_as(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
+                   int n_meta, fc_commit_kind kind, fc_error *e) {
     fc_st_stream s;
     if (stream_open(&s, path, entries, n, meta, n_meta, 1, e)) return -1;
+    s.kind = kind;
     for (int i = 0; i < n; i++)
         if (fc_st_stream_put(&s, entries[i].data, e)) return -1;
     return fc_st_stream_commit(&s, e);

@@ -87,6 +87,9 @@ typedef struct {
 // any failure, and then leaves neither path nor the temporary behind.
 int fc_st_write(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
                 int n_meta, fc_error *e);
+// The same, committed as kind says (core/fileio.h); fc_st_write is FC_DURABLE.
+int fc_st_write_as(const char *path, const fc_st_entry *entries, int n, const fc_st_meta_kv *meta,
+                   int n_meta, fc_commit_kind kind, fc_error *e);
 
 // The same file written as its tensors become available, so a writer never
 // holds them all at once: open validates the entries (their data is not read)

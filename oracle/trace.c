@@ -46,10 +46,7 @@ int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
     snprintf(path, sizeof path, "%s/init.safetensors", dir);
     fc_st_meta_kv meta[] = {{"format", FC_TRACE_FORMAT}, {"content", "init"}};
     // the tensor files of a trace are committed atomically, not durably (core/fileio.h: FC_ATOMIC)
-    fc_st_stream st;
-    int rc = fc_st_stream_open(&st, path, ent, m->n_params, meta, 2, FC_ATOMIC, e);
-    for (int i = 0; !rc && i < m->n_params; i++) rc = fc_st_stream_put(&st, ent[i].data, e);
-    if (!rc) rc = fc_st_stream_commit(&st, e);
+    int rc = fc_st_write_as(path, ent, m->n_params, meta, 2, FC_ATOMIC, e);
     free(ent);
     return rc;
 }
