@@ -700,3 +700,53 @@ Test(safetensors, names_with_special_characters) {
     remove_tree(dir);
     free(dir);
 }
+
+// fsync, counted: this binary is linked with -Wl,--wrap=fsync (tests/CMakeLists.txt),
+// so every fsync core makes comes here first.
+int __real_fsync(int fd);
+int __wrap_fsync(int fd);
+static int n_fsync;
+int __wrap_fsync(int fd) {
+    n_fsync++;
+    return __real_fsync(fd);
+}
+
+// FC_DURABLE fsyncs the file and its directory (checkpoints, manifests, reports,
+// trace.json); FC_ATOMIC, a trace's tensor files, fsyncs nothing; the bytes are the same.
+Test(safetensors, durable_commits_fsync_atomic_ones_do_not) {
+    char *dir = make_tmpdir();
+    char durable[256], atomic[256], streamed[256], text[256];
+    snprintf(durable, sizeof durable, "%s/durable.safetensors", dir);
+    snprintf(atomic, sizeof atomic, "%s/atomic.safetensors", dir);
+    snprintf(streamed, sizeof streamed, "%s/streamed.safetensors", dir);
+    snprintf(text, sizeof text, "%s/manifest.json", dir);
+    fc_st_entry en[N_RT];
+    rt_entries(en);
+    fc_error e = {{0}};
+    n_fsync = 0;
+    cr_assert_eq(fc_st_write(durable, en, N_RT, rt_meta, 2, &e), 0, "%s", e.msg);
+    cr_expect_eq(n_fsync, 2, "fc_st_write: the file and its directory");
+    n_fsync = 0;
+    cr_assert_eq(fc_write_file_atomic(text, "{}", 2, &e), 0, "%s", e.msg);
+    cr_expect_eq(n_fsync, 2, "fc_write_file_atomic: the file and its directory");
+    n_fsync = 0;
+    cr_assert_eq(fc_st_write_as(atomic, en, N_RT, rt_meta, 2, FC_ATOMIC, &e), 0, "%s", e.msg);
+    fc_st_stream st;
+    cr_assert_eq(fc_st_stream_open(&st, streamed, en, N_RT, rt_meta, 2, FC_ATOMIC, &e), 0, "%s", e.msg);
+    for (int i = 0; i < N_RT; i++) cr_assert_eq(fc_st_stream_put(&st, en[i].data, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_commit(&st, &e), 0, "%s", e.msg);
+    cr_expect_eq(n_fsync, 0, "FC_ATOMIC commits fsync nothing");
+    cr_assert_eq(fc_st_stream_open(&st, streamed, en, N_RT, rt_meta, 2, FC_DURABLE, &e), 0, "%s", e.msg);
+    for (int i = 0; i < N_RT; i++) cr_assert_eq(fc_st_stream_put(&st, en[i].data, &e), 0, "%s", e.msg);
+    cr_assert_eq(fc_st_stream_commit(&st, &e), 0, "%s", e.msg);
+    cr_expect_eq(n_fsync, 2, "an FC_DURABLE stream: the file and its directory");
+    size_t na, nb, nc;
+    uint8_t *a = read_bytes(durable, &na), *b = read_bytes(atomic, &nb), *c = read_bytes(streamed, &nc);
+    cr_expect(na == nb && memcmp(a, b, na) == 0, "durable and atomic files differ");
+    cr_expect(na == nc && memcmp(a, c, na) == 0, "written and streamed files differ");
+    free(a);
+    free(b);
+    free(c);
+    remove_tree(dir);
+    free(dir);
+}
