@@ -721,6 +721,21 @@ int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
     if (c->limit_all_gathers && !c->forward_prefetch && c->backward_prefetch == FC_PREFETCH_NONE)
         return fc_fail(e, "--limit-all-gathers limits prefetched all-gathers: add --forward-prefetch "
                           "or --backward-prefetch pre|post");
+    if (c->forward_prefetch < 0 || c->backward_prefetch_depth < 0)
+        return fc_fail(e, "a prefetch list's length must be at least 1");
+    if (c->forward_prefetch > 1 && c->fsdp_version != 2)
+        return fc_fail(e, "--forward-prefetch-units %d: FSDP1's forward_prefetch prefetches one unit; lists of more "
+                          "are FSDP2's set_modules_to_forward_prefetch (give --fsdp-version 2)", c->forward_prefetch);
+    if (c->backward_prefetch_depth && c->fsdp_version != 2)
+        return fc_fail(e, "--backward-prefetch-units is FSDP2's set_modules_to_backward_prefetch: give --fsdp-version 2 "
+                          "(FSDP1 has --backward-prefetch pre|post|none)");
+    if (c->gradient_divide_factor != 0 && !(c->gradient_divide_factor > 0 && isfinite(c->gradient_divide_factor)))
+        return fc_fail(e, "--gradient-divide-factor must be a finite number above 0");
+    // FSDP1 has no set_gradient_divide_factor; the factor stays for the DDP
+    // (no_shard) and local runs an FSDP2 run is judged against
+    if (c->gradient_divide_factor > 0 && c->fsdp_version == 1 && fc_strategy_sharded(c->strategy))
+        return fc_fail(e, "--gradient-divide-factor is FSDP2's set_gradient_divide_factor: give --fsdp-version 2 "
+                          "(FSDP1 takes its factors from the world size)");
     if (c->fsdp_version != 1 && c->fsdp_version != 2)
         return fc_fail(e, "--fsdp-version %d is not 1 (FSDP1) or 2 (FSDP2, fully_shard)", c->fsdp_version);
     if (c->fsdp_version == 2) {
@@ -831,6 +846,10 @@ cJSON *fc_run_config_to_json(const fc_run_config *c) {
     if (c->reshard_after_forward) cJSON_AddNumberToObject(j, "reshard_after_forward", c->reshard_after_forward);
     cJSON_AddStringToObject(j, "backward_prefetch", fc_prefetch_name(c->backward_prefetch));
     cJSON_AddBoolToObject(j, "forward_prefetch", c->forward_prefetch);
+    // written only when set, so traces and checkpoints without them read as before
+    if (c->forward_prefetch > 1) cJSON_AddNumberToObject(j, "forward_prefetch_units", c->forward_prefetch);
+    if (c->backward_prefetch_depth) cJSON_AddNumberToObject(j, "backward_prefetch_units", c->backward_prefetch_depth);
+    if (c->gradient_divide_factor > 0) cJSON_AddNumberToObject(j, "gradient_divide_factor", c->gradient_divide_factor);
     cJSON_AddBoolToObject(j, "limit_all_gathers", c->limit_all_gathers);
     cJSON_AddStringToObject(j, "param_dtype", fc_prec_name(c->param_dtype));
     cJSON_AddStringToObject(j, "reduce_dtype", fc_prec_name(c->reduce_dtype));
@@ -934,6 +953,15 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
     if (cJSON_GetObjectItemCaseSensitive(j, "reshard_after_forward") &&
         jint(j, "reshard_after_forward", &c->reshard_after_forward, e))
         return -1;
+    // FSDP2's prefetch lists and divide factor: written only when set
+    c->backward_prefetch_depth = 0;
+    if (cJSON_GetObjectItemCaseSensitive(j, "backward_prefetch_units") &&
+        jint(j, "backward_prefetch_units", &c->backward_prefetch_depth, e))
+        return -1;
+    c->gradient_divide_factor = 0;
+    if (cJSON_GetObjectItemCaseSensitive(j, "gradient_divide_factor") &&
+        jnum(j, "gradient_divide_factor", &c->gradient_divide_factor, e))
+        return -1;
     JENUM(j, prefetch, "backward_prefetch", &c->backward_prefetch);
     JENUM(j, prec, "param_dtype", &c->param_dtype);
     JENUM(j, prec, "reduce_dtype", &c->reduce_dtype);
@@ -945,6 +973,9 @@ int fc_run_config_from_json(const cJSON *j, fc_run_config *c, fc_error *e) {
         jflt(j, "clip_grad_norm", &c->clip_grad_norm, e) ||
         jbool(j, "cpu_offload", &c->cpu_offload, e) || jint(j, "steps", &c->steps, e) ||
         jint(j, "global_batch", &c->global_batch, e) || jint(j, "seq_len", &c->seq_len, e))
+        return -1;
+    if (c->forward_prefetch && cJSON_GetObjectItemCaseSensitive(j, "forward_prefetch_units") &&
+        jint(j, "forward_prefetch_units", &c->forward_prefetch, e))
         return -1;
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
     if (!cJSON_IsObject(o)) return fc_fail(e, "config: \"optimizer\" missing");

@@ -176,10 +176,24 @@ typedef struct {
     // groups of R consecutive ranks. 0: true or false, as the strategy says.
     int reshard_after_forward;
     fc_prefetch backward_prefetch;
+    // Forward prefetch: 0 none; 1 FSDP1's forward_prefetch, or FSDP2's
+    // set_modules_to_forward_prefetch([the next unit]) on every unit; N > 1
+    // (FSDP2 only) each unit's list of the next N units of the forward order.
     int forward_prefetch;
+    // FSDP2's explicit backward lists: 0 the implicit prefetch (one unit
+    // ahead); N >= 1 every unit's set_modules_to_backward_prefetch of the next
+    // N units of the backward order (N = 1 is the implicit schedule).
+    int backward_prefetch_depth;
     int limit_all_gathers;
     fc_prec param_dtype, reduce_dtype;
     fc_divide divide;
+    // FSDP2's set_gradient_divide_factor(F) on every unit: the reduction
+    // divides by F where it would divide by the data-parallel size (the
+    // divide mode stays: avg's per-rank divide, force-sum's divide after the
+    // sum, fp16's pre/post factors taken from F). The gradient is then the sum
+    // of the ranks' mean gradients over F. 0: not set (the data-parallel
+    // size). For local, one rank whose mean is the whole batch's: the mean / F.
+    double gradient_divide_factor;
     int grad_accum;            // K micro-batches per step
     int no_sync;
     float clip_grad_norm;      // 0 = off

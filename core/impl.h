@@ -61,7 +61,7 @@ FC_BEGIN_DECLS
 // template pins the version it implements (a static assertion in plugin.c and
 // a check of fsdpcheck_IMPL_ABI_VERSION in its CMakeLists.txt), so the build
 // itself says which contract it was written for.
-#define FC_IMPL_ABI_VERSION 4
+#define FC_IMPL_ABI_VERSION 5
 #define FC_IMPL_ENTRY "fsdpcheck_impl_v1"
 
 typedef struct fc_impl fc_impl;  // an implementation's own state, opaque here

@@ -1,6 +1,7 @@
 // core/layout.c — see layout.h.
 #include "layout.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,31 +92,54 @@ int fc_next_backward_unit(const fc_model *m, const fc_unit_stages *stages, int s
     return -1;
 }
 
+int fc_prefetch_units(const fc_model *m, const fc_unit_stages *stages, int s, int forward, int n, int *out) {
+    int k = 0;
+    for (int t = s; k < n;) {  // t: the stage where the last unit listed is first used
+        int v = forward ? fc_next_forward_unit(m, stages, t) : fc_next_backward_unit(m, stages, t);
+        if (v < 0) break;
+        out[k++] = v;
+        t = forward ? stages[v].first_fwd : stages[v].first_bwd;
+    }
+    return k;
+}
+
+int fc_forward_prefetch_count(const fc_run_config *cfg) { return cfg->forward_prefetch; }
+
+int fc_backward_prefetch_count(const fc_run_config *cfg) {
+    if (cfg->fsdp_version == 2) return cfg->backward_prefetch_depth > 1 ? cfg->backward_prefetch_depth : 1;
+    return cfg->backward_prefetch != FC_PREFETCH_NONE;
+}
+
 fc_prefetch fc_backward_prefetch_of(const fc_run_config *cfg) {
     return cfg->fsdp_version == 2 ? FC_PREFETCH_PRE : cfg->backward_prefetch;
 }
 
 int fc_limiter_allows_prefetch(const fc_run_config *cfg, int alive) { return !cfg->limit_all_gathers || alive < 2; }
 
-double fc_predivide_factor(int W) {
-    int f = 1;
-    while (W % f == 0 && W / f > f) f *= 2;
+double fc_predivide_factor(double F) {
+    // torch's loop on a float factor: `while factor % f == 0 and factor / f > f`
+    double f = 1;
+    while (fmod(F, f) == 0 && F / f > f) f *= 2;
     return f;
 }
 
-void fc_divide_factors(fc_divide d, int W, double *pre, double *post) {
+double fc_divide_by(const fc_run_config *cfg, int W) {
+    return cfg->gradient_divide_factor > 0 ? cfg->gradient_divide_factor : (double)W;
+}
+
+void fc_divide_factors(fc_divide d, double F, double *pre, double *post) {
     switch (d) {
-    case FC_DIVIDE_AVG:  // each rank divides by W, then the sum
-        *pre = W, *post = 1.0;
+    case FC_DIVIDE_AVG:  // each rank divides by F, then the sum
+        *pre = F, *post = 1.0;
         return;
     case FC_DIVIDE_SUM_THEN_DIVIDE:
-        *pre = 1.0, *post = W;
+        *pre = 1.0, *post = F;
         return;
     case FC_DIVIDE_PREPOST:
         break;
     }
-    *pre = fc_predivide_factor(W);
-    *post = (double)W / *pre;
+    *pre = fc_predivide_factor(F);
+    *post = F / *pre;
 }
 
 void fc_rank_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count) {

@@ -174,6 +174,20 @@ int fc_recompute_gathers(const fc_run_config *c, const fc_model *m, int u);
 int fc_next_forward_unit(const fc_model *m, const fc_unit_stages *stages, int s);
 int fc_next_backward_unit(const fc_model *m, const fc_unit_stages *stages, int s);
 
+// The units an all-gather prefetch at stage s issues, in issue order, into
+// out[] (room for m->n_units); returns how many. Forward: at a unit's first
+// forward stage (its pre-forward), the next fc_forward_prefetch_count units
+// of the forward order. Backward: at the stage where the backward prefetch
+// policy acts (FSDP1 pre: the unit's first backward stage, post: its last;
+// FSDP2: its pre-backward), the next fc_backward_prefetch_count units of the
+// backward order. FSDP2's lists (set_modules_to_forward_prefetch,
+// set_modules_to_backward_prefetch) are set on every unit, the root included;
+// a unit already gathered or in flight is skipped where the call is made
+// (torch's unshard is a no-op then).
+int fc_prefetch_units(const fc_model *m, const fc_unit_stages *stages, int s, int forward, int n, int *out);
+int fc_forward_prefetch_count(const fc_run_config *cfg);
+int fc_backward_prefetch_count(const fc_run_config *cfg);
+
 // The backward prefetch a run does: FSDP1's backward_prefetch, or under
 // FSDP2 (fsdp_version 2) its implicit one: each unit's pre-backward issues
 // the next backward unit's all-gather, as BACKWARD_PRE does.
@@ -185,14 +199,18 @@ fc_prefetch fc_backward_prefetch_of(const fc_run_config *cfg);
 // is reached.
 int fc_limiter_allows_prefetch(const fc_run_config *cfg, int alive);
 
-// PyTorch FSDP1's gradient pre-divide factor (_get_gradient_predivide_factor):
-// starting at 1, double f while W % f == 0 and W / f > f.
-double fc_predivide_factor(int W);
-// The divide factors of a divide mode at W data-parallel ranks: each rank
-// divides its gradient by pre before the sum and the sum by post after it,
-// pre * post = W. prepost: FSDP1's (W=3: 2 and 1.5); avg: W and 1;
-// sum-then-divide: 1 and W.
-void fc_divide_factors(fc_divide d, int W, double *pre, double *post);
+// PyTorch's gradient pre-divide factor of a divide factor F
+// (_get_gradient_predivide_factor; FSDP2's _get_gradient_divide_factors for
+// fp16): starting at 1, double f while F % f == 0 and F / f > f.
+double fc_predivide_factor(double F);
+// What a run divides its summed gradient by: FSDP2's set_gradient_divide_factor
+// (cfg->gradient_divide_factor) when set, else its W data-parallel ranks.
+double fc_divide_by(const fc_run_config *cfg, int W);
+// The divide factors of a divide mode for a divide factor F (fc_divide_by):
+// each rank divides its gradient by pre before the sum and the sum by post
+// after it, pre * post = F. prepost: FSDP1's (F=3: 2 and 1.5); avg: F and 1;
+// sum-then-divide: 1 and F.
+void fc_divide_factors(fc_divide d, double F, double *pre, double *post);
 
 // The sample range of data-parallel rank `rank`: [first, first + count) of
 // the global batch (DESIGN §3).

@@ -88,6 +88,7 @@ struct fce {
     float pre, post;     // gradient divide factors (core/layout.h)
     cu_unit *u;          // [n_units]
     fc_unit_stages *st;  // [n_units]
+    int *prefetch_list;  // [n_units] scratch: the units one prefetch call issues
     int alive;           // units whose gathered parameters exist (sharded)
     int rs_unit;         // the reduction in flight, -1 if none
     fcx_req rs_req;
@@ -249,6 +250,13 @@ static void prefetch(fce *f, int v, fc_phase ph) {
     issue_all_gather(f, v, ph, 1);
 }
 
+// The prefetches stage s makes (core/layout.h): FSDP1's next unit, or FSDP2's
+// list of the next n units of the pass.
+static void prefetch_from(fce *f, int s, int forward, int n) {
+    int k = fc_prefetch_units(&f->m, f->st, s, forward, n, f->prefetch_list);
+    for (int i = 0; i < k; i++) prefetch(f, f->prefetch_list[i], forward ? FC_PHASE_FORWARD : FC_PHASE_BACKWARD);
+}
+
 // ---------------------------------------------------------------------------
 // gradient reduction (one in flight, as FSDP's post-backward stream)
 
@@ -344,9 +352,11 @@ static void forward(fce *f, int k) {
     for (int s = 0; s < m->n_stages; s++) {
         int u = m->stages[s].unit;
         cu_unit *U = &f->u[u];
-        if (s == f->st[u].first_fwd) ensure_gathered(f, u, FC_PHASE_FORWARD);
-        // FSDP's forward prefetch: the next unit's all-gather goes out before this compute
-        if (f->cfg.forward_prefetch) prefetch(f, fc_next_forward_unit(m, f->st, s), FC_PHASE_FORWARD);
+        if (s == f->st[u].first_fwd) {
+            ensure_gathered(f, u, FC_PHASE_FORWARD);
+            // FSDP's forward prefetch: the next units' all-gathers go out before this compute
+            prefetch_from(f, s, 1, fc_forward_prefetch_count(&f->cfg));
+        }
         log_ev(f, FC_OP_FORWARD, FC_OP_FORWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_FORWARD, 0);
         f->up[u] = U->gathered;
         fcx_forward(f->x, s, k, f->up, scale);
@@ -370,7 +380,7 @@ static void backward(fce *f, int k, int sync) {
             }
             // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_PRE)
-                prefetch(f, fc_next_backward_unit(m, f->st, s), FC_PHASE_BACKWARD);
+                prefetch_from(f, s, 0, fc_backward_prefetch_count(&f->cfg));
         }
         log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
         f->up[u] = U->gathered;
@@ -381,7 +391,7 @@ static void backward(fce *f, int k, int sync) {
         if (s == f->st[u].last_bwd) {
             // BACKWARD_POST: after this gradient compute, before its reduction
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_POST)
-                prefetch(f, fc_next_backward_unit(m, f->st, s), FC_PHASE_BACKWARD);
+                prefetch_from(f, s, 0, fc_backward_prefetch_count(&f->cfg));
             free_gathered(f, u, FC_PHASE_BACKWARD);
             if (sync && U->trains) issue_reduce(f, u);  // a unit that does not train reduces nothing
         }
@@ -579,7 +589,7 @@ fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
     f->g = c->g;
     f->local = cfg->strategy == FC_STRATEGY_LOCAL;
     double pre, post;  // over the whole data-parallel world (as FSDP does for HSDP too)
-    fc_divide_factors(cfg->divide, f->g.W, &pre, &post);
+    fc_divide_factors(cfg->divide, fc_divide_by(cfg, f->g.W), &pre, &post);
     f->pre = (float)pre;
     f->post = (float)post;
     fc_model_build_run(&f->m, cfg);
@@ -600,6 +610,7 @@ fce *fce_create(const fc_run_config *cfg, fce_comms *c, fcx *x, fc_error *e) {
     c->world = MPI_COMM_NULL;
     f->u = callocCheck((size_t)m->n_units, sizeof(cu_unit));
     f->st = callocCheck((size_t)m->n_units, sizeof(fc_unit_stages));
+    f->prefetch_list = callocCheck((size_t)m->n_units, sizeof(int));
     fc_mem_loc loc = cfg->cpu_offload ? FC_LOC_HOST : FC_LOC_DEVICE;
     for (int u = 0; u < m->n_units; u++) {
         cu_unit *U = &f->u[u];
@@ -833,6 +844,7 @@ void fce_destroy(fce *f) {
     fcx_sync(f->x);
     free(f->u);
     free(f->st);
+    free(f->prefetch_list);
     free(f->up);
     free(f->ug);
     fc_batch_free(&f->batch);

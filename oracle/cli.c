@@ -47,6 +47,9 @@ static const flag_spec FLAGS[] = {
     {"--reshard-after-forward", ARG_INT, NULL},
     {"--backward-prefetch", ARG_STR, NULL},
     {"--forward-prefetch", ARG_NONE, NULL},
+    {"--forward-prefetch-units", ARG_INT, NULL},
+    {"--backward-prefetch-units", ARG_INT, NULL},
+    {"--gradient-divide-factor", ARG_DOUBLE, NULL},
     {"--limit-all-gathers", ARG_NONE, NULL},
     {"--param-dtype", ARG_STR, NULL},
     {"--reduce-dtype", ARG_STR, NULL},
@@ -76,6 +79,11 @@ void fc_cli_usage(FILE *f) {
           "                            --forward-prefetch: each unit's explicit forward prefetch list, the next unit)\n"
           "  --reshard-after-forward R FSDP2's integer reshard_after_forward: keep a 1/R slice after forward,\n"
           "                            all-gather it in backward within groups of R consecutive ranks\n"
+          "  --forward-prefetch-units N, --backward-prefetch-units N\n"
+          "                            FSDP2's explicit lists: every unit's set_modules_to_forward_prefetch\n"
+          "                            (set_modules_to_backward_prefetch) of the next N units of the pass\n"
+          "  --gradient-divide-factor F  FSDP2's set_gradient_divide_factor(F) on every unit: divide the\n"
+          "                            reduced gradient by F instead of the data-parallel size\n"
           "  --shard-group F (hybrid)  --backward-prefetch pre|post|none  --forward-prefetch\n"
           "  --limit-all-gathers  --param-dtype fp32|bf16|fp16  --reduce-dtype fp32|bf16|fp16\n"
           "  --divide prepost|avg|sum-then-divide  --no-sync  --cpu-offload  --comm-log FILE\n"
@@ -223,6 +231,14 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
             return fc_fail(e, "--backward-prefetch: '%s' is not pre, post or none", v);
     } else if (!strcmp(flag, "--forward-prefetch")) {
         c->forward_prefetch = 1;
+    } else if (!strcmp(flag, "--forward-prefetch-units")) {
+        return parse_int(flag, v, 1, 1 << 20, &c->forward_prefetch, e);
+    } else if (!strcmp(flag, "--backward-prefetch-units")) {
+        return parse_int(flag, v, 1, 1 << 20, &c->backward_prefetch_depth, e);
+    } else if (!strcmp(flag, "--gradient-divide-factor")) {
+        if (parse_double(flag, v, &c->gradient_divide_factor, e)) return -1;
+        if (!(c->gradient_divide_factor > 0) || !isfinite(c->gradient_divide_factor))
+            return fc_fail(e, "--gradient-divide-factor: '%s' is not a finite number above 0", v);
     } else if (!strcmp(flag, "--limit-all-gathers")) {
         c->limit_all_gathers = 1;
     } else if (!strcmp(flag, "--param-dtype") || !strcmp(flag, "--reduce-dtype")) {

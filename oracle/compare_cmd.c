@@ -275,7 +275,7 @@ int fc_cmd_compare(int argc, char **argv) {
     // themselves (a re-run in this one process would have another).
     int lock = !trajectory && !bitwise && !same_compute;
     fc_rerun rr;
-    if (lock && fc_rerun_open(&rr, &ta.cfg, &e))
+    if (lock && fc_rerun_open(&rr, &ta.cfg, ta.world_size, &e))
         fc_die(FC_EXIT_USAGE, "compare: the reference cannot re-run %s's config for lockstep (%s): compare the "
                               "recorded trajectories with --trajectory", dirs[0], e.msg);
     printf("steps judged %s\n", lock ? "in lockstep: each step after B's first re-run by the reference from B's "
@@ -323,7 +323,7 @@ int fc_cmd_compare(int argc, char **argv) {
     memset(&mag, 0, sizeof mag);
     float *mag_buf = NULL;
     if (lock && fc_cmp_policy_magnitudes(&pol)) {
-        if (fc_magnitude_open(&mag, &ta.cfg, &e))
+        if (fc_magnitude_open(&mag, &ta.cfg, ta.world_size, &e))
             fc_die(FC_EXIT_USAGE, "compare: the magnitude pass cannot run %s's config (%s): use --trajectory", dirs[0],
                    e.msg);
         mag_buf = mallocCheck(numel * sizeof(float));

@@ -138,10 +138,14 @@ static side_rounding side_of(const fc_run_config *c, int W, int act16) {
     r.eta += K * half_subnormal(c->param_dtype);
     if (c->reduce_dtype != FC_PREC_FP32) {
         double pre, post;
-        fc_divide_factors(c->divide, W, &pre, &post);
+        fc_divide_factors(c->divide, fc_divide_by(c, W), &pre, &post);
         int cast = c->param_dtype != c->reduce_dtype;
-        r.n += K * ((W - 1) + cast + inexact_divide(pre) + inexact_divide(post));
-        r.eta += K * (cast + (pre != 1) + (post != 1)) * half_subnormal(c->reduce_dtype);
+        // With FSDP2's divide factor F set, a side at W = 1 may be the lockstep
+        // re-run, which divides by F / W of the run (oracle/rerun.h), not by
+        // F: both divides are counted inexact, at most two roundings more.
+        int set = c->gradient_divide_factor > 0;
+        r.n += K * ((W - 1) + cast + (set || inexact_divide(pre)) + (set || inexact_divide(post)));
+        r.eta += K * (cast + (set || pre != 1) + (set || post != 1)) * half_subnormal(c->reduce_dtype);
     }
     return r;
 }

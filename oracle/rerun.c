@@ -12,8 +12,8 @@ static int mpi_started_here, n_open;
 
 // like, as one process of `ops` in `strategy`: the same model, batch,
 // accumulation, clipping, optimizer and precision (unless fp32), no layout
-static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *ops, fc_strategy strategy, int fp32,
-                   fc_error *e) {
+static int open_as(fc_rerun *r, const fc_run_config *like, int world, const fc_impl_ops *ops, fc_strategy strategy,
+                   int fp32, fc_error *e) {
     memset(r, 0, sizeof *r);
     int up = 0;
     mpiCheck(MPI_Initialized(&up));
@@ -23,18 +23,10 @@ static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *op
     }
     n_open++;
     r->open = 1;
-    fc_run_config c = *like;
+    fc_run_config c = fc_runner_local_of(*like, like->strategy == FC_STRATEGY_LOCAL ? 1 : world);
     c.strategy = strategy;
-    c.fsdp_version = 1;  // local and no_shard: one process or DDP, in any FSDP version's run
-    c.reshard_after_forward = 0;
     if (fp32) c.param_dtype = c.reduce_dtype = FC_PREC_FP32;
-    c.shard_group = 0;
-    c.backward_prefetch = FC_PREFETCH_NONE;
-    c.forward_prefetch = c.limit_all_gathers = c.cpu_offload = 0;
-    c.no_sync = strategy == FC_STRATEGY_LOCAL ? 0 : c.no_sync;  // one rank: no_sync changes no arithmetic
-    c.divide = FC_DIVIDE_PREPOST;        // one rank: every divide mode divides by 1
-    c.inject = FC_FAULT_NONE;
-    c.act_ckpt = FC_ACT_CKPT_NONE;       // a recompute changes no bit (P15)
+    c.no_sync = strategy == FC_STRATEGY_LOCAL ? 0 : like->no_sync;  // one rank: no_sync changes no arithmetic
     c.init_path[0] = '\0';               // every step loads its start: the init is never used
     c.steps = 1;
     if (fc_run_config_validate(&c, e) || fc_run_config_validate_world(&c, 1, e)) {
@@ -61,13 +53,13 @@ static int open_as(fc_rerun *r, const fc_run_config *like, const fc_impl_ops *op
     return 0;
 }
 
-int fc_rerun_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
+int fc_rerun_open(fc_rerun *r, const fc_run_config *like, int world, fc_error *e) {
     int mixed = like->param_dtype != FC_PREC_FP32 || like->reduce_dtype != FC_PREC_FP32;
-    return open_as(r, like, fc_reference_impl(), mixed ? FC_STRATEGY_NO_SHARD : FC_STRATEGY_LOCAL, 0, e);
+    return open_as(r, like, world, fc_reference_impl(), mixed ? FC_STRATEGY_NO_SHARD : FC_STRATEGY_LOCAL, 0, e);
 }
 
-int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, fc_error *e) {
-    return open_as(r, like, fc_reference_magnitude_impl(), FC_STRATEGY_LOCAL, 1, e);
+int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, int world, fc_error *e) {
+    return open_as(r, like, world, fc_reference_magnitude_impl(), FC_STRATEGY_LOCAL, 1, e);
 }
 
 int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *mag,

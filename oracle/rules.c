@@ -189,7 +189,12 @@ static int *units_by(const fc_model *m, const int *key) {
     return order;
 }
 
-void fc_rule_opportunities(const fc_model *m, int *fwd, int *bwd) {
+int fc_rule_prefetch_depth(const fc_run_config *cfg, int forward) {
+    int d = forward ? cfg->forward_prefetch : cfg->fsdp_version == 2 ? cfg->backward_prefetch_depth : 1;
+    return d > 1 ? d : 1;
+}
+
+void fc_rule_opportunities(const fc_model *m, int fwd_depth, int bwd_depth, int *fwd, int *bwd) {
     int n = m->n_units;
     int *first = mallocCheck((size_t)n * sizeof *first), *last_neg = mallocCheck((size_t)n * sizeof *last_neg);
     for (int u = 0; u < n; u++) {
@@ -200,11 +205,12 @@ void fc_rule_opportunities(const fc_model *m, int *fwd, int *bwd) {
         fwd[u] = bwd[u] = -1;
     }
     int *fo = units_by(m, first), *bo = units_by(m, last_neg);
-    // forward: unit i+1's opportunity is unit i's first forward stage
-    for (int i = 0; i + 1 < n && fo[i + 1] >= 0; i++) fwd[fo[i + 1]] = first[fo[i]];
-    // backward: the next unit's opportunity is the stage where backward reaches
-    // the current one (its last forward stage)
-    for (int i = 0; i + 1 < n && bo[i + 1] >= 0; i++) bwd[bo[i + 1]] = m->n_stages - last_neg[bo[i]];
+    // forward: unit i's opportunity is the first forward stage of unit i - D
+    // (of unit 0 when i <= D), the first whose list of the next D names it
+    for (int i = 1; i < n && fo[i] >= 0; i++) fwd[fo[i]] = first[fo[i > fwd_depth ? i - fwd_depth : 0]];
+    // backward: the stage where backward reaches unit i - D (its last forward stage)
+    for (int i = 1; i < n && bo[i] >= 0; i++)
+        bwd[bo[i]] = m->n_stages - last_neg[bo[i > bwd_depth ? i - bwd_depth : 0]];
     free(fo);
     free(bo);
     free(first);
@@ -228,13 +234,15 @@ static int ceil_log4(int x) {  // the smallest c with 4^c >= x
     return c;
 }
 
-void fc_rule_divide(fc_divide d, int W, double *pre, double *post) {
+void fc_rule_divide(fc_divide d, double F, double *pre, double *post) {
     if (d == FC_DIVIDE_AVG) {
-        *pre = W, *post = 1;
+        *pre = F, *post = 1;
     } else if (d == FC_DIVIDE_SUM_THEN_DIVIDE) {
-        *pre = 1, *post = W;
+        *pre = 1, *post = F;
+    } else if (F != (int)F || F < 1) {  // a fractional factor: 1 divides it, 2 does not
+        *pre = 1, *post = F;
     } else {
-        int k = v2(W) + 1 < ceil_log4(W) ? v2(W) + 1 : ceil_log4(W);
+        int W = (int)F, k = v2(W) + 1 < ceil_log4(W) ? v2(W) + 1 : ceil_log4(W);
         *pre = (double)(1 << k);
         *post = W / *pre;
     }
@@ -287,7 +295,7 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
     int nu = m.n_units, *fo = mallocCheck((size_t)nu * sizeof *fo), *bo = mallocCheck((size_t)nu * sizeof *bo);
     fc_unit_stages *st = mallocCheck((size_t)nu * sizeof *st);
     for (int u = 0; u < nu; u++) st[u] = fc_unit_stages_of(&m, u);
-    fc_rule_opportunities(&m, fo, bo);
+    fc_rule_opportunities(&m, fc_rule_prefetch_depth(cfg, 1), fc_rule_prefetch_depth(cfg, 0), fo, bo);
     char what[96];
     for (int u = 0; u < nu; u++) {
         snprintf(what, sizeof what, "unit %d (%zu elements) over G=%d, chunk %d", u, m.units[u].numel, gr.G, gr.idx);
@@ -344,36 +352,57 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
             DIFFER(what, "recompute gathers=%d", fc_recompute_gathers(cfg, &m, u),
                    fc_rule_recompute_gathers(cfg, &m, u));
     }
-    // prefetch: the unit each stage's window prefetches, from the opportunities
+    // prefetch: the stage whose prefetch list first names each unit
+    // (core/layout.h: lists at a unit's first stage of the pass; a unit
+    // already in flight is skipped), against the opportunities
+    int *list = mallocCheck((size_t)nu * sizeof *list), *core_fo = mallocCheck((size_t)nu * sizeof *core_fo),
+        *core_bo = mallocCheck((size_t)nu * sizeof *core_bo);
+    int nf = fc_forward_prefetch_count(cfg), nb = fc_backward_prefetch_count(cfg);
+    for (int u = 0; u < nu; u++) core_fo[u] = core_bo[u] = -1;
     for (int s = 0; s < m.n_stages; s++) {
-        int want_f = -1, want_b = -1;
-        for (int u = 0; u < nu; u++) {
-            if (fo[u] == s) want_f = u;
-            if (bo[u] == s) want_b = u;
-        }
-        int core_f = fc_next_forward_unit(&m, st, s), core_b = fc_next_backward_unit(&m, st, s);
-        snprintf(what, sizeof what, "forward prefetch at stage %d", s);
-        // the core's walk names a next unit at every stage; the opportunity is
-        // the first stage (in the pass's order) that names it
-        int core_first_f = core_f >= 0 && (s == 0 || fc_next_forward_unit(&m, st, s - 1) != core_f) ? core_f : -1;
-        if (core_first_f != want_f) DIFFER(what, "unit %d", core_first_f, want_f);
-        snprintf(what, sizeof what, "backward prefetch at stage %d", s);
-        int core_first_b =
-            core_b >= 0 && (s == m.n_stages - 1 || fc_next_backward_unit(&m, st, s + 1) != core_b) ? core_b : -1;
-        if (core_first_b != want_b) DIFFER(what, "unit %d", core_first_b, want_b);
+        if (st[m.stages[s].unit].first_fwd != s) continue;
+        int k = fc_prefetch_units(&m, st, s, 1, nf > 1 ? nf : 1, list);
+        for (int i = 0; i < k; i++)
+            if (core_fo[list[i]] < 0) core_fo[list[i]] = s;
     }
+    for (int s = m.n_stages - 1; s >= 0; s--) {
+        if (st[m.stages[s].unit].first_bwd != s) continue;
+        int k = fc_prefetch_units(&m, st, s, 0, nb > 1 ? nb : 1, list);
+        for (int i = 0; i < k; i++)
+            if (core_bo[list[i]] < 0) core_bo[list[i]] = s;
+    }
+    for (int u = 0; u < nu; u++) {
+        snprintf(what, sizeof what, "forward prefetch of unit %d (lists of %d)", u, fc_rule_prefetch_depth(cfg, 1));
+        if (core_fo[u] != fo[u]) DIFFER(what, "at stage %d", core_fo[u], fo[u]);
+        snprintf(what, sizeof what, "backward prefetch of unit %d (lists of %d)", u, fc_rule_prefetch_depth(cfg, 0));
+        if (core_bo[u] != bo[u]) DIFFER(what, "at stage %d", core_bo[u], bo[u]);
+    }
+    free(list);
+    free(core_fo);
+    free(core_bo);
     for (int alive = 0; alive <= 3; alive++)
         if (fc_limiter_allows_prefetch(cfg, alive) != fc_rule_prefetch_allowed(cfg, alive)) {
             snprintf(what, sizeof what, "limit_all_gathers=%d with %d unit(s) gathered", cfg->limit_all_gathers, alive);
             DIFFER(what, "prefetch allowed=%d", fc_limiter_allows_prefetch(cfg, alive),
                    fc_rule_prefetch_allowed(cfg, alive));
         }
-    for (int d = 0; d < 3; d++) {
+    // the run's factor (W, or FSDP2's set_gradient_divide_factor), and one set
+    // to 2W + 1 as another run of this config could set it
+    fc_run_config fcfg = *cfg;
+    if (!(fcfg.gradient_divide_factor > 0)) fcfg.gradient_divide_factor = 2.0 * W + 1;
+    for (int k = 0; k < 6; k++) {
+        const fc_run_config *c = k < 3 ? cfg : &fcfg;
+        int d = k % 3;
         double pc, qc, pr, qr;
-        fc_divide_factors((fc_divide)d, W, &pc, &qc);
-        fc_rule_divide((fc_divide)d, W, &pr, &qr);
+        double F = c->gradient_divide_factor > 0 ? c->gradient_divide_factor : W;
+        if (fc_divide_by(c, W) != F) {
+            snprintf(what, sizeof what, "the divide factor (set: %g) at W=%d", c->gradient_divide_factor, W);
+            DIFFER(what, "%g", fc_divide_by(c, W), F);
+        }
+        fc_divide_factors((fc_divide)d, fc_divide_by(c, W), &pc, &qc);
+        fc_rule_divide((fc_divide)d, F, &pr, &qr);
         if (pc != pr || qc != qr) {
-            snprintf(what, sizeof what, "divide %s at W=%d", fc_divide_name((fc_divide)d), W);
+            snprintf(what, sizeof what, "divide %s by %g at W=%d", fc_divide_name((fc_divide)d), F, W);
             fc_findings_add(out,
                             "rules: %s: core/layout.c says pre %g post %g, the oracle's rules (oracle/rules.c) say "
                             "pre %g post %g",

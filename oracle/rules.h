@@ -122,16 +122,23 @@ int fc_rule_norm_bytes_ok(fc_sched_api api, const fc_model *m, size_t bytes);
 // Prefetch opportunities, DESIGN §5: forward_prefetch issues unit i+1's
 // all-gather at unit i's forward, units in order of first forward use;
 // backward prefetch issues the all-gather of the unit backward reaches next at
-// the stage where backward reaches the current one. fwd[u] / bwd[u]: the
-// stage whose window may prefetch unit u, -1 for the first unit of each pass.
-void fc_rule_opportunities(const fc_model *m, int *fwd, int *bwd);
+// the stage where backward reaches the current one. FSDP2's explicit lists of
+// D units (set_modules_to_*_prefetch of the next D, on every unit) move unit
+// i's opportunity to unit i - D's (unit 0's for i <= D): the first list that
+// names it, as torch's unshard of a unit in flight does nothing. fwd[u] /
+// bwd[u]: the stage whose window may prefetch unit u, -1 for the first unit of
+// each pass. fc_rule_prefetch_depth: D of a run's forward (forward = 1) or
+// backward lists, 1 without lists.
+int fc_rule_prefetch_depth(const fc_run_config *cfg, int forward);
+void fc_rule_opportunities(const fc_model *m, int fwd_depth, int bwd_depth, int *fwd, int *bwd);
 // limit_all_gathers: at most two units' parameters gathered at once, so a
 // prefetch may go only if it makes at most two.
 int fc_rule_prefetch_allowed(const fc_run_config *cfg, int alive);
-// The divide factors (pre, post) of a divide mode at W ranks. prepost is
+// The divide factors (pre, post) of a divide mode for a divide factor F (W
+// ranks, or FSDP2's set_gradient_divide_factor; a fractional F: pre 1). prepost is
 // PyTorch FSDP1's _get_gradient_predivide_factor in closed form:
 // pre = 2^min(v2(W) + 1, ceil(log4 W)), post = W / pre.
-void fc_rule_divide(fc_divide d, int W, double *pre, double *post);
+void fc_rule_divide(fc_divide d, double F, double *pre, double *post);
 // Data-parallel rank r's samples: the r-th of W equal, consecutive slices.
 void fc_rule_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count);
 

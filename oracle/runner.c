@@ -170,6 +170,20 @@ fc_trace_step fc_run_trace_step(const fc_run_result *r, int t) {
     return ts;
 }
 
+fc_run_config fc_runner_local_of(fc_run_config c, int W) {
+    c.strategy = FC_STRATEGY_LOCAL;
+    c.fsdp_version = 1;
+    c.reshard_after_forward = 0;
+    c.shard_group = 0;
+    c.backward_prefetch = FC_PREFETCH_NONE;
+    c.forward_prefetch = c.backward_prefetch_depth = c.limit_all_gathers = c.no_sync = c.cpu_offload = 0;
+    c.divide = FC_DIVIDE_PREPOST;  // one rank: every divide mode divides by 1 (or by F / W, the same value)
+    if (c.gradient_divide_factor > 0) c.gradient_divide_factor /= W;
+    c.inject = FC_FAULT_NONE;
+    c.act_ckpt = FC_ACT_CKPT_NONE;  // a recompute changes no bit (P15)
+    return c;
+}
+
 int fc_runner_act32(const fc_impl_ops *ops) { return ops && (ops == fc_reference_impl() || ops == fc_reference_faults_impl()); }
 
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {

@@ -32,6 +32,13 @@ typedef struct {
     int act32;                         // the built-in reference ran: activations in fp32 (fc_cmp_ctx)
 } fc_run_result;
 
+// The `local` ground truth of a run of c at W data-parallel ranks: the same
+// model, batch, accumulation, clipping, optimizer, precision and seed in one
+// process, with no layout, schedule, offload, checkpointing or fault, and
+// FSDP2's gradient divide factor F as F / W (config.h: the run's gradient is
+// W / F times the mean, local's the mean / (F / W)).
+fc_run_config fc_runner_local_of(fc_run_config c, int W);
+
 // Whether ops is the built-in reference (or its fault catalogue), which
 // computes activations in fp32 under 16-bit parameters (fc_cmp_ctx.b_act32).
 int fc_runner_act32(const fc_impl_ops *ops);

@@ -270,7 +270,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     memset(&rr, 0, sizeof rr);
     if (lock) {
         const float *const state[2] = {b_prev_state[0], b_prev_state[1]};
-        if (fc_rerun_open(&rr, &ta.cfg, &e) || fc_rerun_step(&rr, step, prev[1], state, ba, &sa, &e))
+        if (fc_rerun_open(&rr, &ta.cfg, ta.world_size, &e) || fc_rerun_step(&rr, step, prev[1], state, ba, &sa, &e))
             fc_die(FC_EXIT_USAGE, "sensitivity: the lockstep re-run of step %ld failed (%s): use --trajectory", step,
                    e.msg);
         sa.batch = &bat[0];
@@ -283,7 +283,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     if (!trajectory && !same_compute && fc_cmp_policy_magnitudes(&pol)) {
         fc_rerun mr;
         mag_buf = mallocCheck(numel * sizeof(float));
-        if (fc_magnitude_open(&mr, &ta.cfg, &e) ||
+        if (fc_magnitude_open(&mr, &ta.cfg, ta.world_size, &e) ||
             fc_magnitude_step(&mr, step, sa.prev_params, (const float *const *)sa.state, mag_buf, &e))
             fc_die(FC_EXIT_USAGE, "sensitivity: the magnitude pass of step %ld failed (%s): use --trajectory", step,
                    e.msg);

@@ -75,22 +75,9 @@ static void free_expected(expected_run *x) {
     fc_runner_free(&x->lock);
 }
 
-static fc_run_config local_of(fc_run_config c) {
-    c.strategy = FC_STRATEGY_LOCAL;
-    c.fsdp_version = 1;
-    c.reshard_after_forward = 0;
-    c.shard_group = 0;
-    c.backward_prefetch = FC_PREFETCH_NONE;
-    c.forward_prefetch = c.limit_all_gathers = c.no_sync = c.cpu_offload = 0;
-    c.divide = FC_DIVIDE_PREPOST;
-    c.inject = FC_FAULT_NONE;
-    c.act_ckpt = FC_ACT_CKPT_NONE;
-    return c;
-}
-
 static fc_run_config no_prefetch(fc_run_config c) {
     c.backward_prefetch = FC_PREFETCH_NONE;
-    c.forward_prefetch = c.limit_all_gathers = 0;
+    c.forward_prefetch = c.backward_prefetch_depth = c.limit_all_gathers = 0;
     return c;
 }
 
@@ -184,6 +171,8 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
         // a fault of the saver's layout (dcp_saved_offsets) is in the files, not in an FSDP1 loader
         if (!(fc_fault_versions(lc.inject) & (1u << lc.fsdp_version))) lc.inject = FC_FAULT_NONE;
         if (k->W == 1) lc.divide = FC_DIVIDE_PREPOST;
+        // FSDP2's divide factor scales with the world: the same multiple W / F of the mean gradient
+        if (lc.gradient_divide_factor > 0) lc.gradient_divide_factor *= (double)k->W / W;
         lc.steps = cfg->steps - k->at;
         fc_run_result r;
         memset(&r, 0, sizeof r);
@@ -257,7 +246,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
             expected_run e;
             // P1 (with P5, P6, P8): the local ground truth, for fp32 policies
             if (!mixed) {
-                fc_run_config lc = local_of(*cfg);
+                fc_run_config lc = fc_runner_local_of(*cfg, W);
                 run_local_rank0(x, &lc, sub, &t, &e);
                 if (is0) {
                     int ok = judge(res, 1, cfg, W, &lc, 1, &t, 0, &e.run, 0, lock_of(&e), n, 0, 0, "local");
@@ -306,7 +295,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
                 free_expected(&e);
             }
             // P4: the same implementation without prefetch
-            if (cfg->forward_prefetch || cfg->backward_prefetch != FC_PREFETCH_NONE) {
+            if (cfg->forward_prefetch || cfg->backward_prefetch != FC_PREFETCH_NONE || cfg->backward_prefetch_depth) {
                 fc_run_config nc = no_prefetch(tc);
                 run_expected(x->tested, &nc, sub, &t, exact, &e);
                 if (is0) judge(res, 4, cfg, W, &nc, W, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no prefetch");

@@ -87,6 +87,12 @@ void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned feat
                 if (F % d == 0) R = d;
             int frees = c->strategy == FC_STRATEGY_FULL_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD;
             if (R && frees && pick(s, 2)) c->reshard_after_forward = R;
+            // explicit prefetch lists of two units (set_modules_to_*_prefetch), and
+            // set_gradient_divide_factor F other than W (2W, or 1 at W > 1): the
+            // gradient W / F times the mean, which local and the round trip follow
+            if (c->forward_prefetch && pick(s, 2)) c->forward_prefetch = 2;
+            if (pick(s, 3) == 0) c->backward_prefetch_depth = 2;
+            if (pick(s, 4) == 0) c->gradient_divide_factor = *W > 1 && pick(s, 2) ? 1 : 2.0 * *W;
         }
         c->grad_accum = pick(s, 3) == 0 ? 2 : 1;
         c->no_sync = c->grad_accum > 1 && pick(s, 2);
@@ -157,7 +163,10 @@ void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out
     if (c->reshard_after_forward) ADD(" --reshard-after-forward %d", c->reshard_after_forward);
     if (c->shard_group) ADD(" --shard-group %d", c->shard_group);
     if (c->backward_prefetch != FC_PREFETCH_NONE) ADD(" --backward-prefetch %s", fc_prefetch_name(c->backward_prefetch));
-    if (c->forward_prefetch) ADD(" --forward-prefetch");
+    if (c->forward_prefetch == 1) ADD(" --forward-prefetch");
+    if (c->forward_prefetch > 1) ADD(" --forward-prefetch-units %d", c->forward_prefetch);
+    if (c->backward_prefetch_depth) ADD(" --backward-prefetch-units %d", c->backward_prefetch_depth);
+    if (c->gradient_divide_factor > 0) ADD(" --gradient-divide-factor %.17g", c->gradient_divide_factor);
     if (c->limit_all_gathers) ADD(" --limit-all-gathers");
     if (c->param_dtype != FC_PREC_FP32 || c->reduce_dtype != FC_PREC_FP32)
         ADD(" --param-dtype %s --reduce-dtype %s", fc_prec_name(c->param_dtype), fc_prec_name(c->reduce_dtype));

@@ -57,7 +57,7 @@ void fc_sweep_shrink(const fc_sweep_ctx *x, fc_case_result *worst, int quiet);
 // Simplification k (0 <= k < FC_SWEEP_N_SIMPLIFY) of (c, W, ck) in place: 1
 // if it applies and leaves a valid case. `sweep --replay CASE --candidates`
 // prints them, for a shrinker outside the job (a case that hangs ends its job).
-#define FC_SWEEP_N_SIMPLIFY 22
+#define FC_SWEEP_N_SIMPLIFY 24
 int fc_sweep_simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck);
 
 #endif

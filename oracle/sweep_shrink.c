@@ -1,6 +1,6 @@
 // oracle/sweep_shrink.c — shrinking a failing case: simpler variants (a
 // smaller world, no clipping, no accumulation, no offload, no activation
-// checkpointing, no prefetch, fp32,
+// checkpointing, no prefetch or prefetch lists, no divide factor, fp32,
 // fewer layers and smaller dims, fewer steps, the default optimizer and divide
 // mode, no checkpoint round trip) are kept while they still fail, so the
 // reproducer a user gets is the smallest this finds.
@@ -15,6 +15,8 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
     switch (k) {
     case 0:  // a smaller world, down to 2 (faults that need peers), then 1
         if (*W <= 1) return 0;
+        // FSDP2's divide factor keeps its ratio to the world (the same multiple of the mean)
+        if (c->gradient_divide_factor > 0) c->gradient_divide_factor *= (double)(*W > 2 ? *W - 1 : 1) / *W;
         *W = *W > 2 ? *W - 1 : 1;
         c->reshard_after_forward = 0;  // it divides the old shard group only
         if (c->shard_group && *W % c->shard_group) c->shard_group = 0;
@@ -115,6 +117,14 @@ static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
         c->model.lora_r = 0;
         c->model.lora_alpha = 0;
         c->model.lora_target[0] = '\0';
+        break;
+    case 22:
+        if (!c->backward_prefetch_depth) return 0;
+        c->backward_prefetch_depth = 0;
+        break;
+    case 23:
+        if (c->gradient_divide_factor == 0) return 0;
+        c->gradient_divide_factor = 0;
         break;
     case 16:  // the checkpoint round trip, or its other world size
         if (!ck->on) return 0;

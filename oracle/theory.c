@@ -31,7 +31,8 @@
 //    norm and the optimizer after every reduction completed.
 //  - prefetch (DESIGN §5): each unit has one prefetch opportunity
 //    (fc_rule_opportunities): in forward the first stage of the unit before it,
-//    in backward the stage where backward reaches the unit before it.
+//    in backward the stage where backward reaches the unit before it; with
+//    FSDP2's explicit lists of D units, of the unit D before it.
 //    With the policy on, its all-gather is issued in that stage's window and
 //    flagged prefetch; otherwise at need, after the stage ended, unflagged.
 //  - the limiter: a prefetch is issued only while fc_rule_prefetch_allowed,
@@ -115,7 +116,7 @@ void theory_init(theory *t, const fc_run_config *cfg, int W, int rank, fc_sched_
         t->trains[u] = fc_rule_unit_trains(&t->m, u);
     }
     // each unit's prefetch opportunity, in each pass's own order
-    fc_rule_opportunities(&t->m, t->fwd_opp, t->bwd_opp);
+    fc_rule_opportunities(&t->m, fc_rule_prefetch_depth(cfg, 1), fc_rule_prefetch_depth(cfg, 0), t->fwd_opp, t->bwd_opp);
 }
 
 void theory_free(theory *t) {

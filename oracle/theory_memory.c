@@ -84,13 +84,18 @@ static size_t log_grads_bound(const theory *t, const fc_comm_log *log) {
 // parameters (bytes), from the config alone: at least the root (gathered
 // from the first forward stage to the end of backward) with the largest
 // other unit; at most that with prefetch off or the limiter on (with a root,
-// two units: the root and one other), else the root and the largest pair of
-// units adjacent in use order (one computing, the next prefetched).
+// two units: the root and one other), else the root and the largest run of
+// D + 1 units adjacent in use order (one computing, the next D prefetched:
+// D = 1, or FSDP2's longest explicit list).
 // shard_grad_op keeps every unit from forward until its backward: all of them.
 static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
     const fc_model *m = &t->m;
-    size_t root = m->root_unit >= 0 ? held_elems(t, m->root_unit) : 0, max1 = 0, pair = 0, sum = 0;
-    int prev = -1;
+    const fc_run_config *c = t->cfg;
+    int D = fc_rule_prefetch_depth(c, 1) > fc_rule_prefetch_depth(c, 0) ? fc_rule_prefetch_depth(c, 1)
+                                                                        : fc_rule_prefetch_depth(c, 0);
+    size_t root = m->root_unit >= 0 ? held_elems(t, m->root_unit) : 0, max1 = 0, run = 0, sum = 0;
+    size_t *order = callocCheck((size_t)t->nu, sizeof *order);  // non-root units' elements in order of first use
+    int n_order = 0;
     for (int s = 0; s < t->ns; s++) {  // units in order of first use
         int u = unit_of(t, s);
         if (t->st[u].first_fwd != s) continue;
@@ -98,13 +103,16 @@ static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
         sum += n;
         if (u == m->root_unit) continue;
         if (n > max1) max1 = n;
-        if (prev >= 0 && held_elems(t, prev) + n > pair) pair = held_elems(t, prev) + n;
-        prev = u;
+        order[n_order++] = n;
     }
-    if (pair < max1) pair = max1;
+    for (int i = 0; i < n_order; i++) {  // the largest D + 1 consecutive (fewer at the end)
+        size_t w = 0;
+        for (int j = i; j < n_order && j <= i + D; j++) w += order[j];
+        if (w > run) run = w;
+    }
+    free(order);
     size_t slices = 0;  // FSDP2's post-forward slices: all of them may be held at once
     for (int u = 0; u < t->nu; u++) slices += slice_bytes(t, u);
-    const fc_run_config *c = t->cfg;
     if (!fc_rule_row_of(c->strategy)->frees_after_fwd) {
         *lo = *hi = sum * t->psz;
         return;
@@ -113,9 +121,9 @@ static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
     if (!c->forward_prefetch && t->bwd_prefetch == FC_PREFETCH_NONE)
         *hi = *lo;
     else if (c->limit_all_gathers)
-        *hi = (m->root_unit >= 0 ? root + max1 : pair) * t->psz;
+        *hi = (m->root_unit >= 0 ? root + max1 : run) * t->psz;
     else
-        *hi = (root + pair) * t->psz;
+        *hi = (root + run) * t->psz;
     *hi += slices;
 }
 

@@ -240,6 +240,14 @@ static void prefetch(fc_fsdp *f, int v, fc_phase ph) {
     issue_all_gather(f, v, ph, 1);
 }
 
+// The prefetches stage s makes (core/layout.h): FSDP1's next unit, or FSDP2's
+// list of the next n units of the pass; a unit already gathered is skipped.
+static void prefetch_from(fc_fsdp *f, int s, int forward, int n) {
+    int *v = f->prefetch_list;
+    int k = fc_prefetch_units(&f->m, f->st, s, forward, n, v);
+    for (int i = 0; i < k; i++) prefetch(f, v[i], forward ? FC_PHASE_FORWARD : FC_PHASE_BACKWARD);
+}
+
 // ---------------------------------------------------------------------------
 // gradient reduction
 
@@ -410,9 +418,11 @@ static void forward(fc_fsdp *f, const fc_batch *mb) {
     for (int s = 0; s < m->n_stages; s++) {
         int u = m->stages[s].unit;
         unit_state *U = &f->u[u];
-        if (s == f->st[u].first_fwd) ensure_gathered(f, u, FC_PHASE_FORWARD);
-        // FSDP's forward prefetch: the next unit's all-gather goes out before this compute
-        if (f->cfg.forward_prefetch) prefetch(f, fc_next_forward_unit(&f->m, f->st, s), FC_PHASE_FORWARD);
+        if (s == f->st[u].first_fwd) {
+            ensure_gathered(f, u, FC_PHASE_FORWARD);
+            // FSDP's forward prefetch: the next units' all-gathers go out before this compute
+            prefetch_from(f, s, 1, fc_forward_prefetch_count(&f->cfg));
+        }
         log_ev(f, FC_OP_FORWARD, FC_OP_FORWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_FORWARD, 0);
         f->up[u] = U->gathered;
         fc_stage_forward(m, s, f->up, mb, &f->acts);
@@ -442,7 +452,7 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
                                          U->trains ? U->gathered_numel * pb : 0);
             // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_PRE)
-                prefetch(f, fc_next_backward_unit(&f->m, f->st, s), FC_PHASE_BACKWARD);
+                prefetch_from(f, s, 0, fc_backward_prefetch_count(&f->cfg));
             if (U->ckpt && !own_recompute) recompute(f, u, mb);  // inside the unit: after its pre-backward
         }
         log_ev(f, FC_OP_BACKWARD, FC_OP_BACKWARD, u, s, FC_GROUP_NONE, 0, f->cfg.param_dtype, FC_PHASE_BACKWARD, 0);
@@ -458,7 +468,7 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
                 for (size_t i = 0; i < U->numel; i++) U->full_grad[i] = round_p(f, f->cfg.param_dtype, U->full_grad[i]);
             // BACKWARD_POST: after this gradient compute, before its reduction
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_POST)
-                prefetch(f, fc_next_backward_unit(&f->m, f->st, s), FC_PHASE_BACKWARD);
+                prefetch_from(f, s, 0, fc_backward_prefetch_count(&f->cfg));
             free_gathered(f, u, FC_PHASE_BACKWARD);
             if (!U->trains) {  // no gradient to reduce: FSDP skips the unit's reduction
                 mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, 0);
@@ -616,9 +626,10 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     fc_mpi_layout_comms(comm, f->g.G, &f->world, &f->shard, &f->replica);
     f->post_fwd = MPI_COMM_NULL;
     if (f->g.PF) fc_mpi_comm_split(comm, seam_post_forward_group(f, rank / f->g.PF), rank, &f->post_fwd);
-    // divide factors over the whole data-parallel world (as FSDP does for HSDP too)
+    // divide factors over the whole data-parallel world (as FSDP does for HSDP
+    // too), or FSDP2's set_gradient_divide_factor
     double pre, post;
-    fc_divide_factors(cfg->divide, W, &pre, &post);
+    fc_divide_factors(cfg->divide, fc_divide_by(cfg, W), &pre, &post);
     f->pre = (float)pre;
     f->post = (float)post;
     seam_divide(f);
@@ -636,6 +647,7 @@ fc_fsdp *fc_fsdp_create(const fc_run_config *cfg, MPI_Comm comm, fc_error *e) {
     }
     f->u = callocCheck((size_t)m->n_units, sizeof(unit_state));
     f->st = callocCheck((size_t)m->n_units, sizeof(fc_unit_stages));
+    f->prefetch_list = callocCheck((size_t)m->n_units, sizeof(int));
     fc_mem_loc loc = shard_loc(f);
     for (int u = 0; u < m->n_units; u++) {
         unit_state *U = &f->u[u];
@@ -783,6 +795,7 @@ void fc_fsdp_destroy(fc_fsdp *f) {
     }
     free(f->u);
     free(f->st);
+    free(f->prefetch_list);
     free(f->rs_send);
     free(f->rs_recv);
     free(f->act_mem);

@@ -55,6 +55,7 @@ struct fc_fsdp {
     float pre, post;     // gradient divide factors
     unit_state *u;       // [n_units]
     fc_unit_stages *st;  // [n_units] the stages that use each unit
+    int *prefetch_list;  // [n_units] scratch: the units one prefetch call issues
     int alive;           // units whose gathered parameters exist (sharded strategies)
     // the reduction in flight (at most one, like FSDP's post-backward stream)
     int rs_unit;

@@ -8,6 +8,7 @@
 #include "ckpt_collective.h"
 #include "clip.h"
 #include "init.h"
+#include "layout.h"
 #include "optim.h"
 #include "weights.h"
 
@@ -64,6 +65,14 @@ void RN(fc_local_step)(fc_local *L) {
         loss += l;
     }
     L->loss = (float)(loss / K);
+    // FSDP2's set_gradient_divide_factor (config.h): one rank whose mean is the
+    // whole batch's, divided by F as the data-parallel engines divide the
+    // sum of their ranks' means (pre before the sum, post after it)
+    if (c->gradient_divide_factor > 0) {
+        double pre, post;
+        fc_divide_factors(c->divide, fc_divide_by(c, 1), &pre, &post);
+        for (size_t i = 0; i < n; i++) L->grads[i] = L->grads[i] / (float)pre / (float)post;
+    }
     // A frozen parameter has no gradient (DESIGN §2): none is kept, so none is
     // normed or stepped.
     for (int i = 0; i < L->model.n_params && L->model.n_frozen; i++)

@@ -21,7 +21,7 @@
 // The contract this port implements. A new fsdpcheck with another ABI version
 // stops the build here (and CMakeLists.txt stops the configure): read what
 // changed (core/impl.h lists what bumps it), adapt, then change the number.
-_Static_assert(FC_IMPL_ABI_VERSION == 4, "this port implements fsdpcheck's implementation contract ABI 4");
+_Static_assert(FC_IMPL_ABI_VERSION == 5, "this port implements fsdpcheck's implementation contract ABI 5");
 
 // The port's own state; fsdpcheck only ever holds the pointer.
 struct fc_impl {

@@ -421,6 +421,24 @@ int main(int argc, char **argv) {
             snprintf(label, sizeof label, "%s FSDP2 %s", model, fc_strategy_name(c.strategy));
             run_case(label, c, 1, 0);
         }
+        {  // explicit prefetch lists of two units in both passes, and
+           // set_gradient_divide_factor (2W: avg, and fp16's pre/post from it)
+            fc_run_config c = base(model, FC_STRATEGY_FULL_SHARD);
+            c.fsdp_version = 2;
+            c.forward_prefetch = c.backward_prefetch_depth = 2;
+            c.gradient_divide_factor = 2.0 * W;
+            snprintf(label, sizeof label, "%s FSDP2 prefetch lists of 2, gradient divide factor %d", model, 2 * W);
+            run_case(label, c, 1, 0);
+            c.param_dtype = c.reduce_dtype = FC_PREC_FP16;
+            c.divide = fc_default_divide(&c);
+            c.steps = 1;
+            snprintf(label, sizeof label, "%s FSDP2 fp16 gradient divide factor %d", model, 2 * W);
+            run_case(label, c, mi != 1, 1e-2);
+            fc_run_config l = base(model, FC_STRATEGY_LOCAL);  // local: the mean over F
+            l.gradient_divide_factor = 1.5;
+            snprintf(label, sizeof label, "%s local gradient divide factor 1.5", model);
+            run_case(label, l, 1, 0);
+        }
         for (int pf = 2; pf <= W && W % pf == 0 && pf < W; pf++) {
             fc_run_config c = base(model, FC_STRATEGY_FULL_SHARD);
             c.fsdp_version = 2;

@@ -37,21 +37,11 @@
 
 static int W, rank;
 
-// The `local` ground truth of cfg: the reference on rank 0 alone, while the
-// others wait without spinning.
-static fc_run_config local_of(fc_run_config c) {
-    c.strategy = FC_STRATEGY_LOCAL;
-    c.fsdp_version = 1;
-    c.shard_group = 0;
-    c.backward_prefetch = FC_PREFETCH_NONE;
-    c.forward_prefetch = c.limit_all_gathers = c.no_sync = c.cpu_offload = 0;
-    c.divide = FC_DIVIDE_PREPOST;
-    return c;
-}
-
+// The `local` ground truth of cfg (at this W): the reference on rank 0
+// alone, while the others wait without spinning.
 static void run_local(const fc_run_config *cfg, fc_run_config *lc, mt_result *r) {
     memset(r, 0, sizeof *r);
-    *lc = local_of(*cfg);
+    *lc = fc_runner_local_of(*cfg, W);
     if (rank == 0) mt_run_ref(lc, MPI_COMM_SELF, r);
     fc_mpi_barrier(MPI_COMM_WORLD);
 }
@@ -163,17 +153,20 @@ static void check_fsdp2(const char *model) {
         mt_result ddp;
         run(&d, &ddp);
         char what[160];
-        // the third: full_shard with explicit forward prefetch lists (each unit the next)
-        const fc_strategy strategies[] = {FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_FULL_SHARD};
-        for (int si = 0; si < 3; si++) {
+        // the third: full_shard with explicit forward prefetch lists (each unit
+        // the next); the fourth with lists of the next two units in both passes
+        const fc_strategy strategies[] = {FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_FULL_SHARD,
+                                          FC_STRATEGY_FULL_SHARD};
+        for (int si = 0; si < 4; si++) {
             fc_run_config c = d;
             c.strategy = strategies[si];
             c.fsdp_version = 2;
-            c.forward_prefetch = si == 2;
+            c.forward_prefetch = si == 2 ? 1 : si == 3 ? 2 : 0;
+            c.backward_prefetch_depth = si == 3 ? 2 : 0;
             mt_result r;
             run(&c, &r);
             snprintf(what, sizeof what, "no_shard (FSDP2 %s%s W=%d, %s)", fc_strategy_name(c.strategy),
-                     c.forward_prefetch ? " forward prefetch list" : "", W, pd);
+                     si == 2 ? " forward prefetch list" : si == 3 ? " prefetch lists of 2" : "", W, pd);
             judge(2, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
             mt_result_free(&r);
         }
@@ -203,6 +196,55 @@ static void check_fsdp2(const char *model) {
         }
         mt_result_free(&ddp);
     }
+}
+
+// FSDP2's set_gradient_divide_factor F (on every unit): the reduction divides
+// by F where it divides by W, so the gradient is W / F times the mean. F = 2W,
+// and 1 at W > 1, under avg (FSDP2's), sum-then-divide (force-sum) and, with
+// fp16 reduction, pre/post from F: FSDP2 full_shard == DDP with the same F,
+// bitwise (P2); == local with F / W (P1, fp32); the same run without F
+// disagrees (the factor is applied, not dropped).
+static void check_gradient_divide_factor(const char *model) {
+    const double factors[2] = {2.0 * W, 1.0};
+    for (int fi = 0; fi < (W > 1 ? 2 : 1); fi++)
+        for (int mode = 0; mode < 3; mode++) {
+            fc_run_config c = mt_config(model, FC_STRATEGY_FULL_SHARD, W, 2), dc, lc;
+            c.fsdp_version = 2;
+            c.gradient_divide_factor = factors[fi];
+            if (mode == 2) c.param_dtype = c.reduce_dtype = FC_PREC_FP16;
+            c.divide = mode == 1 ? FC_DIVIDE_SUM_THEN_DIVIDE : fc_default_divide(&c);
+            dc = c;
+            dc.strategy = FC_STRATEGY_NO_SHARD;
+            dc.fsdp_version = 1;
+            mt_result r, ddp, local;
+            run(&c, &r);
+            run(&dc, &ddp);
+            char what[160];
+            snprintf(what, sizeof what, "no_shard with the same factor (FSDP2 full_shard W=%d F=%g --divide %s, %s)", W,
+                     c.gradient_divide_factor, fc_divide_name(c.divide), fc_prec_name(c.param_dtype));
+            judge(2, what, &c, &r, &dc, &ddp, MT_BITWISE_REF, 1);
+            if (mode != 2) {
+                run_local(&c, &lc, &local);
+                snprintf(what, sizeof what, "local with F / W = %g (FSDP2 full_shard W=%d F=%g --divide %s)",
+                         lc.gradient_divide_factor, W, c.gradient_divide_factor, fc_divide_name(c.divide));
+                judge(1, what, &c, &r, &lc, &local, MT_POLICY, 0);
+                if (rank == 0) {
+                    fc_run_config plain = lc;
+                    plain.gradient_divide_factor = 0;
+                    mt_result unscaled;
+                    mt_run_ref(&plain, MPI_COMM_SELF, &unscaled);
+                    char detail[400];
+                    MT_CHECK(!mt_agrees(1, what, &c, W, &r, 0, &plain, &unscaled, 0, 1, MT_POLICY, 0, detail, sizeof detail),
+                             "FSDP2 W=%d F=%g agrees with local without the factor: the factor changed nothing", W,
+                             c.gradient_divide_factor);
+                    mt_result_free(&unscaled);
+                }
+                fc_mpi_barrier(MPI_COMM_WORLD);
+                mt_result_free(&local);
+            }
+            mt_result_free(&r);
+            mt_result_free(&ddp);
+        }
 }
 
 // P3: every shard-group size F dividing W
@@ -565,6 +607,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; i++) {
         check_strategies(models[i]);
         check_fsdp2(models[i]);
+        check_gradient_divide_factor(models[i]);
         check_divide_modes(models[i]);
         check_hybrid(models[i]);
         check_prefetch(models[i]);

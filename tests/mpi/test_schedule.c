@@ -42,7 +42,8 @@ static void label_of(const fc_run_config *c, char *label, size_t cap) {
     if (c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2)
         ADD("(F=%d)", c->shard_group ? c->shard_group : W);
     if (c->backward_prefetch != FC_PREFETCH_NONE) ADD(" bwd=%s", fc_prefetch_name(c->backward_prefetch));
-    if (c->forward_prefetch) ADD(" fwd_prefetch");
+    if (c->forward_prefetch) ADD(c->forward_prefetch > 1 ? " fwd_prefetch=%d" : " fwd_prefetch", c->forward_prefetch);
+    if (c->backward_prefetch_depth) ADD(" bwd_lists=%d", c->backward_prefetch_depth);
     if (c->limit_all_gathers) ADD(" limit_all_gathers");
     if (c->grad_accum > 1) ADD(" K=%d%s", c->grad_accum, c->no_sync ? " no_sync" : "");
     if (c->cpu_offload) ADD(" cpu_offload");
@@ -477,6 +478,47 @@ int main(int argc, char **argv) {
             mt_result_free(&r0);
         }
         mt_result_free(&r);
+    }
+    // 11. FSDP2's explicit prefetch lists: every unit's
+    //     set_modules_to_forward_prefetch / set_modules_to_backward_prefetch
+    //     of the next D units of the pass, on gpt2 with four blocks. P10 and
+    //     P11 per run; lists of 2 (and 3, backward only) hold more gathered
+    //     parameters than one unit ahead; a log judged with the other's lists
+    //     fails.
+    if (W >= 2) {
+        fc_run_config one = base("gpt2-tiny", FC_STRATEGY_FULL_SHARD);
+        one.model.n_layer = 4;
+        one.fsdp_version = 2;
+        one.param_dtype = FC_PREC_BF16;
+        one.divide = fc_default_divide(&one);
+        one.forward_prefetch = 1;
+        fc_run_config two = one, three = one;
+        two.forward_prefetch = 2, two.backward_prefetch_depth = 2;
+        three.forward_prefetch = 0, three.backward_prefetch_depth = 3;
+        mt_result r1, r2, r3;
+        run_case_keep(&one, NULL, &r1);
+        run_case_keep(&two, NULL, &r2);
+        run_case_keep(&three, NULL, &r3);
+        if (r1.ok && r2.ok && r3.ok) {
+            size_t g1 = r1.mem.peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS],
+                   g2 = r2.mem.peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS],
+                   g3 = r3.mem.peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS];
+            MT_CHECK(g2 > g1 && g3 > g2, "prefetch lists: gathered_params peaks %zu (one ahead), %zu (lists of 2), %zu "
+                                         "(backward lists of 3): not increasing", g1, g2, g3);
+            if (RANK == 0 && getenv("SCHED_VERBOSE"))
+                printf("  FSDP2 prefetch lists W=%d, 4 blocks: gathered_params peak %zu / %zu / %zu bytes (one ahead, "
+                       "lists of 2, backward lists of 3)\n", W, g1, g2, g3);
+            fc_findings f12 = {0}, f21 = {0}, f32 = {0};
+            fc_theory_check_schedule(&two, W, RANK, &r1.log, &f12);
+            fc_theory_check_schedule(&one, W, RANK, &r2.log, &f21);
+            fc_theory_check_schedule(&two, W, RANK, &r3.log, &f32);
+            MT_CHECK(f12.n > 0 && f21.n > 0 && f32.n > 0,
+                     "prefetch lists: a log passes P10 judged with other lists (%d, %d, %d findings)", f12.n, f21.n,
+                     f32.n);
+        }
+        mt_result_free(&r1);
+        mt_result_free(&r2);
+        mt_result_free(&r3);
     }
     return mt_finalize();
 }

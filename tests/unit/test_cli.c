@@ -257,6 +257,23 @@ Test(cli, misuse_reshard_after_forward_one) {
            "--reshard-after-forward", "1");
 }
 
+Test(cli, misuse_backward_prefetch_units_fsdp1) {
+    MISUSE("--backward-prefetch-units", "--fsdp-version 2", "run", "--strategy", "full_shard",
+           "--backward-prefetch-units", "2");
+}
+Test(cli, misuse_forward_prefetch_units_zero) {
+    MISUSE("--forward-prefetch-units", "0", "run", "--strategy", "full_shard", "--fsdp-version", "2",
+           "--forward-prefetch-units", "0");
+}
+Test(cli, misuse_gradient_divide_factor_fsdp1) {
+    MISUSE("--gradient-divide-factor", "--fsdp-version 2", "run", "--strategy", "full_shard",
+           "--gradient-divide-factor", "3");
+}
+Test(cli, misuse_gradient_divide_factor_zero) {
+    MISUSE("--gradient-divide-factor", "above 0", "run", "--strategy", "full_shard", "--fsdp-version", "2",
+           "--gradient-divide-factor", "0");
+}
+
 Test(cli, misuse_init_missing_file) {
     MISUSE("/nonexistent.safetensors", "No such file", "run", "--init", "/nonexistent.safetensors");
 }

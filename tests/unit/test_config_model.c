@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 
 #include <cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -711,6 +712,9 @@ static void expect_run_configs_equal(const fc_run_config *a, const fc_run_config
     cr_expect_eq(a->shard_group, b->shard_group);
     cr_expect_eq(a->backward_prefetch, b->backward_prefetch);
     cr_expect_eq(a->forward_prefetch, b->forward_prefetch);
+    cr_expect_eq(a->backward_prefetch_depth, b->backward_prefetch_depth);
+    cr_expect_eq(a->gradient_divide_factor, b->gradient_divide_factor, "divide factor %.17g vs %.17g",
+                 a->gradient_divide_factor, b->gradient_divide_factor);
     cr_expect_eq(a->limit_all_gathers, b->limit_all_gathers);
     cr_expect_eq(a->param_dtype, b->param_dtype);
     cr_expect_eq(a->reduce_dtype, b->reduce_dtype);
@@ -804,6 +808,62 @@ Test(run_config, everything_changed_round_trip) {
     round_trip(&a);
     a.seed = 9007199254740993ull;  // 2^53 + 1
     round_trip(&a);
+}
+
+// FSDP2's explicit prefetch lists and divide factor: written only when set,
+// read back as set; a config without them (an older trace) reads as unset
+Test(run_config, fsdp2_lists_and_divide_factor_round_trip) {
+    fc_run_config a;
+    fc_run_config_defaults(&a);
+    load("gpt2-tiny", &a.model);
+    a.strategy = FC_STRATEGY_FULL_SHARD;
+    a.fsdp_version = 2;
+    a.forward_prefetch = 3;
+    a.backward_prefetch_depth = 2;
+    a.gradient_divide_factor = 8.0 / 3.0;  // a factor scaled by W' / W: all 17 digits
+    round_trip(&a);
+    a.forward_prefetch = 1;
+    a.backward_prefetch_depth = 1;
+    a.gradient_divide_factor = 1;
+    round_trip(&a);
+    a.forward_prefetch = a.backward_prefetch_depth = 0;
+    a.gradient_divide_factor = 0;
+    cJSON *j = fc_run_config_to_json(&a);
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "forward_prefetch_units"));
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "backward_prefetch_units"));
+    cr_expect_null(cJSON_GetObjectItemCaseSensitive(j, "gradient_divide_factor"));
+    cJSON_Delete(j);
+    round_trip(&a);
+}
+
+// What FSDP1 has no counterpart of, and factors that are no factor, are refused
+Test(run_config, fsdp2_lists_and_divide_factor_refusals) {
+    fc_run_config a;
+    fc_run_config_defaults(&a);
+    a.strategy = FC_STRATEGY_FULL_SHARD;
+    fc_error e;
+    a.forward_prefetch = 2;
+    cr_expect_eq(fc_run_config_validate(&a, &e), -1);
+    cr_expect(strstr(e.msg, "FSDP1's forward_prefetch prefetches one unit"), "%s", e.msg);
+    a.forward_prefetch = 0;
+    a.backward_prefetch_depth = 2;
+    cr_expect_eq(fc_run_config_validate(&a, &e), -1);
+    cr_expect(strstr(e.msg, "set_modules_to_backward_prefetch"), "%s", e.msg);
+    a.backward_prefetch_depth = 0;
+    a.fsdp_version = 2;
+    const double bad[] = {-1, INFINITY, NAN};
+    for (int i = 0; i < 3; i++) {
+        a.gradient_divide_factor = bad[i];
+        cr_expect_eq(fc_run_config_validate(&a, &e), -1, "factor %g accepted", bad[i]);
+        cr_expect(strstr(e.msg, "--gradient-divide-factor"), "%s", e.msg);
+    }
+    a.gradient_divide_factor = 3;
+    cr_expect_eq(fc_run_config_validate(&a, &e), 0, "%s", e.msg);
+    a.fsdp_version = 1;  // FSDP1 has no setter; its DDP (no_shard) keeps the factor an FSDP2 run is judged with
+    cr_expect_eq(fc_run_config_validate(&a, &e), -1);
+    cr_expect(strstr(e.msg, "set_gradient_divide_factor"), "%s", e.msg);
+    a.strategy = FC_STRATEGY_NO_SHARD;
+    cr_expect_eq(fc_run_config_validate(&a, &e), 0, "%s", e.msg);
 }
 
 Test(run_config, mlp_and_custom_model_round_trip) {

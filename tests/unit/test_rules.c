@@ -82,7 +82,7 @@ Test(rules, prefetch_opportunities_by_hand) {
     build_gpt2_tiny(&m);
     int fwd[8], bwd[8];
     cr_assert(m.n_units <= 8);
-    fc_rule_opportunities(&m, fwd, bwd);
+    fc_rule_opportunities(&m, 1, 1, fwd, bwd);
     for (int u = 0; u < m.n_units; u++) {
         fc_unit_stages st = fc_rule_stages(&m, u);
         printf("unit %d: stages fwd %d..%d, prefetched in forward at %d, in backward at %d\n", u, st.first_fwd,
@@ -99,6 +99,16 @@ Test(rules, prefetch_opportunities_by_hand) {
     // there, then block0 at block1 (2)
     cr_assert(root == 0 && m.n_units == 3 && m.n_stages == 4);
     cr_assert(fwd[1] == 0 && fwd[2] == 1 && bwd[2] == 3 && bwd[1] == 2);
+    // FSDP2's lists of 2 (and of 3: no third unit to name): the root names
+    // both blocks in its pre-forward (0) and in its pre-backward (3)
+    for (int d = 2; d <= 3; d++) {
+        fc_rule_opportunities(&m, d, d, fwd, bwd);
+        cr_assert(fwd[root] == -1 && bwd[root] == -1);
+        cr_assert(fwd[1] == 0 && fwd[2] == 0 && bwd[2] == 3 && bwd[1] == 3, "lists of %d", d);
+    }
+    // forward lists of 2, backward one ahead
+    fc_rule_opportunities(&m, 2, 1, fwd, bwd);
+    cr_assert(fwd[1] == 0 && fwd[2] == 0 && bwd[2] == 3 && bwd[1] == 2);
     fc_model_free(&m);
 }
 

@@ -28,7 +28,7 @@ static int parse_spec(const char *spec, fc_run_args *ra, fc_error *e) {
 
 Test(sweep_spec, every_drawn_case_replays_as_itself) {
     uint64_t s = 20261123;
-    int sgd = 0, act_ckpt[3] = {0}, rf = 0, frozen[3] = {0}, lora = 0;
+    int sgd = 0, act_ckpt[3] = {0}, rf = 0, frozen[3] = {0}, lora = 0, fwd2 = 0, bwd2 = 0, gdf = 0;
     for (int i = 0; i < 5000; i++) {
         fc_run_config c;
         fc_case_ckpt k;
@@ -57,6 +57,8 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
                       c.limit_all_gathers == ra.cfg.limit_all_gathers && c.clip_grad_norm == ra.cfg.clip_grad_norm &&
                       c.norm_type == ra.cfg.norm_type && c.act_ckpt == ra.cfg.act_ckpt &&
                       c.fsdp_version == ra.cfg.fsdp_version && c.reshard_after_forward == ra.cfg.reshard_after_forward &&
+                      c.backward_prefetch_depth == ra.cfg.backward_prefetch_depth &&
+                      c.gradient_divide_factor == ra.cfg.gradient_divide_factor &&
                       (c.model.kind != FC_MODEL_GPT2 || c.seq_len == ra.cfg.seq_len) &&  // an MLP has no sequence
                       !strcmp(c.model.name, ra.cfg.model.name) && !strcmp(c.freeze, ra.cfg.freeze) &&
                       fc_model_config_equal(&c.model, &ra.cfg.model),
@@ -66,7 +68,11 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
         sgd += c.optim.kind == FC_OPT_SGD;
         act_ckpt[c.act_ckpt]++;
         rf += c.reshard_after_forward != 0;
+        fwd2 += c.forward_prefetch > 1, bwd2 += c.backward_prefetch_depth > 1, gdf += c.gradient_divide_factor > 0;
     }
+    cr_assert(fwd2 > 20 && bwd2 > 20 && gdf > 20,
+              "the draw makes FSDP2 prefetch lists of 2 (forward %d, backward %d) and divide factor (%d) cases", fwd2,
+              bwd2, gdf);
     cr_assert_gt(sgd, 100, "the draw makes SGD cases (%d)", sgd);
     cr_assert_gt(rf, 20, "the draw makes integer reshard_after_forward cases (%d)", rf);
     cr_assert_gt(lora, 100, "the draw makes LoRA cases (%d)", lora);
