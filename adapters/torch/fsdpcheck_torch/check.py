@@ -38,8 +38,11 @@ from .config import (
     apply_flags,
     default_config,
     freeze_unsupported,
+    fsdp2_only,
     inject_refusal,
     lora_flag,
+    premul_refusal,
+    shard_size,
     validate,
 )
 
@@ -108,9 +111,22 @@ def model_stub(flags):
     return m if isinstance(m, dict) else {"model_type": "unknown"}
 
 
-def reference_divide(api, cfg, world, force_sum):
+def backend_of(opts):
+    """The torch run's backend: --backend, else the device's default (cli.DEFAULT_BACKEND)."""
+    from .cli import DEFAULT_BACKEND
+
+    return opts.get("--backend") or DEFAULT_BACKEND.get(opts.get("--device", "cpu"), "")
+
+
+def reference_divide(api, cfg, world, force_sum, backend="gloo"):
     if api == "fsdp1" or world == 1 or cfg["reduce_dtype"] == "fp16":
         return "prepost"
+    # FSDP2's set_gradient_divide_factor(F) other than the shard group's size, without
+    # force-sum: ReduceOp.PREMUL_SUM(1/F), each rank's gradient times 1/F, then summed
+    # (gloo cannot run it: premul_refusal)
+    F = cfg.get("gradient_divide_factor")
+    if F and not force_sum and backend != "gloo" and F != shard_size(api, cfg, world):
+        return "avg"
     # FSDP2's AVG (fp32, bf16): gloo sums then divides (ProcessGroupGloo AVG);
     # with force_sum_reduction_for_comms FSDP2 sums and post-divides itself
     return "sum-then-divide"
@@ -177,6 +193,7 @@ def parse(argv):
     from .config import unsupported
 
     why = unsupported(api, cfg, opts.get("--device", "cpu"))
+    why = why or premul_refusal(api, cfg, world, backend_of(opts), opts.get("--force-sum-reduction"), inject)
     if why:
         raise UsageError(f"{api}: {why}")
     # refused before the reference runs, as the torch run would refuse them
@@ -199,6 +216,9 @@ class Job:
         self.torch_dir = os.path.join(self.work, "torch")
         self.timeout = self.opts["--timeout"]
         self.t = {"reference_s": 0.0, "torch_s": 0.0, "compare_s": 0.0}
+        # FSDP2's prefetch lists and divide factor are the reference's under --fsdp-version 2 only
+        # (the reference and `fsdpcheck schedule` refuse them with FSDP1's layout)
+        self.version_flags = ["--fsdp-version", "2"] if self.api == "fsdp2" and fsdp2_only(self.cfg) else []
 
     def group(self):
         return (self.world, self.opts.get("--device", "cpu"), self.opts.get("--backend", ""))
@@ -221,9 +241,10 @@ class Job:
 
 
 def run_reference(job, fsdpcheck, mpiexec, env):
-    ref_flags = list(job.flags)
+    ref_flags = list(job.flags) + job.version_flags
     if "--divide" not in job.flags:
-        ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, job.opts.get("--force-sum-reduction"))]
+        force_sum = job.opts.get("--force-sum-reduction")
+        ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, force_sum, backend_of(job.opts))]
     # not --quiet: its last lines give every rank's peak resident set
     cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags + ["--trace", job.ref_dir]
     t0 = time.time()
@@ -496,6 +517,7 @@ def schedule(job, fsdpcheck, env):
     """`fsdpcheck schedule` on the comm log the torch run recorded: (0 or 1, its output)."""
     log = os.path.join(job.torch_dir, "commlog.jsonl")
     cmd = [fsdpcheck, "schedule", log, "--world", str(job.world), "--api", f"torch-{job.api}", *job.flags]
+    cmd += job.version_flags
     p = run_bounded(cmd, env, job.timeout, "fsdpcheck schedule")
     if p.returncode == 2:
         raise RuntimeError(f"fsdpcheck schedule refused the comm log: {p.stderr.strip() or p.stdout.strip()}")

@@ -29,6 +29,7 @@ from .config import (
     frozen_units,
     inject_refusal,
     like_config,
+    premul_refusal,
     validate,
 )
 from .errors import refuse
@@ -122,6 +123,9 @@ def parse_run(argv, world):
     from .config import unsupported
 
     why = unsupported(api, cfg, device)
+    if why:
+        raise UsageError(f"{api}: {why}")
+    why = world and premul_refusal(api, cfg, world, backend, bool(opts.get("--force-sum-reduction")), inject)
     if why:
         raise UsageError(f"{api}: {why}")
 

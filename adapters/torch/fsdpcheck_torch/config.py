@@ -150,6 +150,71 @@ def _lora_flag(v):
     return {"r": r, "lora_alpha": _strtod(parts[1]), "target": parts[2]}
 
 
+def _forward_prefetch(cfg, n):
+    """--forward-prefetch (n = 1) and --forward-prefetch-units N, as the reference keeps them (one int:
+    the last given wins) and writes them: "forward_prefetch" true, "forward_prefetch_units" only above 1."""
+    cfg["forward_prefetch"] = True
+    if n > 1:
+        cfg["forward_prefetch_units"] = n
+    else:
+        cfg.pop("forward_prefetch_units", None)
+
+
+def _divide_factor(flag, v):
+    """A finite number above 0, as the reference's parser takes it (oracle/cli.c)."""
+    try:
+        x = float(v)
+    except ValueError:
+        x = math.nan
+    if not (x > 0 and math.isfinite(x)):
+        raise UsageError(f"{flag}: {v!r} is not a finite number above 0")
+    return x
+
+
+def forward_prefetch_units(cfg):
+    """How many units each unit's forward prefetch list names: 0 (off), 1 (--forward-prefetch), N."""
+    return cfg.get("forward_prefetch_units", 1) if cfg["forward_prefetch"] else 0
+
+
+# FSDP2's settings the reference writes only when set (core/config.c fc_run_config_to_json),
+# what each means, and the flag that sets it
+FSDP2_ONLY = {
+    "forward_prefetch_units": "--forward-prefetch-units",
+    "backward_prefetch_units": "--backward-prefetch-units",
+    "gradient_divide_factor": "--gradient-divide-factor",
+}
+
+
+def fsdp2_only(cfg):
+    """The FSDP2-only settings cfg has (the reference needs --fsdp-version 2 for them), as flags."""
+    return [flag for k, flag in FSDP2_ONLY.items() if cfg.get(k)]
+
+
+def shard_size(api, cfg, world):
+    """The ranks of the group FSDP reduce-scatters over (FSDP2: 1 for no_shard's (W, 1) mesh)."""
+    s = cfg["strategy"]
+    if s.startswith("hybrid"):
+        return cfg["shard_group"] or world
+    return 1 if s == "no_shard" else world
+
+
+def premul_refusal(api, cfg, world, backend, force_sum, inject="none"):
+    """Why this run's gradient divide factor cannot run on its backend, or None: FSDP2 in fp32 or bf16
+    without force-sum reduce-scatters with ReduceOp.PREMUL_SUM(1/F) when F is not the shard group's
+    size (torch's _get_gradient_divide_factors), which gloo refuses."""
+    F = cfg.get("gradient_divide_factor")
+    if api != "fsdp2" or not F or backend != "gloo" or force_sum or inject == "no_divide":
+        return None
+    n = shard_size(api, cfg, world)
+    if cfg["reduce_dtype"] == "fp16" or n == 1 or F == n:
+        return None
+    return (
+        f"--gradient-divide-factor {F:g} on gloo: FSDP2 would reduce-scatter {cfg['reduce_dtype']} gradients with "
+        f"ReduceOp.PREMUL_SUM(1/{F:g}) (the factor is not the shard group's {n} ranks), which gloo cannot run: "
+        "add --force-sum-reduction (FSDP2 sums, then divides by the factor itself)"
+    )
+
+
 # flag -> (takes a value, apply(cfg, value))
 RUN_FLAGS = {
     "--strategy": (True, lambda c, v: c.__setitem__("strategy", _choice("--strategy", v, STRATEGIES))),
@@ -162,7 +227,18 @@ RUN_FLAGS = {
         True,
         lambda c, v: c.__setitem__("backward_prefetch", _choice("--backward-prefetch", v, PREFETCH)),
     ),
-    "--forward-prefetch": (False, lambda c, v: c.__setitem__("forward_prefetch", True)),
+    "--forward-prefetch": (False, lambda c, v: _forward_prefetch(c, 1)),
+    # FSDP2's explicit lists (set_modules_to_forward_prefetch / _backward_prefetch of the next N units)
+    "--forward-prefetch-units": (True, lambda c, v: _forward_prefetch(c, _int("--forward-prefetch-units", v))),
+    "--backward-prefetch-units": (
+        True,
+        lambda c, v: c.__setitem__("backward_prefetch_units", _int("--backward-prefetch-units", v)),
+    ),
+    # FSDP2's set_gradient_divide_factor(F) on every unit
+    "--gradient-divide-factor": (
+        True,
+        lambda c, v: c.__setitem__("gradient_divide_factor", _divide_factor("--gradient-divide-factor", v)),
+    ),
     "--limit-all-gathers": (False, lambda c, v: c.__setitem__("limit_all_gathers", True)),
     "--param-dtype": (True, lambda c, v: c.__setitem__("param_dtype", _choice("--param-dtype", v, DTYPES))),
     "--reduce-dtype": (True, lambda c, v: c.__setitem__("reduce_dtype", _choice("--reduce-dtype", v, DTYPES))),
@@ -274,6 +350,8 @@ def validate(cfg, world):
         raise UsageError(
             "--limit-all-gathers limits prefetched all-gathers: add --forward-prefetch or --backward-prefetch pre|post"
         )
+    if not sharded and cfg.get("backward_prefetch_units"):
+        raise UsageError(f"--backward-prefetch-units needs a sharded strategy ({s} gathers nothing)")
     if cfg["shard_group"] and not hybrid:
         raise UsageError("--shard-group applies to hybrid_shard and hybrid_shard_zero2 only")
     if cfg["no_sync"] and cfg["grad_accum"] < 2:
@@ -612,6 +690,11 @@ _RUN_CONFIG = {
     "seed": (lambda v: isinstance(v, str) and v.isascii() and v.isdigit() and int(v) < 2**64, "a string of digits"),
     # written by the reference since frozen parameters (absent: none frozen)
     "freeze": (lambda v: isinstance(v, str), "a string", ""),
+    # FSDP2's lists and divide factor, written by the reference only when set (absent: not set;
+    # forward_prefetch_units is read only with forward_prefetch true, as the reference reads it)
+    "forward_prefetch_units": (lambda v: type(v) is int and v >= 1, "an integer >= 1", 1),
+    "backward_prefetch_units": (lambda v: type(v) is int and v >= 0, "an integer >= 0", 0),
+    "gradient_divide_factor": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", 0),
 }
 _OPTIMIZER = {
     "kind": (lambda v: v in OPTIMIZERS, "one of " + ", ".join(OPTIMIZERS)),
@@ -640,6 +723,12 @@ def like_config(ref, flags, device="cpu"):
     """The config of a run --like the reference trace `ref` (trace.json as a
     dict), changed by flags; data-defining flags must agree with the trace."""
     base = copy.deepcopy(ref["config"])
+    # as the reference reads them: units only with forward_prefetch, 0 for "not set" (none is written)
+    if not base.get("forward_prefetch") or base.get("forward_prefetch_units") == 1:
+        base.pop("forward_prefetch_units", None)
+    for k in ("backward_prefetch_units", "gradient_divide_factor"):
+        if k in base and not base[k]:
+            del base[k]
     cfg, extras = apply_flags(base, flags, device)
     mflag = cfg.pop("_model_flag", None)
     if mflag is not None and mflag != ref["config"]["model"].get("fsdpcheck_name"):
@@ -691,7 +780,27 @@ def unsupported(api, cfg, device):
         return "--strategy local (the reference's single-process run) is no FSDP strategy: give --strategy"
     if api != "fsdp2" and cfg.get("reshard_after_forward"):
         return f"an integer reshard_after_forward ({cfg['reshard_after_forward']}) is FSDP2's (--api fsdp2)"
+    if api != "fsdp2" and cfg.get("forward_prefetch_units"):
+        return (
+            f"--forward-prefetch-units {cfg['forward_prefetch_units']}: FSDP1's forward_prefetch prefetches one "
+            "unit; lists of more are FSDP2's set_modules_to_forward_prefetch (--api fsdp2)"
+        )
+    if api != "fsdp2" and cfg.get("backward_prefetch_units"):
+        return (
+            f"--backward-prefetch-units {cfg['backward_prefetch_units']} is FSDP2's "
+            "set_modules_to_backward_prefetch (--api fsdp2; FSDP1 has --backward-prefetch pre|post|none)"
+        )
+    if api != "fsdp2" and cfg.get("gradient_divide_factor"):
+        return (
+            f"--gradient-divide-factor {cfg['gradient_divide_factor']:g} is FSDP2's set_gradient_divide_factor "
+            "(--api fsdp2; FSDP1 has no public setter of its divide factors)"
+        )
     if api == "fsdp2":
+        if cfg["backward_prefetch"] == "pre" and cfg.get("backward_prefetch_units"):
+            return (
+                "--backward-prefetch pre with --backward-prefetch-units: FSDP2 takes one backward list per unit "
+                "(pre is the implicit one unit ahead, --backward-prefetch-units 1): give one of them"
+            )
         if cfg["backward_prefetch"] == "post":
             return (
                 "FSDP2 has no BACKWARD_POST prefetch (fully_shard prefetches the next unit's "

@@ -28,7 +28,6 @@ The batch written is the samples the ranks really trained on (gathered from
 them), so a data bug shows in `batch.input` itself.
 """
 
-import itertools
 import os
 import time
 
@@ -37,7 +36,7 @@ import torch.distributed as dist
 
 from . import model as M
 from . import tracefile
-from .config import UsageError, frozen_of, lora_of, optim_state_names
+from .config import UsageError, forward_prefetch_units, frozen_of, lora_of, optim_state_names
 from .gather import gather_full
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -222,17 +221,28 @@ class Run:
         if ac == "outside":  # checkpoint(fully_shard(block))
             ids = {id(u) for u in units}
             checkpoint_units(model, lambda m: id(m) in ids)
-        if c["forward_prefetch"]:
-            # each unit prefetches the next in forward, the root (whose embedding
-            # runs first) the first block, as FSDP1 and the reference do
-            for a, b in itertools.pairwise([model, *units]):
-                a.set_modules_to_forward_prefetch([b])
-        if c["backward_prefetch"] == "pre":
-            for a, b in zip(units[1:], units):
-                a.set_modules_to_backward_prefetch([b])
+        # the explicit prefetch lists: each unit names the next N units of the pass, in the
+        # order the reference's units run (forward: the root, whose embedding runs first,
+        # then the blocks; backward: the root, whose head runs first, then the blocks from
+        # the last). A root that holds no parameter of its own (mlp) is no unit of the
+        # reference's and lists nothing. The last unit of a pass lists nothing: in backward,
+        # torch's implicit default there prefetches nothing either
+        chain = [model] if _owns_parameters(model, units) else []
+        nf = forward_prefetch_units(c)
+        nb = c.get("backward_prefetch_units") or (1 if c["backward_prefetch"] == "pre" else 0)
+        for a, targets in prefetch_lists([*chain, *units], nf):
+            a.set_modules_to_forward_prefetch(targets)
+        for a, targets in prefetch_lists([*chain, *reversed(units)], nb):
+            a.set_modules_to_backward_prefetch(targets)
         from torch.distributed.fsdp import FSDPModule
 
         fsdp_mods = [m for m in model.modules() if isinstance(m, FSDPModule)]
+        F = c.get("gradient_divide_factor")
+        if F:
+            # the setter acts on the module it is called on only: every unit, the root included
+            require(FSDPModule, "set_gradient_divide_factor", "--gradient-divide-factor")
+            for m in fsdp_mods:
+                m.set_gradient_divide_factor(float(F))
         if self.force_sum:
             # the workaround for pytorch/pytorch#162338: SUM collectives, FSDP divides itself
             require(FSDPModule, "set_force_sum_reduction_for_comms", "--force-sum-reduction")
@@ -280,6 +290,20 @@ class Run:
             ),
             "gradient_divide_factor": one(getattr(g, "gradient_divide_factor", None) for g in groups),
         }
+
+    def check_divide_factor(self, applied):
+        """FSDP2's gradient divide factor as the modules hold it (applied_reduction) is the
+        config's F (--gradient-divide-factor, the reference's) on every unit: the trace's
+        config says F, so a run whose modules divide otherwise would be judged on a factor
+        it never applied (--inject no_divide sets 1 on purpose)."""
+        F = self.cfg.get("gradient_divide_factor")
+        if self.api != "fsdp2" or not F or self.fault == "no_divide":
+            return
+        if applied["gradient_divide_factor"] != float(F):
+            raise RuntimeError(
+                f"FSDP2's gradient_divide_factor read back from the modules is {applied['gradient_divide_factor']!r}, "
+                f"the run set {float(F)!r} on every unit"
+            )
 
     def optimizer(self, model):
         # over the parameters that train, as a user builds it (torch.optim refuses an empty list)
@@ -499,6 +523,7 @@ class Run:
             model = self.build(init)
             optim = self.optimizer(model)
         self.applied = self.applied_reduction(model)
+        self.check_divide_factor(self.applied)
         # --freeze, read back from the wrapped model and the optimizer (trace.json's "torch")
         self.frozen_applied = sorted({clean_name(n) for n, p in model.named_parameters() if not p.requires_grad})
         if set(self.frozen_applied) != self.frozen:
@@ -717,6 +742,20 @@ def checkpoint_units(model, check_fn):
 
     wrap = functools.partial(checkpoint_wrapper, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
     apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrap, check_fn=check_fn)
+
+
+def prefetch_lists(order, n):
+    """(unit, the next n units of order after it) for every unit of order that has any;
+    none with n = 0."""
+    if n < 1:
+        return []
+    return [(a, order[i + 1 : i + 1 + n]) for i, a in enumerate(order) if order[i + 1 : i + 1 + n]]
+
+
+def _owns_parameters(model, units):
+    """Whether the root holds parameters outside every unit (gpt2's, llama's embedding and head)."""
+    inside = {id(p) for u in units for p in u.parameters()}
+    return any(id(p) not in inside for p in model.parameters())
 
 
 def require(cls, method, flag):

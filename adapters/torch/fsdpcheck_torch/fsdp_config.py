@@ -101,6 +101,7 @@ def apply_file(cfg, extras, path, device):
             cfg["backward_prefetch"] = _enum(path, raw_key, v, PREFETCH, "BACKWARD_PRE, BACKWARD_POST or NO_PREFETCH")
         elif key == "forward_prefetch":
             cfg["forward_prefetch"] = _bool(path, raw_key, v)
+            cfg.pop("forward_prefetch_units", None)  # the reference's one int: the file sets it to 0 or 1
         elif key == "offload_params":
             cfg["cpu_offload"] = _bool(path, raw_key, v)
         elif key == "limit_all_gathers":

@@ -29,7 +29,7 @@ import os
 import sys
 import tempfile
 
-from .config import UsageError, like_config, lora_of, optim_state_names
+from .config import UsageError, fsdp2_only, like_config, lora_of, optim_state_names
 from .errors import refuse
 
 OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--allow-ddp": False}
@@ -75,6 +75,13 @@ def parse(argv, world):
         raise UsageError(
             "trainer: the reference trace is of a LoRA model (--lora); the Trainer path does not apply PEFT's "
             "adapters or freeze the base yet (use run or check)"
+        )
+    fsdp2 = fsdp2_only(cfg)
+    if fsdp2:
+        # the Trainer wraps through Accelerate, which sets no prefetch list or divide factor
+        raise UsageError(
+            f"trainer: the reference trace ran {', '.join(fsdp2)} (FSDP2's module setters), which the Trainer "
+            "path does not apply (use run or check)"
         )
     if cfg["optimizer"]["kind"] != "adamw":
         raise UsageError("trainer: the Trainer path uses optim=adamw_torch (the reference trace uses sgd)")

@@ -43,6 +43,10 @@ def _unsupported(cfg):
             return f"--device xla: {what} has no FSDPv2 equivalent (XLA schedules the collectives)"
     if cfg["backward_prefetch"] != "none":
         return "--device xla: --backward-prefetch has no FSDPv2 equivalent (XLA schedules the collectives)"
+    if cfg.get("backward_prefetch_units"):
+        return "--device xla: --backward-prefetch-units has no FSDPv2 equivalent (XLA schedules the collectives)"
+    if cfg.get("gradient_divide_factor"):
+        return "--device xla: --gradient-divide-factor is not wired up in this adapter (XLA's reduction divides by W)"
     if cfg["param_dtype"] != "fp32" or cfg["reduce_dtype"] != "fp32":
         return "--device xla: mixed precision is not wired up in this adapter yet (run fp32)"
     return None
