@@ -3,7 +3,8 @@
 //
 // Whatever it accepts must be usable: applied to a run config it leaves no
 // field out of range, and its wrap classes check against both model presets
-// (one class name fits exactly one model kind). A refusal says why in one line.
+// (one class name fits exactly one model kind: mlp, gpt2 or llama). A refusal
+// says why in one line.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +35,16 @@ static void fsdp_config(const uint8_t *data, size_t size) {
     check((c.forward_prefetch | c.cpu_offload | c.limit_all_gathers) <= 1);
     check(f.state_dict == FC_FSDP_SD_UNSET || f.state_dict == FC_FSDP_SD_FULL || f.state_dict == FC_FSDP_SD_SHARDED);
     check(f.n_wrap_cls >= 0 && f.n_wrap_cls <= FC_FSDP_MAX_WRAP_CLS);
-    fc_model_config mlp, gpt2;
-    check(fc_model_config_load("mlp-tiny", &mlp, &e) == 0 && fc_model_config_load("gpt2-tiny", &gpt2, &e) == 0);
+    fc_model_config mlp, gpt2, llama;
+    check(fc_model_config_load("mlp-tiny", &mlp, &e) == 0 && fc_model_config_load("gpt2-tiny", &gpt2, &e) == 0 &&
+          fc_model_config_load("llama-tiny", &llama, &e) == 0);
     int ok_mlp = fc_fsdp_config_check_model(&f, &mlp, &e) == 0;
     int ok_gpt2 = fc_fsdp_config_check_model(&f, &gpt2, &e) == 0;
-    check(ok_mlp || ok_gpt2 || f.n_wrap_cls > 1);  // one class name fits exactly one model kind
-    if (f.n_wrap_cls == 0) check(ok_mlp && ok_gpt2);
+    int ok_llama = fc_fsdp_config_check_model(&f, &llama, &e) == 0;
+    // one class name fits exactly one model kind (the harness knew mlp and gpt2 only until libFuzzer
+    // gave it "LlamaDecoderLayer", 2026-11-27: corpus/fsdp_config/llama-wrap-class.json)
+    check(f.n_wrap_cls != 1 || ok_mlp + ok_gpt2 + ok_llama == 1);
+    if (f.n_wrap_cls == 0) check(ok_mlp && ok_gpt2 && ok_llama);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
