@@ -41,6 +41,7 @@ static const flag_spec FLAGS[] = {
     {"--freeze", ARG_STR, NULL},
     {"--lora", ARG_STR, NULL},
     {"--trace", ARG_STR, NULL},
+    {"--trace-tensors", ARG_STR, NULL},
     {"--quiet", ARG_NONE, NULL},
     {"--help", ARG_NONE, NULL},
     {"--shard-group", ARG_INT, NULL},
@@ -102,6 +103,8 @@ void fc_cli_usage(FILE *f) {
           "  --freeze REGEX            freeze (requires_grad=False) the parameters whose name it matches (POSIX\n"
           "                            extended regex, searched as re.search: 'embed_tokens|wte'; [0-9], not \\d)\n"
           "  --trace DIR               write trace.json, init.safetensors, step-NNNNNN.safetensors\n"
+          "  --trace-tensors all|first the tensor sets of every step (all), or of the first only, the later\n"
+          "                            steps' loss, norm and batch (what compare's lockstep reads of them)\n"
           "  --save DIR [--save-at K] [--state-dict full|sharded]\n"
           "                            checkpoint after step K of this run (default: the last; full)\n"
           "  --load DIR                resume from a checkpoint: weights, optimizer state, step, data\n"
@@ -213,6 +216,10 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
     } else if (!strcmp(flag, "--trace")) {
         if (snprintf(a->trace_dir, sizeof a->trace_dir, "%s", v) >= (int)sizeof a->trace_dir)
             return fc_fail(e, "--trace: path too long");
+    } else if (!strcmp(flag, "--trace-tensors")) {
+        if (strcmp(v, "all") && strcmp(v, "first"))
+            return fc_fail(e, "--trace-tensors: '%s' is not all or first", v);
+        a->trace_tensor_steps = !strcmp(v, "first");
     } else if (!strcmp(flag, "--quiet")) {
         a->quiet = 1;
     } else if (!strcmp(flag, "--threads")) {
@@ -351,6 +358,7 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
         return fc_fail(e, "--norm-type needs --clip-grad-norm");
     // the wrap classes of an fsdp_config must be the units of the model finally chosen
     if (out->fsdp.path[0] && fc_fsdp_config_check_model(&out->fsdp, &c->model, e)) return -1;
+    if (out->trace_tensor_steps && !out->trace_dir[0]) return fc_fail(e, "--trace-tensors needs --trace DIR");
     // checkpoints: --save-at and --state-dict belong to --save; one source of starting weights
     if (!out->save_dir[0] && (out->save_at || out->state_dict_set))
         return fc_fail(e, "%s needs --save DIR", out->save_at ? "--save-at" : "--state-dict");

@@ -10,6 +10,7 @@
 typedef struct {
     fc_run_config cfg;
     char trace_dir[1024];   // --trace DIR, "" = none
+    int trace_tensor_steps; // --trace-tensors first: the tensor sets of the first step only (1); all: 0
     char comm_log[1024];    // --comm-log FILE, "" = none
     int quiet;              // --quiet: no per-step lines
     char save_dir[1024];    // --save DIR, "" = none

@@ -260,6 +260,22 @@ int fc_cmd_compare(int argc, char **argv) {
     if (bitwise) fc_cmp_policy_bitwise(&pol);
     // the same model, so one registry describes both; B's config is the layout
 
+    // Bitwise and same-compute comparisons judge the recorded trajectories:
+    // equal bits stay equal, and runs of one arithmetic stay in lockstep by
+    // themselves (a re-run in this one process would have another).
+    int lock = !trajectory && !bitwise && !same_compute;
+    // the tensor sets each side must hold (`run --trace-tensors first` keeps its first step's): B's every
+    // compared step; A's too, but in lockstep only a first step that is not re-run (B from its init)
+    long a_needs = lock ? (lo == tb.first_step ? lo + 1 : lo) : hi;
+    const fc_trace *short_side = tb.first_step + tb.tensor_steps < hi     ? &tb
+                                 : ta.first_step + ta.tensor_steps < a_needs ? &ta
+                                                                             : NULL;
+    if (short_side)
+        fc_die(FC_EXIT_USAGE, "%s holds the tensors of steps %ld..%ld only (run --trace-tensors first): %s",
+               short_side->dir, short_side->first_step, short_side->first_step + short_side->tensor_steps - 1,
+               short_side == &tb ? "the trace under test (B) records every step it is judged on"
+                                 : "as the expected side (A), compare it in lockstep (no --trajectory, --bitwise or "
+                                   "--same-compute)");
     char da[400], db[400], mdesc[300];
     describe_run(&ta, da, sizeof da);
     describe_run(&tb, db, sizeof db);
@@ -270,10 +286,6 @@ int fc_cmd_compare(int argc, char **argv) {
     fc_cmp_print_policy(stdout, &pol);
     fc_cmp_print_header(stdout);
 
-    // Bitwise and same-compute comparisons judge the recorded trajectories:
-    // equal bits stay equal, and runs of one arithmetic stay in lockstep by
-    // themselves (a re-run in this one process would have another).
-    int lock = !trajectory && !bitwise && !same_compute;
     fc_rerun rr;
     if (lock && fc_rerun_open(&rr, &ta.cfg, ta.world_size, &e))
         fc_die(FC_EXIT_USAGE, "compare: the reference cannot re-run %s's config for lockstep (%s): compare the "
@@ -308,6 +320,8 @@ int fc_cmd_compare(int argc, char **argv) {
         trace_bufs *x = &tb_[side];
         if (lo == t->first_step) {
             if (fc_trace_read_init(t, x->prev, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+        } else if (side == 0 && lock && lo > tb.first_step) {
+            // B's step before the first compared one is read next, and the first step re-run from it
         } else {
             step_reader pr;
             float *pb[4] = {x->grads, x->prev, side ? x->prev_state[0] : x->state[0], side ? x->prev_state[1] : x->state[1]};
@@ -335,13 +349,15 @@ int fc_cmd_compare(int argc, char **argv) {
     for (long s = lo; s < hi; s++) {
         fc_cmp_result *r = &res[s - lo];
         step_reader rd[2];
+        int rerun = lock && b_has_prev_state;  // A's tensors of this step come from the re-run
         for (int side = 0; side < 2; side++) {
             trace_bufs *x = &tb_[side];
             float *b4[4] = {x->grads, x->params, x->state[0], x->state[1]};
-            reader_read(&rd[side], tr[side], s, b4, x->prev);
+            // a re-run step needs A's batch alone: its tensors would be read and overwritten (2 GB a step at 124M)
+            reader_read(&rd[side], tr[side], s, side == 0 && rerun ? NULL : b4, x->prev);
         }
         fc_trace_step sa = rd[0].s;
-        if (lock && b_has_prev_state) {  // A's step s, re-run from B's state after s - 1
+        if (rerun) {  // A's step s, re-run from B's state after s - 1
             trace_bufs *x = &tb_[0], *y = &tb_[1];
             float *b4[4] = {x->grads, x->params, x->state[0], x->state[1]};
             const float *const state[2] = {y->prev_state[0], y->prev_state[1]};
@@ -349,8 +365,8 @@ int fc_cmd_compare(int argc, char **argv) {
                 fc_die(FC_EXIT_USAGE, "compare: the lockstep re-run of step %ld failed: %s", s, e.msg);
             sa.batch = rd[0].s.batch;  // the recorded batch: the data must still be A's, exactly
         }
-        ctx.a_world = lock && b_has_prev_state ? 1 : ta.world_size;  // the re-run is one process
-        ctx.a_act32 = (lock && b_has_prev_state) || fc_cmp_impl_act32(ta.impl);  // ... of the reference
+        ctx.a_world = rerun ? 1 : ta.world_size;                  // the re-run is one process
+        ctx.a_act32 = rerun || fc_cmp_impl_act32(ta.impl);  // ... of the reference
         if (mag_buf) {
             // the magnitudes depend on the parameters and the batch; the state only travels along
             if (fc_magnitude_step(&mag, s, sa.prev_params, (const float *const *)sa.state, mag_buf, &e))

@@ -262,20 +262,21 @@ int fc_cmd_run(int argc, char **argv) {
         }
         if (!tracing) continue;
         // full tensors for the trace: outside the measured schedule and memory
+        // (--trace-tensors first: the first step's alone, every rank agreeing)
         fc_watchdog_mark(first_step + t, "export");
-        int ok = 1;
+        int ok = 1, sets = !a.trace_tensor_steps || t < a.trace_tensor_steps;
         if (rank == 0) {
             // the global batch is a pure function of (seed, step): regenerate it
             fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, first_step + t, 0);
             fc_trace_step s = {.step = first_step + t, .loss = info.loss, .has_norm = 1, .grad_norm = info.grad_norm,
                                .batch = &batch, .n_state = n_state};
             for (int i = 0; i < n_state; i++) s.state_names[i] = state_names[i];
-            ok = fc_trace_write_open(&tw, &s, &e) == 0;
+            ok = fc_trace_write_open(&tw, &s, sets, &e) == 0;
         }
         // the sets in the step file's order; a rank 0 that failed to write
         // still exports every set, since every rank takes part in each
         const fc_export kinds[4] = {FC_EXPORT_GRADS, FC_EXPORT_PARAMS, FC_EXPORT_STATE0, FC_EXPORT_STATE1};
-        for (int k = 0; k < 2 + n_state; k++) {
+        for (int k = 0; sets && k < 2 + n_state; k++) {
             if (ops->export_full(im, kinds[k], set, 0, &e)) fail_all(rank, "", &e);
             if (rank == 0 && ok) ok = fc_trace_write_put(&tw, set, &e) == 0;
         }

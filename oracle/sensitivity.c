@@ -248,8 +248,13 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     fc_trace *tr[2] = {&ta, &tb};
     fc_trace_step sa, sb;
     fc_batch bat[2];
+    // in lockstep as `compare` judges it: A's step re-run from B's state before
+    // it, so of A's step only the batch is read (a trace of `run --trace-tensors
+    // first` holds no more), and nothing of the step before
+    int lock = !trajectory && !same_compute && step > tb.first_step;
     for (int side = 0; side < 2; side++) {
         fc_trace *t = tr[side];
+        if (side == 0 && lock) continue;
         if (step == t->first_step) {
             if (fc_trace_read_init(t, prev[side], &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
         } else {
@@ -261,11 +266,9 @@ int fc_cmd_sensitivity(int argc, char **argv) {
             fc_batch_free(&pb);
         }
     }
-    if (fc_trace_read_step(&ta, step, ba, prev[0], &sa, &bat[0], &e) ||
+    if (fc_trace_read_step(&ta, step, lock ? NULL : ba, prev[0], &sa, &bat[0], &e) ||
         fc_trace_read_step(&tb, step, bb, prev[1], &sb, &bat[1], &e))
         fc_die(FC_EXIT_USAGE, "%s", e.msg);
-    // in lockstep as `compare` judges it: A's step re-run from B's state before it
-    int lock = !trajectory && !same_compute && step > tb.first_step;
     fc_rerun rr;  // closed after the magnitude pass: the last to close finalises a singleton MPI
     memset(&rr, 0, sizeof rr);
     if (lock) {

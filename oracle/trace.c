@@ -34,6 +34,7 @@ int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
     if (snprintf(w->dir, sizeof w->dir, "%s", dir) >= (int)sizeof w->dir)
         return fc_fail(e, "%s: path too long", dir);
     w->m = m;
+    w->tensor_steps = -1;
     if (fc_mkdir_p(dir, e)) return -1;
     remove_stale(dir);
     fc_st_entry *ent = callocCheck((size_t)m->n_params, sizeof *ent);
@@ -61,6 +62,7 @@ int fc_trace_finish(fc_trace_writer *w, const fc_run_config *cfg, int world, fc_
     cJSON_AddNumberToObject(j, "world_size", world);
     cJSON_AddNumberToObject(j, "first_step", (double)w->first_step);
     cJSON_AddNumberToObject(j, "steps", (double)w->steps_written);
+    if (w->tensor_steps >= 0) cJSON_AddNumberToObject(j, "tensor_steps", (double)w->tensor_steps);
     cJSON_AddItemToObject(j, "config", fc_run_config_to_json(cfg));
     // The layout, so a reader can say which unit (and later which rank) owns an element.
     cJSON *units = cJSON_AddArrayToObject(j, "units");
@@ -94,10 +96,15 @@ void fc_trace_abort(fc_trace_writer *w) {
     }
 }
 
-int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e) {
+int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, int sets, fc_error *e) {
     const fc_model *m = w->m;
     if (w->steps_written == 0) w->first_step = s->step;
-    int per = 2 + s->n_state;  // grad, param, state...
+    if (sets && w->tensor_steps >= 0)
+        return fc_fail(e, "step %ld: a trace's tensor sets are its first steps' (none after a step without)", s->step);
+    if (!sets && w->tensor_steps < 0) w->tensor_steps = w->steps_written;
+    if (!sets && w->tensor_steps == 0)
+        return fc_fail(e, "step %ld: a trace's first step holds its tensor sets", s->step);
+    int per = sets ? 2 + s->n_state : 0;  // grad, param, state...
     int n = 4 + per * m->n_params, k = 0;
     fc_st_entry *ent = callocCheck((size_t)n, sizeof *ent);
     char **names = callocCheck((size_t)n, sizeof *names);

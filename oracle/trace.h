@@ -41,6 +41,7 @@ typedef struct {
     char dir[1024];
     const fc_model *m;
     long first_step, steps_written;
+    long tensor_steps;  // steps written with their tensor sets before the first without (-1: all so far)
     fc_st_stream st;  // the step file being written
 } fc_trace_writer;
 
@@ -53,7 +54,9 @@ int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
 // names (its grads, params and state are not read); put then takes the sets in
 // file order, the gradients, the parameters, each optimizer state; commit
 // makes the file (a failure leaves no file; fc_trace_abort after it).
-int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, fc_error *e);
+// sets 0: the step file holds loss, norm and batch only, and so does every
+// later one (`run --trace-tensors first`; trace.json says "tensor_steps").
+int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, int sets, fc_error *e);
 int fc_trace_write_put(fc_trace_writer *w, const float *set, fc_error *e);
 int fc_trace_write_commit(fc_trace_writer *w, fc_error *e);
 // Writes trace.json: format, version, implementation, world size, config, layout.

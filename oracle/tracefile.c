@@ -106,6 +106,11 @@ int fc_trace_parse(const char *text, size_t len, const char *where, fc_trace *t,
         json_long(j, "steps", 1, MAX_STEPS, &t->steps, where, e))
         goto done;
     t->world_size = (int)world;
+    // "tensor_steps": written only when the later step files hold no tensor set
+    t->tensor_steps = t->steps;
+    if (cJSON_GetObjectItemCaseSensitive(j, "tensor_steps") &&
+        json_long(j, "tensor_steps", 1, t->steps, &t->tensor_steps, where, e))
+        goto done;
     fc_error ce;
     if (fc_run_config_from_json(cJSON_GetObjectItemCaseSensitive(j, "config"), &t->cfg, &ce) ||
         fc_run_config_validate_world(&t->cfg, t->world_size, &ce)) {
@@ -244,14 +249,15 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
     if (!rc && has_norm) rc = expect_tensor(f, path, "grad_norm", FC_DT_F64, 0, scalar, e);
     if (!rc) rc = expect_tensor(f, path, "batch.input", in_dtype, in_ndim, in_shape, e);
     if (!rc) rc = expect_tensor(f, path, "batch.target", FC_DT_I32, tgt_ndim, tgt_shape, e);
-    if (!rc) rc = expect_set(f, m, path, "grad", e);
-    if (!rc) rc = expect_set(f, m, path, "param", e);
-    for (int s = 0; !rc && s < t->n_state; s++) {
+    int sets = step < t->first_step + t->tensor_steps;  // a step past tensor_steps has loss, norm and batch only
+    if (!rc && sets) rc = expect_set(f, m, path, "grad", e);
+    if (!rc && sets) rc = expect_set(f, m, path, "param", e);
+    for (int s = 0; !rc && sets && s < t->n_state; s++) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "optim.%s", t->state_names[s]);
         rc = expect_set(f, m, path, prefix, e);
     }
-    if (!rc) rc = check_no_extra(f, path, 3 + has_norm + (2 + t->n_state) * m->n_params, t, m, 0, e);
+    if (!rc) rc = check_no_extra(f, path, 3 + has_norm + (sets ? (2 + t->n_state) * m->n_params : 0), t, m, 0, e);
     if (rc) fc_st_close(f);
     return rc;
 }
@@ -394,15 +400,20 @@ int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const
                        fc_batch *batch, fc_error *e) {
     memset(s, 0, sizeof *s);
     memset(batch, 0, sizeof *batch);
+    if (bufs && step >= t->first_step + t->tensor_steps)
+        return fc_fail(e, "%s, step %ld: the trace holds the tensors of its first %ld step(s) only (run --trace-tensors "
+                          "first): compare judges its later steps in lockstep, not with --trajectory, --bitwise or "
+                          "--same-compute, and sensitivity takes a step it holds", t->dir, step, t->tensor_steps);
     fc_st_file f;
     if (fc_trace_step_open(t, step, &f, e)) return -1;
     s->step = step;
     s->prev_params = prev;
     s->n_state = t->n_state;
     int rc = fc_trace_read_loss(&f, &s->loss, e) || fc_trace_read_norm(&f, &s->has_norm, &s->grad_norm, e) ||
-             fc_trace_read_batch(t, &f, batch, e) ||
-             fc_trace_read_set(t, &f, "grad", bufs[0], e) || fc_trace_read_set(t, &f, "param", bufs[1], e);
-    for (int i = 0; !rc && i < t->n_state; i++) {
+             fc_trace_read_batch(t, &f, batch, e);
+    if (bufs)  // else the step's scalars and batch only
+        rc = rc || fc_trace_read_set(t, &f, "grad", bufs[0], e) || fc_trace_read_set(t, &f, "param", bufs[1], e);
+    for (int i = 0; !rc && bufs && i < t->n_state; i++) {
         char prefix[64];
         snprintf(prefix, sizeof prefix, "optim.%s", t->state_names[i]);
         rc = fc_trace_read_set(t, &f, prefix, bufs[2 + i], e);
@@ -417,7 +428,7 @@ int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const
         return fc_fail(e, "%s, step %ld: %s", t->dir, step, msg);
     }
     s->batch = batch;
-    s->grads = bufs[0];
-    s->params = bufs[1];
+    s->grads = bufs ? bufs[0] : NULL;
+    s->params = bufs ? bufs[1] : NULL;
     return 0;
 }

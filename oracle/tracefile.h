@@ -33,6 +33,8 @@ typedef struct {
     char impl[256];          // "implementation"
     int world_size;
     long first_step, steps;  // the trace holds steps first_step .. first_step+steps-1
+    long tensor_steps;       // its first tensor_steps step files hold the tensor sets, the rest loss, norm
+                             // and batch only (`run --trace-tensors first`: 1); steps when every one does
     fc_run_config cfg;
     fc_model model;          // the registry of cfg.model: names, shapes, units
     int n_state;             // optimizer states in every step file (0..2)
@@ -65,6 +67,7 @@ int fc_trace_read_set(const fc_trace *t, fc_st_file *f, const char *prefix, floa
 // Reads step `step` whole: bufs[0] gradients, bufs[1] parameters, bufs[2 + i]
 // optimizer state i ([model.numel] each); prev is the parameters before the
 // step (NULL: unknown). batch is allocated (fc_batch_free releases it).
+// bufs NULL: the step's loss, norm and batch only (no tensor is read).
 int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const float *prev, fc_trace_step *s,
                        fc_batch *batch, fc_error *e);
 // Reads init.safetensors (the parameters the trace's first step starts from)

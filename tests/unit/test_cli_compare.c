@@ -283,6 +283,38 @@ Test(compare, the_same_config_twice_passes) {
     cr_expect_eq(fsdpcheck(ARGS("compare", "--bitwise", a, b)), 0, "the same run is bitwise the same (P12):\n%s", R.out);
 }
 
+// --trace-tensors first: the later step files hold loss, norm and batch only,
+// trace.json says so, and compare judges such a trace in lockstep with the
+// same rows as the whole one (its later steps are re-runs); --trajectory, and
+// the trace as B, are refused with one line
+Test(compare, a_trace_with_the_first_steps_tensors_only) {
+    const char *a = trace("a", ARGS("--trace-tensors", "first")), *full = trace("full", NULL);
+    const char *b = trace("b", ARGS("--lr", "0.0011"));
+    fc_st_file f;
+    fc_error e;
+    cr_assert_eq(fc_st_open(tmp_path("a/step-000002.safetensors"), &f, &e), 0, "%s", e.msg);
+    cr_expect(fc_st_find(&f, "batch.input") && fc_st_find(&f, "loss") && !fc_st_find(&f, "grad.layers.0.weight"),
+              "a later step file holds a tensor set, or lacks its batch");
+    fc_st_close(&f);
+    cJSON *j = load_json(tmp_path("a/trace.json"));
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(j, "tensor_steps");
+    cr_expect(cJSON_IsNumber(ts) && ts->valuedouble == 1, "trace.json: tensor_steps is not 1");
+    cJSON_Delete(j);
+    int ca = fsdpcheck(ARGS("compare", a, b));
+    char *rows_a = strdup(strstr(R.out, "steps judged") ? strstr(R.out, "steps judged") : "");
+    int cf = fsdpcheck(ARGS("compare", full, b));
+    const char *rows_f = strstr(R.out, "steps judged") ? strstr(R.out, "steps judged") : "";
+    cr_expect(ca == 1 && cf == 1, "compare: exit %d with the first step's tensors, %d with all (the lr differs)", ca, cf);
+    cr_expect(rows_a[0] && !strcmp(rows_a, rows_f), "the rows differ:\n%s\n---\n%s", rows_a, rows_f);
+    free(rows_a);
+    fsdpcheck(ARGS("compare", a, b, "--trajectory"));
+    expect_usage("compare it in lockstep");
+    fsdpcheck(ARGS("compare", b, a));
+    expect_usage("the trace under test (B) records every step");
+    fsdpcheck(ARGS("run", "--trace-tensors", "first"));
+    expect_usage("--trace-tensors needs --trace DIR");
+}
+
 Test(compare, a_different_seed_diverges_at_the_data) {
     const char *a = trace("a", NULL), *b = trace("b", ARGS("--seed", "99"));
     cr_expect_eq(fsdpcheck(ARGS("compare", a, b)), 1, "stdout:\n%s\nstderr:\n%s", R.out, R.err);

@@ -6,7 +6,9 @@
       [--optim-state-offload] [--schedule] [--keep DIR] [--report FILE.md]
       [--fsdpcheck PATH] [--mpiexec PATH] [--quiet]
 
-The reference runs as `mpiexec -n W fsdpcheck run [run flags] --trace DIR/ref`
+The reference runs as `mpiexec -n W fsdpcheck run [run flags] --trace DIR/ref
+--trace-tensors first` (compare re-runs each later step from torch's state, so
+the reference's trace holds the first step's tensors and every step's batch)
 with the gradient divide the torch API uses (FSDP1: pre/post factors; FSDP2 in
 fp32/bf16: one AVG collective, which gloo computes as a sum then a divide;
 fp16: pre/post), unless --divide is given. Torch then runs with
@@ -245,8 +247,11 @@ def run_reference(job, fsdpcheck, mpiexec, env):
     if "--divide" not in job.flags:
         force_sum = job.opts.get("--force-sum-reduction")
         ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, force_sum, backend_of(job.opts))]
-    # not --quiet: its last lines give every rank's peak resident set
-    cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags + ["--trace", job.ref_dir]
+    # not --quiet: its last lines give every rank's peak resident set. The tensor
+    # sets of the first step only: compare judges every later step in lockstep,
+    # re-running it from torch's state, and reads the reference's batch alone there
+    cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags
+    cmd += ["--trace", job.ref_dir, "--trace-tensors", "first"]
     t0 = time.time()
     p = run_bounded(cmd, env, job.timeout, "the reference run")
     job.t["reference_s"] = time.time() - t0

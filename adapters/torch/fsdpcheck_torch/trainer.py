@@ -26,6 +26,7 @@ optimizer state, and rank 0 writes the step file.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -317,7 +318,10 @@ def train(opts, cfg, ref, extras, fsdp, argv):
     cb = TraceCallback()
     trainer = Trainer(model=model, args=targs, train_dataset=Replay(), data_collator=collate, callbacks=[cb])
     cb.trainer = trainer
-    trainer.train()
+    try:
+        trainer.train()
+    finally:  # the Trainer's output_dir: it saves nothing there (save_strategy "no"), and it is left nowhere
+        shutil.rmtree(tmp, ignore_errors=True)
     fsdp_applied = cb.wrapped_as in ("FullyShardedDataParallel",) or cb.wrapped_as.startswith("FSDP")
     if rank == 0:
         from importlib.metadata import version

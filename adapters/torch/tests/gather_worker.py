@@ -6,6 +6,7 @@ exactly full_tensor()'s bits and the other ranks nothing. A tensor sharded on
 dim 1 must take the full_tensor() path and still be exact. Each rank counts its
 failures; the counts are summed, and the run exits 1 if any rank failed."""
 
+import os
 import sys
 
 import torch
@@ -14,6 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
+from fsdpcheck_torch import gather
 from fsdpcheck_torch.gather import dim0_rows, gather_full
 
 
@@ -63,9 +65,14 @@ def main():
         got = gather_full([*named, ("odd", odd)], F, rank)
         expect("odd" in got and torch.equal(got["odd"], x), f"mesh {shape}: the dim-1 tensor")
         expect(all(torch.equal(got[n], full[n]) for n in full), f"mesh {shape}: the set beside the dim-1 tensor")
+    # the transport taken, and no buffer file left behind in its /dev/shm folder
+    shm = gather._SHM["dir"]
+    if rank == 0 and shm:
+        expect(os.listdir(shm) == [], f"files left in {shm}: {os.listdir(shm)}")
     total = torch.tensor([fails])
     dist.all_reduce(total)
     if rank == 0:
+        print(f"gather_worker W={W}: transport {'shm' if shm else 'collective'}", flush=True)
         print(f"gather_worker W={W}: {int(total.item())} failures", flush=True)
     dist.destroy_process_group()
     return 1 if total.item() else 0
