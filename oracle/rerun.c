@@ -1,6 +1,8 @@
 // oracle/rerun.c — see rerun.h.
 #include "rerun.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mpicheck.h"
@@ -9,6 +11,27 @@
 
 // MPI started here (a process that had not), finalised when the last open re-run closes
 static int mpi_started_here, n_open;
+
+// The handover directories of the re-runs open now: a command that dies
+// (fc_die: bad input found halfway, exit 2) removes them at exit, as close does.
+#define MAX_OPEN_DIRS 8
+static char open_dirs[MAX_OPEN_DIRS][256];
+
+static void remove_open_dirs(void) {
+    for (int i = 0; i < MAX_OPEN_DIRS; i++)
+        if (open_dirs[i][0]) fc_remove_flat_dir(open_dirs[i]);
+}
+
+static void track_dir(const char *dir, int on) {
+    static int registered;
+    if (!registered) registered = atexit(remove_open_dirs) == 0;
+    for (int i = 0; i < MAX_OPEN_DIRS; i++)
+        if (on ? !open_dirs[i][0] : !strcmp(open_dirs[i], dir)) {
+            if (on) snprintf(open_dirs[i], sizeof open_dirs[i], "%s", dir);
+            else open_dirs[i][0] = '\0';
+            return;
+        }
+}
 
 // like, as one process of `ops` in `strategy`: the same model, batch,
 // accumulation, clipping, optimizer and precision (unless fp32), no layout
@@ -41,6 +64,7 @@ static int open_as(fc_rerun *r, const fc_run_config *like, int world, const fc_i
         return -1;
     }
     fc_lockstep_dir(MPI_COMM_SELF, r->dir, sizeof r->dir);
+    if (r->dir[0]) track_dir(r->dir, 1);
     if (!r->dir[0]) {
         fc_rerun_close(r);
         return fc_fail(e, "cannot create a directory for the lockstep state handover");
@@ -98,7 +122,10 @@ int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *cons
 
 void fc_rerun_close(fc_rerun *r) {
     if (r->im) r->ops->destroy(r->im);
-    if (r->dir[0]) fc_remove_flat_dir(r->dir);
+    if (r->dir[0]) {
+        fc_remove_flat_dir(r->dir);
+        track_dir(r->dir, 0);
+    }
     int was_open = r->open;
     memset(r, 0, sizeof *r);
     if (was_open && --n_open == 0 && mpi_started_here) {
