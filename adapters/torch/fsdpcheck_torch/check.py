@@ -35,6 +35,7 @@ import time
 from . import strictjson
 from .config import (
     APIS,
+    DEFAULT_BACKEND,
     FAULTS,
     UsageError,
     apply_flags,
@@ -114,9 +115,7 @@ def model_stub(flags):
 
 
 def backend_of(opts):
-    """The torch run's backend: --backend, else the device's default (cli.DEFAULT_BACKEND)."""
-    from .cli import DEFAULT_BACKEND
-
+    """The torch run's backend: --backend, else the device's default (config.DEFAULT_BACKEND)."""
     return opts.get("--backend") or DEFAULT_BACKEND.get(opts.get("--device", "cpu"), "")
 
 

@@ -20,6 +20,7 @@ import sys
 from .config import (
     APIS,
     BACKENDS,
+    DEFAULT_BACKEND,
     DEVICES,
     FAULTS,
     FROZEN_CHECKPOINT,
@@ -36,7 +37,6 @@ from .errors import refuse
 from .flags import split_args
 
 PROG = "fsdpcheck-torch"
-DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl", "xla": "xla"}
 BACKEND_DEVICE = {"gloo": ("cpu", "cuda"), "nccl": ("cuda",), "hccl": ("hpu",), "xla": ("xla",)}
 
 USAGE = __doc__

@@ -176,6 +176,10 @@ def forward_prefetch_units(cfg):
     return cfg.get("forward_prefetch_units", 1) if cfg["forward_prefetch"] else 0
 
 
+# The process group's backend a device gets unless --backend says otherwise
+DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl", "xla": "xla"}
+
+
 # FSDP2's settings the reference writes only when set (core/config.c fc_run_config_to_json),
 # what each means, and the flag that sets it
 FSDP2_ONLY = {
