@@ -135,7 +135,7 @@ int main(int argc, char **argv) {
     fc_cmp_policy pol;
     fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
     fc_cmp_ctx ctx = {m,         &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, ta.world_size,
-                      fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0};
+                      fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0, 0};
     fc_trace_step st = {0};
     st.grads = a;
     st.grad_mag = mag;

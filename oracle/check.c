@@ -138,7 +138,7 @@ int fc_cmd_check(int argc, char **argv) {
     fc_cmp_policy policy;
     fc_cmp_policy_defaults(&policy, fc_cmp_precision(&ecfg, &tcfg));
     if (bitwise) fc_cmp_policy_bitwise(&policy);
-    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim, &ecfg, W, fc_runner_act32(expected), fc_runner_act32(tested), 0};
+    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim, &ecfg, W, fc_runner_act32(expected), fc_runner_act32(tested), 0, 0};
     // 16 bits: the magnitude pass of each step, on rank 0 (compare.h)
     fc_rerun mag;
     memset(&mag, 0, sizeof mag);

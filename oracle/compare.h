@@ -251,6 +251,11 @@ typedef struct {
     // whole comparison passed, so the others' verdicts cannot change: they
     // are not judged again. Never set by compare, check or sweep.
     int only;
+    // What A's side divided its summed gradient by where A's config at
+    // a_world does not say it: the lockstep re-run of a run that set FSDP2's
+    // divide factor F runs one process with F / W (rerun.h). 0: fc_divide_by
+    // of A's config at a_world.
+    double a_divide_by;
 } fc_cmp_ctx;
 
 // The elements [*lo, *hi) the comparison covers: the whole model, or c->only's.

@@ -12,6 +12,7 @@
 #include "compare.h"
 #include "escape.h"
 #include "fileio.h"
+#include "layout.h"  // fc_divide_by
 #include "rerun.h"
 #include "threads.h"
 #include "tracefile.h"
@@ -331,7 +332,7 @@ int fc_cmd_compare(int argc, char **argv) {
         }
     }
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, ta.world_size,
-                      fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0};
+                      fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0, 0};
     // 16 bits in lockstep: each step's gradient magnitudes, from the state it starts from (compare.h)
     fc_rerun mag;
     memset(&mag, 0, sizeof mag);
@@ -366,6 +367,7 @@ int fc_cmd_compare(int argc, char **argv) {
             sa.batch = rd[0].s.batch;  // the recorded batch: the data must still be A's, exactly
         }
         ctx.a_world = rerun ? 1 : ta.world_size;                  // the re-run is one process
+        ctx.a_divide_by = rerun ? fc_divide_by(&rr.cfg, 1) : 0;  // dividing by F / W where F was set
         ctx.a_act32 = rerun || fc_cmp_impl_act32(ta.impl);  // ... of the reference
         if (mag_buf) {
             // the magnitudes depend on the parameters and the batch; the state only travels along

@@ -131,21 +131,17 @@ typedef struct {
     double eta;
 } side_rounding;
 
-static side_rounding side_of(const fc_run_config *c, int W, int act16) {
+static side_rounding side_of(const fc_run_config *c, int W, double divide_by, int act16) {
     int K = c->grad_accum > 0 ? c->grad_accum : 1;
     side_rounding r = {0, c->param_dtype != FC_PREC_FP32 && act16, 0};
     if (c->param_dtype != FC_PREC_FP32) r.n += K + (r.act16 ? C_ACT * depth_of(c) : 0);
     r.eta += K * half_subnormal(c->param_dtype);
     if (c->reduce_dtype != FC_PREC_FP32) {
         double pre, post;
-        fc_divide_factors(c->divide, fc_divide_by(c, W), &pre, &post);
+        fc_divide_factors(c->divide, divide_by > 0 ? divide_by : fc_divide_by(c, W), &pre, &post);
         int cast = c->param_dtype != c->reduce_dtype;
-        // With FSDP2's divide factor F set, a side at W = 1 may be the lockstep
-        // re-run, which divides by F / W of the run (oracle/rerun.h), not by
-        // F: both divides are counted inexact, at most two roundings more.
-        int set = c->gradient_divide_factor > 0;
-        r.n += K * ((W - 1) + cast + (set || inexact_divide(pre)) + (set || inexact_divide(post)));
-        r.eta += K * (cast + (set || pre != 1) + (set || post != 1)) * half_subnormal(c->reduce_dtype);
+        r.n += K * ((W - 1) + cast + inexact_divide(pre) + inexact_divide(post));
+        r.eta += K * (cast + (pre != 1) + (post != 1)) * half_subnormal(c->reduce_dtype);
     }
     return r;
 }
@@ -154,8 +150,8 @@ static side_rounding side_of(const fc_run_config *c, int W, int act16) {
 // context has none, what `compare` re-runs), then B's; n at least 1.
 static side_rounding both_sides(const fc_cmp_ctx *c) {
     const fc_run_config *al = c->a_layout ? c->a_layout : c->layout;
-    side_rounding a = side_of(al, c->a_layout ? c->a_world : 1, !c->a_act32);
-    side_rounding b = side_of(c->layout, c->world, !c->b_act32);
+    side_rounding a = side_of(al, c->a_layout ? c->a_world : 1, c->a_divide_by, !c->a_act32);
+    side_rounding b = side_of(c->layout, c->world, 0, !c->b_act32);
     int n = a.n + b.n;
     return (side_rounding){n > 0 ? n : 1, a.act16 + b.act16, a.eta + b.eta};
 }

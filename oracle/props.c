@@ -76,7 +76,7 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
     else fc_cmp_policy_defaults(&pol, fc_cmp_precision(pair->cfg, pair->against));
     if (bitwise) fc_cmp_policy_bitwise(&pol);
     fc_cmp_ctx ctx = {&m, &pol, pair->cfg, pair->W, &pair->against->optim, pair->against,
-                      pair->against_W > 0 ? pair->against_W : pair->W, expected->act32, tested->act32, 0};
+                      pair->against_W > 0 ? pair->against_W : pair->W, expected->act32, tested->act32, 0, 0};
     int ok = 1;
     // 16 bits: each step's gradient magnitudes, from the state it starts from (compare.h)
     fc_rerun mag;

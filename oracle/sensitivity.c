@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "compare.h"
+#include "layout.h"  // fc_divide_by
 #include "rerun.h"
 #include "threads.h"
 #include "tracefile.h"
@@ -278,6 +279,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
                    e.msg);
         sa.batch = &bat[0];
     }
+    double a_divide_by = lock ? fc_divide_by(&rr.cfg, 1) : 0;  // the re-run's: F / W where F was set
     fc_cmp_policy pol;
     if (same_compute) fc_cmp_policy_same_compute(&pol, &ta.cfg, &tb.cfg);
     else fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
@@ -295,7 +297,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     }
     fc_rerun_close(&rr);
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, lock ? 1 : ta.world_size,
-                      lock || fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0};
+                      lock || fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0, a_divide_by};
     fc_cmp_result r;
     fc_cmp_result_init(&r, step);
     fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL, &r);

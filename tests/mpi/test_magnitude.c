@@ -91,7 +91,7 @@ static void bound_and_judgement(void) {
     fc_cmp_policy pol;
     fc_cmp_policy_defaults(&pol, fc_cmp_precision(&b16, &b16));
     // both sides computing their activations in bf16 (PyTorch's mixed precision)
-    fc_cmp_ctx ctx = {&s.m, &pol, &b16, 1, &c.optim, &b16, 1, 0, 0, 0};
+    fc_cmp_ctx ctx = {&s.m, &pol, &b16, 1, &c.optim, &b16, 1, 0, 0, 0, 0};
     int depth = c.model.n_layer, rounds = 2 * (1 + 4 * depth);  // README: per side K + 4 per layer
     double u = 0x1p-8;
     const fc_param *w = &s.m.params[0];  // wte

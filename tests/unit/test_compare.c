@@ -483,7 +483,7 @@ TestSuite(step, .init = step_setup, .fini = step_teardown);
 
 static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0, 0};
     fc_cmp_result_free(&R);
     fc_cmp_result_init(&R, A.s.step);
     fc_compare_add(&c, &A.s, &B.s, kinds, &R);
@@ -491,7 +491,7 @@ static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
 
 static void compare_under(fc_strategy s, int world) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0, 0};
     fc_cmp_result_free(&R);
     fc_compare_step(&c, &A.s, &B.s, &R);
 }
@@ -881,7 +881,7 @@ Test(step, only_one_parameter_judged_gives_the_whole_comparisons_verdict) {
                 b[j] = (float)(keep + deltas[d] * (fabs(keep) + 0.5));
                 g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
                 fc_cmp_result whole, one;
-                fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 0, 0, 0};
+                fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 0, 0, 0, 0};
                 fc_cmp_result_init(&whole, A.s.step);
                 fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(kinds[k]), &whole);
                 c.only = i + 1;
@@ -912,7 +912,7 @@ Test(step, only_one_parameter_judged_keeps_its_optimizer_allowance) {
     apply(&B, &g_oc);
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
     for (int i = 0; i <= g_m.n_params; i++) {  // i = 0: the whole comparison
-        fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 0, 0, i};
+        fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 0, 0, i, 0};
         fc_cmp_result r;
         fc_cmp_result_init(&r, A.s.step);
         fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(FC_CMP_PARAM), &r);
@@ -1184,7 +1184,7 @@ Test(step, parts_accumulate_into_one_result) {
     // `compare` reads a step a tensor set at a time: the same result as all at once
     *elem(&B, "param", "layers.2.bias", 1) += 1.0f;
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0, 0, 0};
     fc_cmp_result parts;
     fc_cmp_result_init(&parts, 3);
     fc_compare_add(&c, &A.s, &B.s, FC_CMP_MASK(FC_CMP_BATCH) | FC_CMP_MASK(FC_CMP_LOSS), &parts);
@@ -1507,7 +1507,7 @@ Test(blocks, the_projection_and_the_norm_allowance_do_not_depend_on_the_thread_c
     for (size_t i = 0; i < n; i++) allow[i] = 1e-9 * (double)(1 + i % 3);
     // differences of many significant bits: their squares' sum rounds
     for (size_t i = 0; i < n; i++) B.grads[i] = (float)((double)A.grads[i] * (1.0 + 1e-2 * cos(0.11 * (double)i)));
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, NULL, NULL, 0, 0, 0, 0, 0};
     omp_set_num_threads(1);
     fc_cmp_proj p1 = fc_cmp_projection(&g_pol, 0, A.grads, B.grads, allow, 1e-8, n);
     double n1 = fc_cmp_norm_allowance(&c, A.grads, B.grads);
