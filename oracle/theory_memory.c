@@ -91,8 +91,8 @@ static size_t log_grads_bound(const theory *t, const fc_comm_log *log) {
 static void gathered_bounds(const theory *t, size_t *lo, size_t *hi) {
     const fc_model *m = &t->m;
     const fc_run_config *c = t->cfg;
-    int D = fc_rule_prefetch_depth(c, 1) > fc_rule_prefetch_depth(c, 0) ? fc_rule_prefetch_depth(c, 1)
-                                                                        : fc_rule_prefetch_depth(c, 0);
+    int D = fc_rule_prefetch_depth(c, 1), Db = fc_rule_prefetch_depth(c, 0);
+    if (Db > D) D = Db;
     size_t root = m->root_unit >= 0 ? held_elems(t, m->root_unit) : 0, max1 = 0, run = 0, sum = 0;
     size_t *order = callocCheck((size_t)t->nu, sizeof *order);  // non-root units' elements in order of first use
     int n_order = 0;
