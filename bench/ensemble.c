@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
     const float *const state[2] = {zero, zero};
     fc_rerun rr, mr;
     fc_trace_step as = {0};
-    if (fc_rerun_open(&rr, &ta.cfg, ta.world_size, &e) || fc_magnitude_open(&mr, &ta.cfg, ta.world_size, &e)) die("re-run", &e);
+    if (fc_rerun_open(&rr, &ta.cfg, ta.world_size, NULL, &e) || fc_magnitude_open(&mr, &ta.cfg, ta.world_size, NULL, &e)) die("re-run", &e);
     double t0 = now_s();
     if (fc_rerun_step(&rr, 0, init, state, bufs, &as, &e)) die("re-run", &e);
     double t1 = now_s();

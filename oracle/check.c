@@ -144,7 +144,7 @@ int fc_cmd_check(int argc, char **argv) {
     memset(&mag, 0, sizeof mag);
     float *mag_buf = NULL;
     if (rank == 0 && fc_cmp_policy_magnitudes(&policy)) {
-        if (fc_magnitude_open(&mag, &ecfg, W, &e)) fc_die(FC_EXIT_USAGE, "check: the magnitude pass: %s", e.msg);
+        if (fc_magnitude_open(&mag, &ecfg, W, NULL, &e)) fc_die(FC_EXIT_USAGE, "check: the magnitude pass: %s", e.msg);
         mag_buf = mallocCheck(m.numel * sizeof(float));
     }
     // the parameters both start from (initial, or loaded)

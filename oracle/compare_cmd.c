@@ -61,19 +61,6 @@ static void describe_run(const fc_trace *t, char *buf, size_t cap) {
              t->first_step + t->steps - 1);
 }
 
-// One step of a trace, read whole into the caller's buffers.
-typedef struct {
-    fc_trace_step s;
-    fc_batch batch;
-} step_reader;
-
-static void reader_read(step_reader *r, fc_trace *t, long step, float *bufs[4], const float *prev) {
-    fc_error e;
-    if (fc_trace_read_step(t, step, bufs, prev, &r->s, &r->batch, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
-}
-
-static void reader_close(step_reader *r) { fc_batch_free(&r->batch); }
-
 // Markdown text in a table cell, escaped as the sweep's report escapes it.
 static void md_text(FILE *f, const char *s) { fc_escape(s, SIZE_MAX, FC_ESC_MD_TEXT, fc_esc_to_file, f); }
 
@@ -226,6 +213,8 @@ int fc_cmd_compare(int argc, char **argv) {
     fc_error e;
     if (fc_trace_open(dirs[0], &ta, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
     if (fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    char b_init[1100];  // what a re-run starts from before its first step loads B's state: read, not computed
+    fc_trace_init_file(&tb, b_init, sizeof b_init);
     if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model)) {
         char ma[300], mb[300];
         fc_model_config_describe(&ta.cfg.model, ma, sizeof ma);
@@ -288,46 +277,40 @@ int fc_cmd_compare(int argc, char **argv) {
     fc_cmp_print_header(stdout);
 
     fc_rerun rr;
-    if (lock && fc_rerun_open(&rr, &ta.cfg, ta.world_size, &e))
+    if (lock && fc_rerun_open(&rr, &ta.cfg, ta.world_size, b_init, &e))
         fc_die(FC_EXIT_USAGE, "compare: the reference cannot re-run %s's config for lockstep (%s): compare the "
                               "recorded trajectories with --trajectory", dirs[0], e.msg);
     printf("steps judged %s\n", lock ? "in lockstep: each step after B's first re-run by the reference from B's "
                                        "recorded state (A's config, one process)"
                                      : "along the recorded trajectories (--trajectory, --bitwise or --same-compute)");
 
-    // One step of both traces at a time, [numel] each: per side the step's
-    // gradients, parameters and optimizer states and the parameters before the
-    // step (the optimizer allowance needs them); for B also its optimizer state
-    // before the step (what a lockstep re-run starts from). In lockstep, A's
-    // buffers receive the re-run step.
-    typedef struct {
-        float *grads, *params, *state[2], *prev, *prev_state[2];
-    } trace_bufs;
+    // Each side's step and the one before it as views of their files (tracefile.h:
+    // the sets in place, nothing copied); before the first compared step, the
+    // initial parameters or the step before it (for B, with its state: what a
+    // lockstep re-run starts from). In lockstep A's steps are re-run into out
+    // ([4][numel]: gradients, parameters, states), the only sets held in memory.
     size_t numel = ta.model.numel;
-    float *mem = mallocCheck(12 * numel * sizeof(float));
-    trace_bufs tb_[2];
-    for (int side = 0; side < 2; side++) {
-        float *base = mem + (size_t)side * 5 * numel;
-        tb_[side] = (trace_bufs){base, base + numel, {base + 2 * numel, base + 3 * numel}, base + 4 * numel, {NULL, NULL}};
-    }
-    tb_[1].prev_state[0] = mem + 10 * numel;
-    tb_[1].prev_state[1] = mem + 11 * numel;
-    // the parameters before the first compared step: the initial ones when it
-    // is the trace's first step, else the step before it (for B, with its state)
+    fc_trace_view cur[2], prev[2];
+    memset(cur, 0, sizeof cur);
+    memset(prev, 0, sizeof prev);
+    const float *prev_params[2] = {NULL, NULL}, *b_prev_state[2] = {NULL, NULL};
+    float *out = lock ? mallocCheck(4 * numel * sizeof(float)) : NULL;
     fc_trace *tr[2] = {&ta, &tb};
     int b_has_prev_state = 0;
     for (int side = 0; side < 2; side++) {
         fc_trace *t = tr[side];
-        trace_bufs *x = &tb_[side];
         if (lo == t->first_step) {
-            if (fc_trace_read_init(t, x->prev, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+            if (fc_trace_view_init(t, &prev[side], &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+            prev_params[side] = prev[side].sets[0];
         } else if (side == 0 && lock && lo > tb.first_step) {
             // B's step before the first compared one is read next, and the first step re-run from it
         } else {
-            step_reader pr;
-            float *pb[4] = {x->grads, x->prev, side ? x->prev_state[0] : x->state[0], side ? x->prev_state[1] : x->state[1]};
-            reader_read(&pr, t, lo - 1, pb, NULL);
-            reader_close(&pr);
+            fc_trace_step ps;
+            fc_batch pb;
+            if (fc_trace_view_step(t, lo - 1, NULL, &prev[side], &ps, &pb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+            fc_batch_free(&pb);
+            prev_params[side] = ps.params;
+            if (side == 1) b_prev_state[0] = ps.state[0], b_prev_state[1] = ps.state[1];
             b_has_prev_state = side == 1;
         }
     }
@@ -338,7 +321,7 @@ int fc_cmd_compare(int argc, char **argv) {
     memset(&mag, 0, sizeof mag);
     float *mag_buf = NULL;
     if (lock && fc_cmp_policy_magnitudes(&pol)) {
-        if (fc_magnitude_open(&mag, &ta.cfg, ta.world_size, &e))
+        if (fc_magnitude_open(&mag, &ta.cfg, ta.world_size, b_init, &e))
             fc_die(FC_EXIT_USAGE, "compare: the magnitude pass cannot run %s's config (%s): use --trajectory", dirs[0],
                    e.msg);
         mag_buf = mallocCheck(numel * sizeof(float));
@@ -349,22 +332,22 @@ int fc_cmd_compare(int argc, char **argv) {
     long failed_steps = 0;
     for (long s = lo; s < hi; s++) {
         fc_cmp_result *r = &res[s - lo];
-        step_reader rd[2];
+        fc_trace_step st[2];
+        fc_batch bat[2];
         int rerun = lock && b_has_prev_state;  // A's tensors of this step come from the re-run
         for (int side = 0; side < 2; side++) {
-            trace_bufs *x = &tb_[side];
-            float *b4[4] = {x->grads, x->params, x->state[0], x->state[1]};
-            // a re-run step needs A's batch alone: its tensors would be read and overwritten (2 GB a step at 124M)
-            reader_read(&rd[side], tr[side], s, side == 0 && rerun ? NULL : b4, x->prev);
+            // a re-run step needs A's batch alone: its tensors are not read at all
+            int rc = side == 0 && rerun ? fc_trace_read_step(tr[0], s, NULL, prev_params[0], &st[0], &bat[0], &e)
+                                        : fc_trace_view_step(tr[side], s, prev_params[side], &cur[side], &st[side],
+                                                             &bat[side], &e);
+            if (rc) fc_die(FC_EXIT_USAGE, "%s", e.msg);
         }
-        fc_trace_step sa = rd[0].s;
+        fc_trace_step sa = st[0];
         if (rerun) {  // A's step s, re-run from B's state after s - 1
-            trace_bufs *x = &tb_[0], *y = &tb_[1];
-            float *b4[4] = {x->grads, x->params, x->state[0], x->state[1]};
-            const float *const state[2] = {y->prev_state[0], y->prev_state[1]};
-            if (fc_rerun_step(&rr, s, y->prev, state, b4, &sa, &e))
+            float *b4[4] = {out, out + numel, out + 2 * numel, out + 3 * numel};
+            if (fc_rerun_step(&rr, s, prev_params[1], b_prev_state, b4, &sa, &e))
                 fc_die(FC_EXIT_USAGE, "compare: the lockstep re-run of step %ld failed: %s", s, e.msg);
-            sa.batch = rd[0].s.batch;  // the recorded batch: the data must still be A's, exactly
+            sa.batch = st[0].batch;  // the recorded batch: the data must still be A's, exactly
         }
         ctx.a_world = rerun ? 1 : ta.world_size;                  // the re-run is one process
         ctx.a_divide_by = rerun ? fc_divide_by(&rr.cfg, 1) : 0;  // dividing by F / W where F was set
@@ -375,19 +358,17 @@ int fc_cmd_compare(int argc, char **argv) {
                 fc_die(FC_EXIT_USAGE, "compare: the magnitude pass of step %ld failed: %s", s, e.msg);
             sa.grad_mag = mag_buf;
         }
-        fc_compare_step(&ctx, &sa, &rd[1].s, r);
+        fc_compare_step(&ctx, &sa, &st[1], r);
+        // this step's parameters (and B's state) are the next one's start; a re-run's stay in out
         for (int side = 0; side < 2; side++) {
-            trace_bufs *x = &tb_[side];
-            reader_close(&rd[side]);
-            float *t = x->prev;  // this step's parameters are the next one's previous
-            x->prev = x->params;
-            x->params = t;
+            fc_batch_free(&bat[side]);
+            prev_params[side] = side ? st[1].params : sa.params;
+            if (side == 0 && rerun) continue;
+            fc_trace_view_close(&prev[side]);
+            prev[side] = cur[side];
+            memset(&cur[side], 0, sizeof cur[side]);
         }
-        for (int i = 0; i < 2; i++) {  // and B's state the next re-run's start
-            float *t = tb_[1].prev_state[i];
-            tb_[1].prev_state[i] = tb_[1].state[i];
-            tb_[1].state[i] = t;
-        }
+        b_prev_state[0] = st[1].state[0], b_prev_state[1] = st[1].state[1];
         b_has_prev_state = 1;
         fc_cmp_print_rows(stdout, r);
         if (!r->pass) {
@@ -398,7 +379,8 @@ int fc_cmd_compare(int argc, char **argv) {
     if (lock) fc_rerun_close(&rr);
     fc_rerun_close(&mag);
     free(mag_buf);
-    free(mem);
+    free(out);
+    for (int side = 0; side < 2; side++) fc_trace_view_close(&prev[side]);
     if (first.found) {
         fc_cmp_print_divergence(stdout, &first);
         printf("FAIL: %ld of %d steps differ beyond the policy\n", failed_steps, n_res);

@@ -84,7 +84,7 @@ int fc_props_compare(fc_props *r, int p, const fc_props_pair *pair, const fc_run
     float *mag_buf = NULL;
     if (fc_cmp_policy_magnitudes(&pol)) {
         fc_error e;
-        if (fc_magnitude_open(&mag, pair->against, pair->against_W > 0 ? pair->against_W : pair->W, &e)) {
+        if (fc_magnitude_open(&mag, pair->against, pair->against_W > 0 ? pair->against_W : pair->W, NULL, &e)) {
             fc_props_record(r, p, 0, "vs %s: the magnitude pass cannot run this config: %s", against, e.msg);
             ok = 0;
         } else {

@@ -35,8 +35,8 @@ static void track_dir(const char *dir, int on) {
 
 // like, as one process of `ops` in `strategy`: the same model, batch,
 // accumulation, clipping, optimizer and precision (unless fp32), no layout
-static int open_as(fc_rerun *r, const fc_run_config *like, int world, const fc_impl_ops *ops, fc_strategy strategy,
-                   int fp32, fc_error *e) {
+static int open_as(fc_rerun *r, const fc_run_config *like, int world, const char *init, const fc_impl_ops *ops,
+                   fc_strategy strategy, int fp32, fc_error *e) {
     memset(r, 0, sizeof *r);
     int up = 0;
     mpiCheck(MPI_Initialized(&up));
@@ -50,7 +50,10 @@ static int open_as(fc_rerun *r, const fc_run_config *like, int world, const fc_i
     c.strategy = strategy;
     if (fp32) c.param_dtype = c.reduce_dtype = FC_PREC_FP32;
     c.no_sync = strategy == FC_STRATEGY_LOCAL ? 0 : like->no_sync;  // one rank: no_sync changes no arithmetic
-    c.init_path[0] = '\0';               // every step loads its start: the init is never used
+    // every step loads its start: the initial weights are never used, only cheaper read than computed
+    // (a path too long for the config is not worth a failure: the seed's then)
+    c.init_path[0] = '\0';
+    if (init && strlen(init) < sizeof c.init_path) snprintf(c.init_path, sizeof c.init_path, "%s", init);
     c.steps = 1;
     if (fc_run_config_validate(&c, e) || fc_run_config_validate_world(&c, 1, e)) {
         fc_rerun_close(r);
@@ -77,13 +80,13 @@ static int open_as(fc_rerun *r, const fc_run_config *like, int world, const fc_i
     return 0;
 }
 
-int fc_rerun_open(fc_rerun *r, const fc_run_config *like, int world, fc_error *e) {
+int fc_rerun_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e) {
     int mixed = like->param_dtype != FC_PREC_FP32 || like->reduce_dtype != FC_PREC_FP32;
-    return open_as(r, like, world, fc_reference_impl(), mixed ? FC_STRATEGY_NO_SHARD : FC_STRATEGY_LOCAL, 0, e);
+    return open_as(r, like, world, init, fc_reference_impl(), mixed ? FC_STRATEGY_NO_SHARD : FC_STRATEGY_LOCAL, 0, e);
 }
 
-int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, int world, fc_error *e) {
-    return open_as(r, like, world, fc_reference_magnitude_impl(), FC_STRATEGY_LOCAL, 1, e);
+int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e) {
+    return open_as(r, like, world, init, fc_reference_magnitude_impl(), FC_STRATEGY_LOCAL, 1, e);
 }
 
 int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *mag,

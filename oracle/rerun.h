@@ -36,7 +36,11 @@ typedef struct {
 // `world`: the data-parallel ranks `like` ran on. A run that set FSDP2's
 // gradient divide factor F has (W / F) times the mean gradient, so the one
 // process runs with F / W (config.h: local's mean over F).
-int fc_rerun_open(fc_rerun *r, const fc_run_config *like, int world, fc_error *e);
+// `init`: a safetensors file of the model's weights the reference starts
+// from before the first step loads its own start (a trace's init.safetensors;
+// any weights of the model do). NULL: the seed's, computed (gpt2-124m's 124M
+// normals are seconds of work that the first handover overwrites).
+int fc_rerun_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e);
 // Step `step` from params/state (the tested run's after step - 1, [numel]
 // each): out gets the loss, the norm and the tensors in bufs (bufs[0]
 // gradients, bufs[1] parameters, bufs[2 + i] state i), prev_params = params.
@@ -48,7 +52,7 @@ int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *cons
 // element, the sum of the magnitudes of the terms that formed it (before
 // clipping). state travels with params (a checkpoint carries both); it changes
 // no magnitude.
-int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, int world, fc_error *e);
+int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e);
 int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *mag,
                       fc_error *e);
 // Closes either kind (safe on a zeroed or failed one).

@@ -234,6 +234,8 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     fc_trace ta, tb;
     fc_error e;
     if (fc_trace_open(dirs[0], &ta, &e) || fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+    char b_init[1100];  // what a re-run starts from before its first step loads B's state: read, not computed
+    fc_trace_init_file(&tb, b_init, sizeof b_init);
     if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model))
         fc_die(FC_EXIT_USAGE, "%s and %s trained different models", dirs[0], dirs[1]);
     long lo = ta.first_step > tb.first_step ? ta.first_step : tb.first_step;
@@ -274,7 +276,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     memset(&rr, 0, sizeof rr);
     if (lock) {
         const float *const state[2] = {b_prev_state[0], b_prev_state[1]};
-        if (fc_rerun_open(&rr, &ta.cfg, ta.world_size, &e) || fc_rerun_step(&rr, step, prev[1], state, ba, &sa, &e))
+        if (fc_rerun_open(&rr, &ta.cfg, ta.world_size, b_init, &e) || fc_rerun_step(&rr, step, prev[1], state, ba, &sa, &e))
             fc_die(FC_EXIT_USAGE, "sensitivity: the lockstep re-run of step %ld failed (%s): use --trajectory", step,
                    e.msg);
         sa.batch = &bat[0];
@@ -288,7 +290,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     if (!trajectory && !same_compute && fc_cmp_policy_magnitudes(&pol)) {
         fc_rerun mr;
         mag_buf = mallocCheck(numel * sizeof(float));
-        if (fc_magnitude_open(&mr, &ta.cfg, ta.world_size, &e) ||
+        if (fc_magnitude_open(&mr, &ta.cfg, ta.world_size, b_init, &e) ||
             fc_magnitude_step(&mr, step, sa.prev_params, (const float *const *)sa.state, mag_buf, &e))
             fc_die(FC_EXIT_USAGE, "sensitivity: the magnitude pass of step %ld failed (%s): use --trajectory", step,
                    e.msg);

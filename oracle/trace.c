@@ -37,9 +37,11 @@ int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
     w->tensor_steps = -1;
     if (fc_mkdir_p(dir, e)) return -1;
     remove_stale(dir);
+    // in layout order (unit by unit, model.h), so the file holds the parameters as
+    // one [numel] image of the full flat buffer, which a reader maps in place (tracefile.h)
     fc_st_entry *ent = callocCheck((size_t)m->n_params, sizeof *ent);
     for (int i = 0; i < m->n_params; i++) {
-        const fc_param *p = &m->params[i];
+        const fc_param *p = &m->params[m->unit_params[i]];
         ent[i] = (fc_st_entry){p->name, FC_DT_F32, p->ndim, {(uint64_t)p->shape[0], (uint64_t)p->shape[1]},
                                init_params + p->offset};
     }
@@ -121,9 +123,9 @@ int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, int sets, fc
         ent[k++] = (fc_st_entry){"batch.target", FC_DT_I32, 1, {(uint64_t)b->B}, b->target};
     }
     const int head = k;  // loss, [grad_norm], the batch: written now; the sets by fc_trace_write_put
-    for (int t = 0; t < per; t++) {
+    for (int t = 0; t < per; t++) {  // each set in layout order, as init
         for (int i = 0; i < m->n_params; i++) {
-            const fc_param *p = &m->params[i];
+            const fc_param *p = &m->params[m->unit_params[i]];
             char name[160];
             if (t == 0) snprintf(name, sizeof name, "grad.%s", p->name);
             else if (t == 1) snprintf(name, sizeof name, "param.%s", p->name);
@@ -149,7 +151,7 @@ int fc_trace_write_put(fc_trace_writer *w, const float *set, fc_error *e) {
     // one set a put: the stream refuses a set past the file's last (and aborts)
     const fc_model *m = w->m;
     for (int i = 0; i < m->n_params; i++)
-        if (fc_st_stream_put(&w->st, set + m->params[i].offset, e)) return -1;
+        if (fc_st_stream_put(&w->st, set + m->params[m->unit_params[i]].offset, e)) return -1;
     return 0;
 }
 

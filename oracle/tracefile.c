@@ -1,4 +1,5 @@
 // oracle/tracefile.c — see tracefile.h.
+#define _DEFAULT_SOURCE  // mmap's MAP_POPULATE (Linux, glibc): a view's page tables made at once
 #include "tracefile.h"
 
 #include <cJSON.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -380,30 +382,51 @@ int fc_trace_read_set(const fc_trace *t, fc_st_file *f, const char *prefix, floa
     return 0;
 }
 
+// init's parameters from an open init.safetensors (at path) into dst[numel]
+static int read_init_set(const fc_trace *t, fc_st_file *f, const char *path, float *dst, fc_error *e) {
+    const fc_model *m = &t->model;
+    for (int i = 0; i < m->n_params; i++) {
+        const fc_param *p = &m->params[i];
+        const fc_st_tensor *st = fc_st_find(f, p->name);
+        if (!st) return fc_fail(e, "%s: no tensor \"%s\"", path, p->name);
+        if (fc_st_read_f32(f, st, 0, p->numel, dst + p->offset, e)) return -1;
+    }
+    return 0;
+}
+
+void fc_trace_init_file(const fc_trace *t, char *buf, size_t cap) { snprintf(buf, cap, "%s/init.safetensors", t->dir); }
+
 int fc_trace_read_init(const fc_trace *t, float *dst, fc_error *e) {
     char path[1100];
-    snprintf(path, sizeof path, "%s/init.safetensors", t->dir);
+    fc_trace_init_file(t, path, sizeof path);
     fc_st_file f;
     if (fc_st_open(path, &f, e)) return -1;
-    const fc_model *m = &t->model;
-    int rc = 0;
-    for (int i = 0; i < m->n_params && !rc; i++) {
-        const fc_param *p = &m->params[i];
-        const fc_st_tensor *st = fc_st_find(&f, p->name);
-        rc = st ? fc_st_read_f32(&f, st, 0, p->numel, dst + p->offset, e) : fc_fail(e, "%s: no tensor \"%s\"", path, p->name);
-    }
+    int rc = read_init_set(t, &f, path, dst, e);
     fc_st_close(&f);
     return rc;
+}
+
+// A step whose tensor sets are asked for must hold them.
+static int holds_tensors(const fc_trace *t, long step, fc_error *e) {
+    if (step < t->first_step + t->tensor_steps) return 0;
+    return fc_fail(e, "%s, step %ld: the trace holds the tensors of its first %ld step(s) only (run --trace-tensors "
+                      "first): compare judges its later steps in lockstep, not with --trajectory, --bitwise or "
+                      "--same-compute, and sensitivity takes a step it holds", t->dir, step, t->tensor_steps);
+}
+
+// A step's read failed: its batch released, e's message prefixed with the trace and step.
+static int step_failed(const fc_trace *t, long step, fc_batch *batch, fc_error *e) {
+    fc_batch_free(batch);
+    char msg[sizeof e->msg];
+    snprintf(msg, sizeof msg, "%s", e->msg);
+    return fc_fail(e, "%s, step %ld: %s", t->dir, step, msg);
 }
 
 int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const float *prev, fc_trace_step *s,
                        fc_batch *batch, fc_error *e) {
     memset(s, 0, sizeof *s);
     memset(batch, 0, sizeof *batch);
-    if (bufs && step >= t->first_step + t->tensor_steps)
-        return fc_fail(e, "%s, step %ld: the trace holds the tensors of its first %ld step(s) only (run --trace-tensors "
-                          "first): compare judges its later steps in lockstep, not with --trajectory, --bitwise or "
-                          "--same-compute, and sensitivity takes a step it holds", t->dir, step, t->tensor_steps);
+    if (bufs && holds_tensors(t, step, e)) return -1;
     fc_st_file f;
     if (fc_trace_step_open(t, step, &f, e)) return -1;
     s->step = step;
@@ -421,14 +444,107 @@ int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const
         s->state[i] = bufs[2 + i];
     }
     fc_st_close(&f);
-    if (rc) {
-        fc_batch_free(batch);
-        char msg[sizeof e->msg];
-        snprintf(msg, sizeof msg, "%s", e->msg);
-        return fc_fail(e, "%s, step %ld: %s", t->dir, step, msg);
-    }
+    if (rc) return step_failed(t, step, batch, e);
     s->batch = batch;
     s->grads = bufs ? bufs[0] : NULL;
     s->params = bufs ? bufs[1] : NULL;
     return 0;
+}
+
+// ---------------------------------------------------------------------------
+// views: the sets in place
+
+// The set "<prefix>.<name>" (prefix "": init's "<name>") as a view into the
+// mapped file, or NULL where the file does not hold it whole, F32, aligned,
+// its tensors end to end in layout order (each at its offset in the full flat buffer).
+static const float *set_in_place(const fc_trace *t, const fc_st_file *f, const uint8_t *map, const char *prefix) {
+    const fc_model *m = &t->model;
+    uint64_t start = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const fc_param *p = &m->params[i];
+        char name[256];
+        snprintf(name, sizeof name, "%s%s%s", prefix, *prefix ? "." : "", p->name);
+        const fc_st_tensor *st = fc_st_find(f, name);
+        if (!st || st->dtype != FC_DT_F32 || st->numel != p->numel) return NULL;
+        if (i == 0 && st->begin < p->offset * sizeof(float)) return NULL;
+        if (i == 0) start = st->begin - p->offset * sizeof(float);
+        if (st->begin != start + p->offset * sizeof(float) || (f->data_start + start) % sizeof(float)) return NULL;
+    }
+    return (const float *)(map + f->data_start + start);
+}
+
+// Maps f's file (open at path) and points v->sets[0..n) at the sets named by
+// prefixes, reading the ones not held in place into v->owned.
+static int view_sets(const fc_trace *t, fc_st_file *f, const char *path, const char *const *prefixes, int n,
+                     fc_trace_view *v, fc_error *e) {
+    memset(v, 0, sizeof *v);
+    size_t len = (size_t)f->file_size;
+    // MAP_POPULATE: the page tables of the whole file at once (it is read whole)
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fileno(f->fp), 0);
+    if (map == MAP_FAILED) return fc_fail(e, "%s: cannot map %zu bytes: %s", path, len, strerror(errno));
+    v->map = map;
+    v->map_len = len;
+    int copies = 0;
+    const float *in_place[4];
+    for (int i = 0; i < n; i++) copies += !(in_place[i] = set_in_place(t, f, map, prefixes[i]));
+    size_t numel = t->model.numel;
+    if (copies) v->owned = mallocCheck((size_t)copies * numel * sizeof(float));
+    float *next = v->owned;
+    for (int i = 0; i < n; i++) {
+        if (in_place[i]) {
+            v->sets[i] = in_place[i];
+            continue;
+        }
+        int rc = *prefixes[i] ? fc_trace_read_set(t, f, prefixes[i], next, e) : read_init_set(t, f, path, next, e);
+        if (rc) {
+            fc_trace_view_close(v);
+            return -1;
+        }
+        v->sets[i] = next;
+        next += numel;
+    }
+    return 0;
+}
+
+int fc_trace_view_step(const fc_trace *t, long step, const float *prev, fc_trace_view *v, fc_trace_step *s,
+                       fc_batch *batch, fc_error *e) {
+    memset(v, 0, sizeof *v);
+    if (holds_tensors(t, step, e) || fc_trace_read_step(t, step, NULL, prev, s, batch, e)) return -1;
+    char path[1200];
+    step_path(t, step, path, sizeof path);
+    fc_st_file f;
+    char prefixes[4][64] = {"grad", "param"};
+    const char *const p[4] = {prefixes[0], prefixes[1], prefixes[2], prefixes[3]};
+    for (int i = 0; i < t->n_state; i++) snprintf(prefixes[2 + i], sizeof prefixes[2 + i], "optim.%s", t->state_names[i]);
+    int rc = fc_trace_step_open(t, step, &f, e);
+    if (!rc) {
+        rc = view_sets(t, &f, path, p, 2 + t->n_state, v, e);
+        fc_st_close(&f);
+    }
+    if (rc) return step_failed(t, step, batch, e);
+    s->grads = v->sets[0];
+    s->params = v->sets[1];
+    for (int i = 0; i < t->n_state; i++) {
+        s->state_names[i] = t->state_names[i];
+        s->state[i] = v->sets[2 + i];
+    }
+    return 0;
+}
+
+int fc_trace_view_init(const fc_trace *t, fc_trace_view *v, fc_error *e) {
+    memset(v, 0, sizeof *v);
+    char path[1100];
+    fc_trace_init_file(t, path, sizeof path);
+    fc_st_file f;
+    if (fc_st_open(path, &f, e)) return -1;
+    const char *const p[1] = {""};
+    int rc = view_sets(t, &f, path, p, 1, v, e);
+    fc_st_close(&f);
+    return rc;
+}
+
+void fc_trace_view_close(fc_trace_view *v) {
+    if (v->map) munmap(v->map, v->map_len);
+    free(v->owned);
+    memset(v, 0, sizeof *v);
 }

@@ -70,8 +70,32 @@ int fc_trace_read_set(const fc_trace *t, fc_st_file *f, const char *prefix, floa
 // bufs NULL: the step's loss, norm and batch only (no tensor is read).
 int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const float *prev, fc_trace_step *s,
                        fc_batch *batch, fc_error *e);
+// The path of the trace's init.safetensors in buf[cap] (cut short where it does not fit).
+void fc_trace_init_file(const fc_trace *t, char *buf, size_t cap);
 // Reads init.safetensors (the parameters the trace's first step starts from)
 // into dst[model.numel] in model layout.
 int fc_trace_read_init(const fc_trace *t, float *dst, fc_error *e);
+
+// A step's tensor sets, or init's parameters, in place: the file mapped
+// read-only, each set a [model.numel] view into the mapping where the file
+// holds the set whole, F32, in layout order (unit by unit: an image of the
+// full flat buffer, core/model.h; oracle/trace.c and the torch adapter write
+// every set so), else read into memory of the view's own (a file another
+// writer laid out otherwise: the safetensors package sorts tensors by name). gpt2-124m's step is 2 GB: read,
+// it costs as much again in fresh memory and a copy (issue 18's profile).
+typedef struct {
+    void *map;
+    size_t map_len;
+    float *owned;          // the sets read, not mapped ([k][numel]; NULL: none)
+    const float *sets[4];  // a step's gradients, parameters, states 0 and 1; init's parameters in sets[0]
+} fc_trace_view;
+
+// fc_trace_read_step with the sets in v instead of buffers: s's grads,
+// params and state point into v (valid until fc_trace_view_close).
+int fc_trace_view_step(const fc_trace *t, long step, const float *prev, fc_trace_view *v, fc_trace_step *s,
+                       fc_batch *batch, fc_error *e);
+int fc_trace_view_init(const fc_trace *t, fc_trace_view *v, fc_error *e);
+// Releases a view (safe on a zeroed one) and zeroes it.
+void fc_trace_view_close(fc_trace_view *v);
 
 #endif

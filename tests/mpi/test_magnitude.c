@@ -42,8 +42,8 @@ static int step_both(const fc_run_config *cfg, stepped *s) {
     const float *const state[2] = {zero, zero};
     fc_rerun r, mr;
     fc_error e;
-    int rc = fc_rerun_open(&r, cfg, 1, &e) || fc_rerun_step(&r, 0, s->params, state, s->bufs, &s->a, &e) ||
-             fc_magnitude_open(&mr, cfg, 1, &e) || fc_magnitude_step(&mr, 0, s->params, state, s->mag, &e);
+    int rc = fc_rerun_open(&r, cfg, 1, NULL, &e) || fc_rerun_step(&r, 0, s->params, state, s->bufs, &s->a, &e) ||
+             fc_magnitude_open(&mr, cfg, 1, NULL, &e) || fc_magnitude_step(&mr, 0, s->params, state, s->mag, &e);
     MT_CHECK(!rc, "%s: %s", cfg->model.name, e.msg);
     fc_rerun_close(&mr);
     fc_rerun_close(&r);
