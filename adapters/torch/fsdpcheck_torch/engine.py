@@ -37,7 +37,7 @@ import torch.distributed as dist
 from . import model as M
 from . import tracefile
 from .config import UsageError, forward_prefetch_units, frozen_of, lora_of, optim_state_names
-from .gather import gather_full
+from .gather import gather_full, shares_host, write_shards
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 NORM = {"1": 1.0, "2": 2.0, "inf": float("inf")}
@@ -338,12 +338,14 @@ class Run:
                     g = torch.zeros_like(p) if none else p.grad
                     out[n] = g.detach().float().cpu().clone()
         else:  # FSDP2: rank 0 gets them (gather.py), the other ranks write nothing
-            named = [
-                (clean_name(n), p.grad if p.grad is not None else torch.zeros_like(p))
-                for n, p in model.named_parameters()
-            ]
-            out = gather_full(named, self.F, self.rank)
+            out = gather_full(self.fsdp2_grads(model), self.F, self.rank)
         return out
+
+    def fsdp2_grads(self, model):
+        """FSDP2's gradients as they are, [(name, DTensor)]: a frozen one zeros."""
+        return [
+            (clean_name(n), p.grad if p.grad is not None else torch.zeros_like(p)) for n, p in model.named_parameters()
+        ]
 
     def full_params(self, model):
         out = {}
@@ -400,6 +402,11 @@ class Run:
         return out, osd
 
     def fsdp2_optim_state(self, model, optim):
+        named = self.fsdp2_state_sets(model, optim)
+        return {s: gather_full(named[s], self.F, self.rank) for s in self.state_names}
+
+    def fsdp2_state_sets(self, model, optim):
+        """FSDP2's optimizer states as they are: {state: [(name, DTensor)]}."""
         named, seen = {s: [] for s in self.state_names}, set()
         for n, p in model.named_parameters():
             n = clean_name(n)
@@ -414,7 +421,7 @@ class Run:
         missing = [n for n in self.names if n not in seen]
         if missing:
             raise RuntimeError(f"parameters {missing} missing from the model's named parameters")
-        return {s: gather_full(named[s], self.F, self.rank) for s in self.state_names}
+        return named
 
     # ------------------------------------------------------------ checkpoint
     def round_trip(self, model, optim, directory, step):
@@ -512,6 +519,45 @@ class Run:
         dist.all_gather(parts, x)
         return torch.cat(parts)
 
+    # ----------------------------------------------------------------- trace
+    def open_step_file(self, out, step, g_inp, g_tgt, clips):
+        """Step `step`'s file, laid out on every rank (rank 0 creates it, the
+        others open it after)."""
+        t0 = time.perf_counter()
+        entries = tracefile.step_entries(self.names, self.ref.shapes, self.state_names, g_inp, g_tgt, clips)
+        f = tracefile.step_file(out, step, entries)
+        if self.rank == 0:
+            f.create()
+        dist.barrier()
+        if self.rank != 0:
+            f.open()
+        self.timing["trace_write"] += time.perf_counter() - t0
+        return f
+
+    def record(self, f, prefix, named):
+        """An FSDP2 set ([(name, DTensor)]) into the step file: every rank
+        writes its own rows where the ranks share this host (gather.py), else
+        rank 0 gathers the set and writes it."""
+        t0 = time.perf_counter()
+        if self.shard_write and write_shards(f, prefix, named, self.F, self.rank):
+            self.timing["trace_write"] += time.perf_counter() - t0
+            return
+        self.record_full(f, prefix, gather_full, named, self.F, self.rank)
+
+    def record_full(self, f, prefix, full, *args):
+        """A set gathered whole by full(*args) ({name: tensor} on rank 0; prefix
+        None: {state: {name: tensor}}, the optimizer's), written by rank 0."""
+        t0 = time.perf_counter()
+        got = full(*args)
+        t1 = time.perf_counter()
+        self.timing["gather"] += t1 - t0
+        if self.rank == 0:
+            sets = {prefix: got} if prefix else {f"optim.{s}": got[s] for s in self.state_names}
+            for p, tensors in sets.items():
+                for n in self.names:
+                    f.write(f"{p}.{n}", tensors[n])
+        self.timing["trace_write"] += time.perf_counter() - t1
+
     def train(self):
         c = self.cfg
         K = c["grad_accum"]
@@ -551,6 +597,10 @@ class Run:
         # no rank keeps a full copy beyond them (gpt2-124m: 500 MB a rank)
         del init
         self.timing["trace_write"] += time.perf_counter() - t0
+        # FSDP2's ranks write their own shards into the step files where they share this host
+        # (gather.py); FSDPCHECK_GATHER=shm or =collective gathers every set to rank 0 instead
+        mode = os.environ.get("FSDPCHECK_GATHER", "auto")
+        self.shard_write = self.api == "fsdp2" and mode == "auto" and shares_host()
         token_ids = M.takes_token_ids(self.mcfg)  # gpt2, llama: the input is token ids (long)
         rec = getattr(self, "commlog", None)  # --comm-log: the step's schedule (commlog.py)
         phase = rec.set_phase if rec else (lambda p: None)
@@ -593,45 +643,50 @@ class Run:
                     (loss / K).backward() if K > 1 else loss.backward()
                     phase(None)
                 loss_sum += float(loss.detach().float().cpu())
-            t0 = time.perf_counter()
-            grads = self.full_grads(model)
-            self.timing["gather"] += time.perf_counter() - t0
-            phase("clip")
-            grad_norm = clip_grad_norm(model, c, self.api == "fsdp1") if c["clip_grad_norm"] > 0 else None
-            phase("optim")
-            optim.step()
-            if self.fault == "frozen_decay":
-                decay_frozen(model, self.frozen, c["optimizer"])
-            if rec:
-                rec.optimizer_stepped()
-            phase(None)
-            t0 = time.perf_counter()
-            params = self.full_params(model)
-            states = self.full_optim_state(model, optim)
-            self.timing["gather"] += time.perf_counter() - t0
-            lt = torch.tensor(
-                [loss_sum / K], dtype=torch.float64, device=self.device if self.device.type != "cpu" else "cpu"
-            )
-            dist.all_reduce(lt)
-            used_inp = self.gather_batch(inp.to(self.device)).cpu()
-            used_tgt = self.gather_batch(tgt.to(self.device)).cpu()
-            t0 = time.perf_counter()
-            if self.rank == 0:
-                tracefile.write_step(
-                    out,
-                    step,
-                    float(lt.item()) / self.W,
-                    used_inp.to(g_inp.dtype),
-                    used_tgt.to(g_tgt.dtype),
-                    grads,
-                    params,
-                    states,
-                    self.names,
-                    self.state_names,
-                    grad_norm,
+            # the step file is laid out now (tracefile.StepFile), and every set goes into it as
+            # soon as it is final: the gradients before clipping scales them, the rest after the step
+            clips = c["clip_grad_norm"] > 0
+            f = self.open_step_file(out, step, g_inp, g_tgt, clips)
+            try:
+                if self.api == "fsdp2":
+                    self.record(f, "grad", self.fsdp2_grads(model))
+                else:
+                    self.record_full(f, "grad", self.full_grads, model)
+                phase("clip")
+                grad_norm = clip_grad_norm(model, c, self.api == "fsdp1") if clips else None
+                phase("optim")
+                optim.step()
+                if self.fault == "frozen_decay":
+                    decay_frozen(model, self.frozen, c["optimizer"])
+                if rec:
+                    rec.optimizer_stepped()
+                phase(None)
+                if self.api == "fsdp2":
+                    self.record(f, "param", [(clean_name(n), p) for n, p in model.named_parameters()])
+                else:
+                    self.record_full(f, "param", self.full_params, model)
+                if self.api == "fsdp2" and not self.args.optim_state_offload:
+                    for s, named in self.fsdp2_state_sets(model, optim).items():
+                        self.record(f, f"optim.{s}", named)
+                else:
+                    self.record_full(f, None, self.full_optim_state, model, optim)
+                lt = torch.tensor(
+                    [loss_sum / K], dtype=torch.float64, device=self.device if self.device.type != "cpu" else "cpu"
                 )
+                dist.all_reduce(lt)
+                used_inp = self.gather_batch(inp.to(self.device)).cpu()
+                used_tgt = self.gather_batch(tgt.to(self.device)).cpu()
+                t0 = time.perf_counter()
+                mean_loss = float(lt.item()) / self.W
+                if self.rank == 0:
+                    tracefile.write_scalars(f, mean_loss, used_inp.to(g_inp.dtype), used_tgt.to(g_tgt.dtype), grad_norm)
+                dist.barrier()  # every rank's part is in
+                if self.rank == 0:
+                    f.commit()
+                    print(f"step {step}: loss {mean_loss:.6f}", flush=True)
                 self.timing["trace_write"] += time.perf_counter() - t0
-                print(f"step {step}: loss {float(lt.item()) / self.W:.6f}", flush=True)
+            finally:
+                f.close()
         # every rank's peak resident set so far (Linux: KiB), for check's memory line
         import resource
 

@@ -23,6 +23,13 @@ Measured side by side (2026-11-27, 2 ranks, a 250 MB buffer a rank, one
 gpt2-124m set): gloo's `dist.gather` 2.8 s, /dev/shm 1.1 s. Elsewhere (another
 host, a GPU buffer, no /dev/shm) `dist.gather` carries them.
 FSDPCHECK_GATHER=collective forces `dist.gather` (the tests compare both).
+
+A trace needs no full tensor in memory at all when the ranks share a file
+system (one host): write_shards has each rank of rank 0's shard group write
+its own rows of every tensor into the step file, where the full tensor's rows
+go (tracefile.StepFile lays the file out before any rank writes). That is
+what `engine` does for FSDP2 on one host; gather_full is what it does
+elsewhere, and what FSDPCHECK_GATHER=collective or =shm asks for.
 """
 
 import atexit
@@ -35,6 +42,13 @@ import torch
 import torch.distributed as dist
 
 _SHM = {"dir": None, "n": 0, "decided": False}
+
+
+def shares_host():
+    """Whether every rank runs on this host (one all-gather)."""
+    seen = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, socket.gethostname())
+    return all(h == seen[0] for h in seen)
 
 
 def _shm_dir(buf):
@@ -116,17 +130,43 @@ def _full_each(named):
     return out
 
 
+def _agreed_rows(named, F):
+    """Every tensor's (shard index, padded rows) by the rule, or None when any
+    tensor on any rank is not sharded so (the ranks agree: one all-reduce)."""
+    dev = named[0][1].to_local().device if hasattr(named[0][1], "to_local") else named[0][1].device
+    rows = [_local_rows(t, F) for _, t in named]
+    ok = torch.tensor([int(all(r is not None for r in rows))], dtype=torch.int32, device=dev)
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return rows if ok.item() else None
+
+
+def write_shards(f, prefix, named, F, rank):
+    """Writes a set into the step file f (tracefile.StepFile, open on every
+    rank): each rank of rank 0's shard group its own rows of every tensor,
+    at their place in the full tensor, the ranks of other replicas nothing.
+    Returns False, having written nothing, when the set is not sharded by
+    the rule on every rank (then gather_full and rank 0 write it)."""
+    if not named:
+        return True
+    rows = _agreed_rows(named, F)
+    if rows is None:
+        return False
+    if rank < F:  # rank 0's shard group (_local_rows checked the mesh): one writer for each row
+        for (n, t), (fi, c) in zip(named, rows):
+            loc = t.to_local()
+            if loc.numel():
+                f.write(f"{prefix}.{n}", loc.float(), first=fi * c)
+    return True
+
+
 def gather_full(named, F, rank):
     """named: [(name, DTensor)] on every rank, in the same order. Returns
     {name: full fp32 CPU tensor} on rank 0 and {} elsewhere (the slow path
     returns them everywhere); F is the shard group size of the run's mesh."""
     if not named:
         return {}
-    dev = named[0][1].to_local().device if hasattr(named[0][1], "to_local") else named[0][1].device
-    rows = [_local_rows(t, F) for _, t in named]
-    ok = torch.tensor([int(all(r is not None for r in rows))], dtype=torch.int32, device=dev)
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    if not ok.item():
+    rows = _agreed_rows(named, F)
+    if rows is None:
         return _full_each(named)
     parts = []
     for (_, t), (f, c) in zip(named, rows):

@@ -1,7 +1,8 @@
-"""fsdpcheck traces through the `safetensors` package (DESIGN §6).
+"""fsdpcheck traces (DESIGN §6).
 
-Reading: a reference trace's trace.json, init.safetensors and the batches of
-its step files. Writing: the same layout oracle/trace.c writes, so
+Reading, through the `safetensors` package: a reference trace's trace.json,
+init.safetensors and the batches of its step files. Writing (StepFile, below:
+several ranks write one file): the same layout oracle/trace.c writes, so
 `fsdpcheck compare` reads it unchanged: trace.json (format, version,
 implementation, world size, first step, steps, config, units, plus a "torch"
 object naming the API, torch version, device and backend), init.safetensors
@@ -15,7 +16,6 @@ import os
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 from . import strictjson
 from .config import STRATEGIES, UsageError, lora_spec, read_trace_json
@@ -151,6 +151,7 @@ class RefTrace:
             if h[n]["dtype"] != "F32":
                 raise UsageError(f"{path}: {n} is {h[n]['dtype']}, a trace's initial weights are F32")
         self._check_model(path, h)
+        self.shapes = {n: tuple(h[n]["shape"]) for n in self.names}  # checked against the model just built
 
     def _check_model(self, path, h):
         """The model config.model describes, built on the meta device (no
@@ -206,37 +207,150 @@ class RefTrace:
             raise UsageError(f"{path}: cannot read the batch ({e})")
 
 
+# safetensors' dtype names, and each dtype's element size
+_DTYPES = {
+    torch.float64: ("F64", 8),
+    torch.int64: ("I64", 8),
+    torch.float32: ("F32", 4),
+    torch.int32: ("I32", 4),
+}
+
+
+class StepFile:
+    """A safetensors file laid out before its tensors exist, so that several
+    ranks can write their own rows of it: FSDP2's ranks each write their
+    dim-0 shards where the full tensor's rows go (gather.write_shards), with
+    no gather and no copy of the whole set on one rank.
+
+    The safetensors package writes a file from whole tensors in one process
+    (`save_file`), so the layout is made here, as the format defines it
+    (github.com/huggingface/safetensors, README "Format"): an 8-byte
+    little-endian header length N, N bytes of JSON (padded with spaces so
+    the data starts 8-byte aligned) mapping each name to its dtype, shape and
+    [begin, end) byte offsets in the data, which the tensors fill end to end.
+    The 8-byte dtypes come first and every tensor starts aligned to its element
+    size; the float32 tensors follow in the order given (a set's tensors in
+    layout order, unit by unit: one contiguous [numel] image of the full flat
+    buffer, as oracle/trace.c writes it).
+    The package's own reader (`safe_open`: tests/gather_worker.py) and
+    fsdpcheck's (every check) read the files made here.
+
+    entries: [(name, dtype, shape)]. Rank 0 calls create(), the others open()
+    after it (a barrier between); every rank write()s its parts; rank 0
+    commit()s after the last write (a barrier before): the file appears under
+    its name only then."""
+
+    def __init__(self, path, entries, metadata):
+        self.path, self.tmp = path, path + ".tmp"
+        order = sorted(range(len(entries)), key=lambda i: -_DTYPES[entries[i][1]][1])  # stable: 8-byte ones first
+        head, self.at, at = {"__metadata__": dict(metadata)}, {}, 0
+        for i in order:
+            name, dtype, shape = entries[i]
+            code, size = _DTYPES[dtype]
+            end = at + size * _numel(shape)
+            head[name] = {"dtype": code, "shape": list(shape), "data_offsets": [at, end]}
+            self.at[name] = (at, end, dtype)
+            at = end
+        raw = json.dumps(head, separators=(",", ":")).encode()
+        raw += b" " * (-len(raw) % 8)
+        self.header = len(raw).to_bytes(8, "little") + raw
+        self.size = len(self.header) + at
+        self.fd = None
+
+    def create(self):
+        self.fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._pwrite(self.header, 0)
+        os.ftruncate(self.fd, self.size)
+
+    def open(self):
+        self.fd = os.open(self.tmp, os.O_RDWR)
+
+    def write(self, name, t, first=0):
+        """Writes t (contiguous rows of the tensor `name`, as its dtype) from
+        row `first` on."""
+        begin, end, dtype = self.at[name]
+        t = t.detach().to("cpu", dtype).contiguous()
+        data = memoryview(t.numpy()).cast("B") if t.numel() else b""
+        rows = t.shape[0] if t.dim() else 1
+        off = begin + (first * len(data) // rows if rows else 0)
+        if off + len(data) > end:
+            raise ValueError(f"{name}: rows {first}..{first + rows} run past the tensor in {self.path}")
+        self._pwrite(data, len(self.header) + off)
+
+    def _pwrite(self, data, off):
+        while len(data):  # a write may be partial (Linux caps one at 2 GiB)
+            n = os.pwrite(self.fd, data, off)
+            data, off = data[n:], off + n
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def commit(self):
+        self.close()
+        os.replace(self.tmp, self.path)
+
+
 def write_init(directory, tensors):
     os.makedirs(directory, exist_ok=True)
     for n in os.listdir(directory):
         if (n.startswith("step-") and n.endswith(".safetensors")) or n == "trace.json":
             os.unlink(os.path.join(directory, n))
-    save_file(
-        {k: v.detach().float().contiguous() for k, v in tensors.items()},
-        os.path.join(directory, "init.safetensors"),
-        metadata={"format": FORMAT, "content": "init"},
-    )
+    entries = [(k, torch.float32, tuple(v.shape)) for k, v in tensors.items()]
+    f = StepFile(os.path.join(directory, "init.safetensors"), entries, {"format": FORMAT, "content": "init"})
+    f.create()
+    for k, v in tensors.items():
+        f.write(k, v)
+    f.commit()
+
+
+def step_entries(names, shapes, state_names, batch_input, batch_target, clips):
+    """What a step file holds, in its order: the scalars, the batch, then the
+    gradient, parameter and optimizer state sets, each in layout order (names:
+    the units' parameters, unit by unit)."""
+    e = [("loss", torch.float32, ())]
+    if clips:
+        e.append(("grad_norm", torch.float64, ()))
+    e += [("batch.input", batch_input.dtype, tuple(batch_input.shape))]
+    e += [("batch.target", batch_target.dtype, tuple(batch_target.shape))]
+    for prefix in ["grad", "param"] + [f"optim.{s}" for s in state_names]:
+        e += [(f"{prefix}.{n}", torch.float32, tuple(shapes[n])) for n in names]
+    return e
+
+
+def step_file(directory, step, entries):
+    path = os.path.join(directory, f"step-{step:06d}.safetensors")
+    return StepFile(path, entries, {"format": FORMAT, "step": str(step)})
+
+
+def write_scalars(f, loss, batch_input, batch_target, grad_norm):
+    f.write("loss", torch.tensor(loss, dtype=torch.float32))
+    if grad_norm is not None:
+        f.write("grad_norm", torch.tensor(grad_norm, dtype=torch.float64))
+    f.write("batch.input", batch_input)
+    f.write("batch.target", batch_target)
 
 
 def write_step(directory, step, loss, batch_input, batch_target, grads, params, states, names, state_names, grad_norm):
-    """grad_norm: the total norm clip_grad_norm_ returned (a float), or None
-    when the run does not clip (a clipping run's trace must carry it)."""
-    t = {
-        "loss": torch.tensor(loss, dtype=torch.float32),
-        "batch.input": batch_input.contiguous(),
-        "batch.target": batch_target.contiguous(),
-    }
-    if grad_norm is not None:
-        t["grad_norm"] = torch.tensor(grad_norm, dtype=torch.float64)
-    for n in names:
-        t[f"grad.{n}"] = grads[n].detach().float().contiguous()
-        t[f"param.{n}"] = params[n].detach().float().contiguous()
-        for s in state_names:
-            t[f"optim.{s}.{n}"] = states[s][n].detach().float().contiguous()
-    path = os.path.join(directory, f"step-{step:06d}.safetensors")
-    tmp = path + ".tmp"
-    save_file(t, tmp, metadata={"format": FORMAT, "step": str(step)})
-    os.replace(tmp, path)
+    """One process's step file from full tensors. grad_norm: the total norm
+    clip_grad_norm_ returned (a float), or None when the run does not clip (a
+    clipping run's trace must carry it)."""
+    shapes = {n: tuple(params[n].shape) for n in names}
+    f = step_file(
+        directory, step, step_entries(names, shapes, state_names, batch_input, batch_target, grad_norm is not None)
+    )
+    f.create()
+    try:
+        write_scalars(f, loss, batch_input, batch_target, grad_norm)
+        for n in names:
+            f.write(f"grad.{n}", grads[n])
+            f.write(f"param.{n}", params[n])
+            for s in state_names:
+                f.write(f"optim.{s}.{n}", states[s][n])
+        f.commit()
+    finally:
+        f.close()
 
 
 def write_trace_json(directory, implementation, world, steps, config, units, torch_info, first_step=0):
