@@ -197,7 +197,7 @@ int main(int argc, char **argv) {
            C_ENSEMBLE, worst_ens, sens_ens, C_ENSEMBLE);
     printf("ensemble, c that passes B: %.3g            %.2g at c = max(%g, that)\n", c_need, sens_need, C_ENSEMBLE);
     free(mags);
-    free(allow);
+    fc_cmp_scratch_release(allow);
     free(spread);
     free(mean);
     free(mk);

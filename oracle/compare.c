@@ -449,8 +449,8 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
                 double *allow = fc_cmp_state_allowance(c, a, b, a->state_names[i], allow_g);
                 elem_allow al = {allow, terms, allow != NULL};
                 cmp_set(c, r, FC_CMP_OPTIM, prefix, a->state[i], b->state[j], &al);
-                free(allow);
-                free(terms);
+                fc_cmp_scratch_release(allow);
+                fc_cmp_scratch_release(terms);
             } else {
                 char note[200];
                 snprintf(note, sizeof note, "optimizer state \"%s\" is in A, not in B", a->state_names[i]);
@@ -469,9 +469,9 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
         double *allow = fc_cmp_optimizer_allowance(c, a, b);
         elem_allow al = {allow, NULL, 0};
         cmp_set(c, r, FC_CMP_PARAM, "param", a->params, b->params, &al);
-        free(allow);
+        fc_cmp_scratch_release(allow);
     }
-    free(allow_g);
+    fc_cmp_scratch_release(allow_g);
 }
 
 void fc_compare_step(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, fc_cmp_result *r) {

@@ -167,6 +167,46 @@ int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_
 
 int fc_cmp_impl_act32(const char *impl) { return impl && !strcmp(impl, "reference"); }
 
+// ---------------------------------------------------------------------------
+// scratch: the [numel] arrays kept between steps
+
+#define SCRATCH_SLOTS 6  // a step holds at most four at once (gradient, state, terms, optimizer)
+static struct {
+    double *p;
+    size_t n;
+    int used;
+} scratch[SCRATCH_SLOTS];
+
+double *fc_cmp_scratch(size_t n) {
+    int best = -1;  // the smallest free slot that holds n, else the largest free one, grown
+    for (int i = 0; i < SCRATCH_SLOTS; i++) {
+        if (scratch[i].used) continue;
+        if (best < 0) best = i;
+        int fits = scratch[i].n >= n, best_fits = scratch[best].n >= n;
+        if (fits ? !best_fits || scratch[i].n < scratch[best].n : !best_fits && scratch[i].n > scratch[best].n)
+            best = i;
+    }
+    if (best < 0) fc_die(FC_EXIT_INTERNAL, "%s:%d: more than %d allowance arrays at once", __FILE__, __LINE__,
+                         SCRATCH_SLOTS);
+    if (scratch[best].n < n) {
+        free(scratch[best].p);
+        scratch[best].p = mallocCheck(n * sizeof(double));
+        scratch[best].n = n;
+    }
+    scratch[best].used = 1;
+    return scratch[best].p;
+}
+
+void fc_cmp_scratch_release(double *p) {
+    if (!p) return;
+    for (int i = 0; i < SCRATCH_SLOTS; i++)
+        if (scratch[i].p == p && scratch[i].used) {
+            scratch[i].used = 0;
+            return;
+        }
+    fc_die(FC_EXIT_INTERNAL, "%s:%d: released an array that is not scratch", __FILE__, __LINE__);
+}
+
 // The 16-bit model's allowance of each gradient element, n u mag + C_ACT_SCALE
 // L s u scale_A + the underflows (the constants above); NULL when the step is
 // not judged by it.
@@ -174,7 +214,7 @@ double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const
     if (!r->magnitudes) return NULL;
     size_t n = c->m->numel;
     side_rounding sr = both_sides(c);
-    double u = fc_cmp_unit_roundoff(c->policy->prec), k = sr.n * u, *allow = mallocCheck(n * sizeof(double));
+    double u = fc_cmp_unit_roundoff(c->policy->prec), k = sr.n * u, *allow = fc_cmp_scratch(n);
     // sides that compute in 16 bits: the input gradients they propagate carry
     // errors relative to the tensor, not to the element's own terms
     double floor_coef = C_ACT_SCALE * depth_of(c->layout) * sr.act16 * u;
@@ -208,7 +248,7 @@ double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, cons
     else return NULL;
     double ca = fc_cmp_clip_coef(c, a), dc = fabs(ca - fc_cmp_clip_coef(c, b));
     size_t n = c->m->numel;
-    double *allow = mallocCheck(n * sizeof(double));
+    double *allow = fc_cmp_scratch(n);
     size_t lo, hi;
     fc_cmp_range(c, &lo, &hi);
 #pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)

@@ -23,6 +23,17 @@ static inline size_t fc_cmp_block_end(size_t k, size_t n) {
     return (k + 1) * FC_CMP_BLOCK < n ? (k + 1) * FC_CMP_BLOCK : n;
 }
 
+// --- scratch for the per-element allowances (compare_model.c) ---
+
+// The [numel] double arrays below (1 GB each at gpt2-124m, up to four a step)
+// come from here and go back with fc_cmp_scratch_release: a released one is
+// kept for the next request of its size or less, since every step asks for the
+// same ones. From malloc each would be an mmap of its own whose pages the kernel
+// zeroes at every first touch: a step of gpt2-124m's compare faulted 4 GB in.
+// Not thread-safe (compare calls it from one thread; OpenMP only inside).
+double *fc_cmp_scratch(size_t n);
+void fc_cmp_scratch_release(double *p);  // NULL: nothing
+
 // --- the 16-bit model (compare_model.c) ---
 
 // The unit roundoff of a precision: 2^-8 (bf16), 2^-11 (fp16), 2^-24 (fp32).
@@ -31,7 +42,8 @@ double fc_cmp_unit_roundoff(fc_prec p);
 // magnitudes known, both sides starting from bit-identical parameters).
 int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
 // Per element of the flat parameter vector [numel]: what rounding may move a
-// gradient element by; NULL when the step is not judged by the model. Owned by the caller.
+// gradient element by; NULL when the step is not judged by the model. Every [numel] array
+// here and below comes from fc_cmp_scratch: release it with fc_cmp_scratch_release.
 double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
 // [numel]: the same carried into a momentum state (exp_avg, exp_avg_sq,
 // momentum_buffer); NULL for other states or without allow_g.

@@ -31,7 +31,7 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
         if (!ma || !va || !mb || !vb) return NULL;
         // p_t = p_{t-1} * decay + neg_step * m / (sqrt(v) / bc2_sqrt + eps)  (core/optim.h)
         fc_adamw_coeffs k = fc_adamw_coeffs_at(o, t);
-        double *allow = mallocCheck(n * sizeof(double));
+        double *allow = fc_cmp_scratch(n);
         size_t lo, hi;  // the compared elements (the others are never read)
         fc_cmp_range(c, &lo, &hi);
 #pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
@@ -47,7 +47,7 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
     const float *ba = state_of(a, "momentum_buffer"), *bb = state_of(b, "momentum_buffer");
     if (o->momentum != 0 && (!ba || !bb)) return NULL;
     if (!a->grads || !b->grads) return NULL;
-    double *allow = mallocCheck(n * sizeof(double));
+    double *allow = fc_cmp_scratch(n);
     size_t lo, hi;
     fc_cmp_range(c, &lo, &hi);
 #pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
@@ -95,7 +95,7 @@ double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const
     const float *m = state_of(a, state);
     if (!m) return NULL;
     size_t n = c->m->numel;
-    double *terms = mallocCheck(n * sizeof(double)), coef = fc_cmp_clip_coef(c, a);
+    double *terms = fc_cmp_scratch(n), coef = fc_cmp_clip_coef(c, a);
     size_t lo, hi;
     fc_cmp_range(c, &lo, &hi);
 #pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
