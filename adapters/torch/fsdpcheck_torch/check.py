@@ -42,6 +42,7 @@ from .config import (
     default_config,
     freeze_unsupported,
     fsdp2_only,
+    gather_mode,
     inject_refusal,
     lora_flag,
     premul_refusal,
@@ -210,6 +211,7 @@ class Job:
 
     def __init__(self, argv):
         self.opts, self.flags, self.cfg, self.world, self.api = parse(argv)
+        gather_mode()  # FSDPCHECK_GATHER, refused here rather than by every torch rank
         self.keep = self.opts.get("--keep")
         self.work = self.keep or tempfile.mkdtemp(prefix="fsdpcheck-torch-")
         os.makedirs(self.work, exist_ok=True)

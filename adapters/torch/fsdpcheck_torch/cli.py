@@ -28,6 +28,7 @@ from .config import (
     freeze_unsupported,
     frozen_of,
     frozen_units,
+    gather_mode,
     inject_refusal,
     like_config,
     premul_refusal,
@@ -70,6 +71,7 @@ def parse_run(argv, world):
     api = opts.get("--api")
     if api not in APIS:
         raise UsageError("run: --api fsdp1|fsdp2 is required" if api is None else f"--api {api!r}: not fsdp1 or fsdp2")
+    gather_mode()  # FSDPCHECK_GATHER, before anything runs
     device = opts.get("--device", "cpu")
     if device not in DEVICES:
         raise UsageError(f"--device {device!r}: not one of {', '.join(DEVICES)}")

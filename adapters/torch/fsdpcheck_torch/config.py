@@ -177,6 +177,20 @@ def forward_prefetch_units(cfg):
 
 
 # The process group's backend a device gets unless --backend says otherwise
+# How FSDP2's sets reach the trace (gather.py): "auto" has each rank write its own shards
+# where every rank shares this host, "shm" and "collective" gather each set to rank 0
+# (through /dev/shm files, or gloo's dist.gather)
+GATHER_MODES = ("auto", "shm", "collective")
+
+
+def gather_mode():
+    """FSDPCHECK_GATHER, checked: a misspelt value is refused, never taken for another."""
+    mode = os.environ.get("FSDPCHECK_GATHER", "auto")
+    if mode not in GATHER_MODES:
+        raise UsageError(f"FSDPCHECK_GATHER={mode!r}: not one of {', '.join(GATHER_MODES)}")
+    return mode
+
+
 DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl", "xla": "xla"}
 
 

@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from . import model as M
 from . import tracefile
-from .config import UsageError, forward_prefetch_units, frozen_of, lora_of, optim_state_names
+from .config import UsageError, forward_prefetch_units, frozen_of, gather_mode, lora_of, optim_state_names
 from .gather import gather_full, shares_host, write_shards
 
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -599,8 +599,7 @@ class Run:
         self.timing["trace_write"] += time.perf_counter() - t0
         # FSDP2's ranks write their own shards into the step files where they share this host
         # (gather.py); FSDPCHECK_GATHER=shm or =collective gathers every set to rank 0 instead
-        mode = os.environ.get("FSDPCHECK_GATHER", "auto")
-        self.shard_write = self.api == "fsdp2" and mode == "auto" and shares_host()
+        self.shard_write = self.api == "fsdp2" and gather_mode() == "auto" and shares_host()
         token_ids = M.takes_token_ids(self.mcfg)  # gpt2, llama: the input is token ids (long)
         rec = getattr(self, "commlog", None)  # --comm-log: the step's schedule (commlog.py)
         phase = rec.set_phase if rec else (lambda p: None)

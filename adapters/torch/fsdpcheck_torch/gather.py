@@ -41,6 +41,8 @@ import tempfile
 import torch
 import torch.distributed as dist
 
+from .config import gather_mode
+
 _SHM = {"dir": None, "n": 0, "decided": False}
 
 
@@ -58,7 +60,7 @@ def _shm_dir(buf):
         return _SHM["dir"]
     _SHM["decided"] = True
     mine = (socket.gethostname(), os.access("/dev/shm", os.W_OK), buf.device.type == "cpu")
-    allowed = os.environ.get("FSDPCHECK_GATHER", "auto") != "collective"
+    allowed = gather_mode() != "collective"
     seen = [None] * dist.get_world_size()
     dist.all_gather_object(seen, mine)
     ok = allowed and all(x == seen[0] and x[1] and x[2] for x in seen)

@@ -17,6 +17,7 @@ import shutil
 
 import pytest
 from conftest import ROOT, fsdpcheck_bin
+from conftest import refused as one_line_refusal
 
 from fsdpcheck_torch.cli import main
 
@@ -121,3 +122,13 @@ def test_corpus_size():
     n = len(list(adapter_cases())) + len(list(c_cases()))
     print(f"bad-input cases through the adapter: {n}")
     assert n >= 100
+
+
+def test_a_misspelt_gather_mode_is_refused(monkeypatch, capsys, tmp_path):
+    """FSDPCHECK_GATHER chooses how FSDP2's sets reach the trace; a value that
+    is none of its modes is refused before anything runs (no reference trace),
+    not taken for one."""
+    monkeypatch.setenv("FSDPCHECK_GATHER", "shared")
+    argv = ["check", "--api", "fsdp2", "-n", "2", "--model", "gpt2-tiny", "--keep", str(tmp_path / "keep")]
+    one_line_refusal(argv, capsys, "FSDPCHECK_GATHER='shared'", "auto, shm, collective")
+    assert not (tmp_path / "keep" / "ref").exists()
