@@ -184,6 +184,22 @@ void fc_model_config_describe(const fc_model_config *m, char *buf, size_t cap) {
     }
 }
 
+// d as it reads back from the JSON cJSON writes for it. cJSON prints 15
+// significant digits wherever they read back within an ulp (its
+// compare_double), so a value that needs 16 or 17 (rope_theta 9999999.999999999,
+// found by fuzz.config) would come back from a trace's or checkpoint's
+// config.json one ulp away. Taken as printed at parse, the config is what its
+// JSON says, and the JSON is a fixed point.
+static double as_printed(double d) {
+    cJSON *n = cJSON_CreateNumber(d);
+    char *s = n ? cJSON_PrintUnformatted(n) : NULL;
+    if (!s) fc_die(FC_EXIT_INTERNAL, "%s:%d: out of memory", __FILE__, __LINE__);
+    double back = strtod(s, NULL);
+    cJSON_free(s);
+    cJSON_Delete(n);
+    return back;
+}
+
 // A Llama preset: LlamaConfig's rms_norm_eps, rope_theta and initializer_range.
 static void llama_preset(fc_model_config *c, const char *name, int V, int P, int C, int L, int H,
                          int KV, int hd, int I, int tied) {
@@ -343,7 +359,7 @@ static int parse_llama(const cJSON *j, const char *path, fc_model_config *out, f
             return -1;
     }
     out->layer_norm_epsilon = (float)eps;
-    out->rope_theta = theta;
+    out->rope_theta = as_printed(theta);
     out->initializer_range = (float)init;
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
     if (tie && !cJSON_IsBool(tie)) return fc_fail(e, "%s: \"tie_word_embeddings\" must be true or false", path);
