@@ -16,14 +16,15 @@ Each rank:
      [r B/W, (r+1) B/W) in K micro-batches of B/(W K), each loss scaled by 1/K,
      communicating only on the last with no_sync (FSDP1 `no_sync()`, FSDP2
      `set_requires_gradient_sync(False)`);
-  3. records the full gradients before clipping (FSDP1:
-     `summon_full_params(with_grads=True)`, FSDP2: every rank's shards in one
-     gather to rank 0, gather.py),
+  3. records the full gradients before clipping into the step file, laid out
+     first (tracefile.StepFile) (FSDP1: `summon_full_params(with_grads=True)`,
+     rank 0 writes; FSDP2: every rank writes its own shards, or rank 0 gathers
+     and writes, gather.py),
      clips (FSDP1 `clip_grad_norm_`, FSDP2 torch's `clip_grad_norm_` over
      DTensors), steps torch.optim.AdamW or SGD, records the full parameters and
-     the optimizer state by model name (FSDP1: torch.distributed.checkpoint's
-     full state dict; FSDP2: `optim.state`, gathered as gather.py does), and
-     rank 0 writes the step file.
+     the optimizer state by model name the same way (FSDP1, and FSDP2 with
+     --optim-state-offload: torch.distributed.checkpoint's full state dict;
+     FSDP2: `optim.state`), and rank 0 writes the loss and batch.
 The batch written is the samples the ranks really trained on (gathered from
 them), so a data bug shows in `batch.input` itself.
 """
@@ -322,23 +323,21 @@ class Run:
 
     # --------------------------------------------------------------- capture
     def full_grads(self, model):
-        out = {}
-        if self.api == "fsdp1":
-            from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        """FSDP1's full gradients by model name, on every rank (FSDP2's: fsdp2_grads)."""
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-            # FSDP1 computes and reduces a frozen parameter's gradient with the rest of its
-            # unit's FlatParameter, and summon_full_params(with_grads=True) shows that internal
-            # buffer; training sees the parameter's own .grad, None outside it (no gradient:
-            # zeros), unless torch gave it one, which is then what the trace shows
-            given = self.frozen_given_grads(model)
-            with FSDP.summon_full_params(model, writeback=False, with_grads=True):
-                for n, p in model.named_parameters():
-                    n = clean_name(n)
-                    none = p.grad is None or (n in self.frozen and n not in given)
-                    g = torch.zeros_like(p) if none else p.grad
-                    out[n] = g.detach().float().cpu().clone()
-        else:  # FSDP2: rank 0 gets them (gather.py), the other ranks write nothing
-            out = gather_full(self.fsdp2_grads(model), self.F, self.rank)
+        out = {}
+        # FSDP1 computes and reduces a frozen parameter's gradient with the rest of its
+        # unit's FlatParameter, and summon_full_params(with_grads=True) shows that internal
+        # buffer; training sees the parameter's own .grad, None outside it (no gradient:
+        # zeros), unless torch gave it one, which is then what the trace shows
+        given = self.frozen_given_grads(model)
+        with FSDP.summon_full_params(model, writeback=False, with_grads=True):
+            for n, p in model.named_parameters():
+                n = clean_name(n)
+                none = p.grad is None or (n in self.frozen and n not in given)
+                g = torch.zeros_like(p) if none else p.grad
+                out[n] = g.detach().float().cpu().clone()
         return out
 
     def fsdp2_grads(self, model):
@@ -356,16 +355,17 @@ class Run:
                 for n, p in model.named_parameters():
                     out[clean_name(n)] = p.detach().float().cpu().clone()
         else:
-            out = gather_full([(clean_name(n), p) for n, p in model.named_parameters()], self.F, self.rank)
+            out = gather_full(self.fsdp2_params(model), self.F, self.rank)
         return out
 
+    def fsdp2_params(self, model):
+        """FSDP2's parameters as they are, [(name, DTensor)]."""
+        return [(clean_name(n), p) for n, p in model.named_parameters()]
+
     def full_optim_state(self, model, optim):
-        """Optimizer state by model name (on rank 0): FSDP2's straight from
-        `optim.state` (the DTensors the next step reads, gathered as the
-        parameters are); FSDP1's, and FSDP2's with --optim-state-offload,
-        through torch.distributed.checkpoint's full state dict."""
-        if self.api == "fsdp2" and not self.args.optim_state_offload:
-            return self.fsdp2_optim_state(model, optim)
+        """Optimizer state by model name (on rank 0) through torch.distributed.checkpoint's
+        full state dict: FSDP1's, and FSDP2's with --optim-state-offload (FSDP2's
+        own, straight from `optim.state`: fsdp2_state_sets)."""
         return self.dcp_optim_state(model, optim)[0]
 
     def dcp_optim_state(self, model, optim):
@@ -400,10 +400,6 @@ class Run:
                     raise RuntimeError(f"optimizer state {s} of {n} missing from the full optimizer state dict")
                 out[s][n] = st[s].detach().float().cpu().clone()
         return out, osd
-
-    def fsdp2_optim_state(self, model, optim):
-        named = self.fsdp2_state_sets(model, optim)
-        return {s: gather_full(named[s], self.F, self.rank) for s in self.state_names}
 
     def fsdp2_state_sets(self, model, optim):
         """FSDP2's optimizer states as they are: {state: [(name, DTensor)]}."""
@@ -661,7 +657,7 @@ class Run:
                     rec.optimizer_stepped()
                 phase(None)
                 if self.api == "fsdp2":
-                    self.record(f, "param", [(clean_name(n), p) for n, p in model.named_parameters()])
+                    self.record(f, "param", self.fsdp2_params(model))
                 else:
                     self.record_full(f, "param", self.full_params, model)
                 if self.api == "fsdp2" and not self.args.optim_state_offload:
