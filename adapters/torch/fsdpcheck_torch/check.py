@@ -146,12 +146,32 @@ def torchrun_cmd(world, args):
     ] + args
 
 
+# glibc's malloc advises its large mappings to transparent huge pages (glibc
+# 2.35+; an older glibc ignores a tunable it does not know). A torch rank
+# touches gigabytes of fresh memory a step at gpt2-124m, and the kernel zeroes
+# it 2 MiB at a time instead of 4 KiB: torch's part of the bench check went
+# 32.4 / 33.0 s -> 29.2 / 26.5 s (README "Huge pages"). fsdpcheck's own C code
+# advises its large blocks itself (core/check.c).
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
+
+
+def with_huge_pages(tunables):
+    """GLIBC_TUNABLES with HUGE_PAGES added, unless it already says hugetlb
+    (a user's own choice, 0 included, stands)."""
+    if not tunables:
+        return HUGE_PAGES
+    if "glibc.malloc.hugetlb=" in tunables:
+        return tunables
+    return f"{tunables}:{HUGE_PAGES}"
+
+
 def env_for_runs():
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("HWLOC_COMPONENTS", "-pci,-x86")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    env["GLIBC_TUNABLES"] = with_huge_pages(env.get("GLIBC_TUNABLES", ""))
     return env
 
 

@@ -218,3 +218,48 @@ def test_reference_rss_reads_run_s_line():
     out = "step 1: loss 2.3\npeak RSS per rank (MiB): 0: 2196.6, 1: 1815.4, 2: 12.0\n"
     assert check.reference_rss(out) == [2196.6, 1815.4, 12.0]
     assert check.reference_rss("fsdpcheck run: local (one process)\n") == []
+
+
+def test_huge_pages_are_asked_for_and_a_users_choice_stands():
+    assert check.with_huge_pages("") == "glibc.malloc.hugetlb=1"
+    assert check.with_huge_pages("glibc.malloc.arena_max=2") == "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1"
+    assert check.with_huge_pages("glibc.malloc.hugetlb=0") == "glibc.malloc.hugetlb=0"
+
+
+# A torch rank's tensor, allocated under the runs' environment, in /proc/self/smaps:
+# the mapping that holds its data carries VM_HUGEPAGE ("hg") exactly when glibc was asked.
+HG_PROBE = """
+import torch
+t = torch.empty(64 << 18)  # 64 MiB
+t.fill_(1.0)
+p = t.data_ptr() + t.numel() * 2
+inside = False
+for line in open("/proc/self/smaps"):
+    head = line.split()[0]
+    if "-" in head and ":" not in head:
+        lo, hi = (int(x, 16) for x in head.split("-"))
+        inside = lo <= p < hi
+    elif inside and line.startswith("VmFlags:"):
+        print("hg" in line.split()[1:])
+        break
+"""
+
+
+def test_a_torch_rank_gets_its_large_tensors_advised_huge():
+    import platform
+
+    libc, version = platform.libc_ver()
+    if libc != "glibc" or tuple(int(x) for x in version.split(".")[:2]) < (2, 35):
+        pytest.skip(f"{libc} {version}: glibc.malloc.hugetlb needs glibc 2.35")
+    if not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"):
+        pytest.skip("this kernel has no transparent huge pages")
+    runs = check.env_for_runs()
+    off = dict(runs, GLIBC_TUNABLES="glibc.malloc.hugetlb=0")
+    seen = {}
+    for name, e in (("runs", runs), ("off", off)):
+        p = subprocess.run(
+            [sys.executable, "-c", HG_PROBE], env=e, capture_output=True, text=True, timeout=300, check=False
+        )
+        assert p.returncode == 0, p.stderr
+        seen[name] = p.stdout.strip()
+    assert seen == {"runs": "True", "off": "False"}, seen
