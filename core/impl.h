@@ -134,6 +134,14 @@ const fc_impl_ops *fc_reference_faults_impl(void);
 // gradients are, per element, the sum of |terms| that formed each gradient,
 // the scale of 16-bit rounding error the oracle judges against.
 const fc_impl_ops *fc_reference_magnitude_impl(void);
+// The sets a `local` reference of fc_reference_impl() holds, in place: what
+// export_full would copy, without the copy. sets[0] the gradients (before
+// clipping), sets[1] the parameters, sets[2 + i] optimizer state i (NULL where
+// the optimizer keeps none), each [numel] in model layout, valid until the
+// next step, load or destroy of im. -1 for any other table or strategy (then
+// export_full is the way). For the oracle's own re-runs (oracle/rerun.c); not
+// part of the contract a port implements.
+int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *sets[4]);
 
 FC_END_DECLS
 

@@ -287,14 +287,13 @@ int fc_cmd_compare(int argc, char **argv) {
     // Each side's step and the one before it as views of their files (tracefile.h:
     // the sets in place, nothing copied); before the first compared step, the
     // initial parameters or the step before it (for B, with its state: what a
-    // lockstep re-run starts from). In lockstep A's steps are re-run into out
-    // ([4][numel]: gradients, parameters, states), the only sets held in memory.
+    // lockstep re-run starts from). In lockstep A's steps are the re-run's own
+    // sets (rerun.h: the local reference's, lent in place), kept until its next step.
     size_t numel = ta.model.numel;
     fc_trace_view cur[2], prev[2];
     memset(cur, 0, sizeof cur);
     memset(prev, 0, sizeof prev);
     const float *prev_params[2] = {NULL, NULL}, *b_prev_state[2] = {NULL, NULL};
-    float *out = lock ? mallocCheck(4 * numel * sizeof(float)) : NULL;
     fc_trace *tr[2] = {&ta, &tb};
     int b_has_prev_state = 0;
     for (int side = 0; side < 2; side++) {
@@ -344,8 +343,7 @@ int fc_cmd_compare(int argc, char **argv) {
         }
         fc_trace_step sa = st[0];
         if (rerun) {  // A's step s, re-run from B's state after s - 1
-            float *b4[4] = {out, out + numel, out + 2 * numel, out + 3 * numel};
-            if (fc_rerun_step(&rr, s, prev_params[1], b_prev_state, b4, &sa, &e))
+            if (fc_rerun_step(&rr, s, prev_params[1], b_prev_state, NULL, &sa, &e))
                 fc_die(FC_EXIT_USAGE, "compare: the lockstep re-run of step %ld failed: %s", s, e.msg);
             sa.batch = st[0].batch;  // the recorded batch: the data must still be A's, exactly
         }
@@ -359,7 +357,7 @@ int fc_cmd_compare(int argc, char **argv) {
             sa.grad_mag = mag_buf;
         }
         fc_compare_step(&ctx, &sa, &st[1], r);
-        // this step's parameters (and B's state) are the next one's start; a re-run's stay in out
+        // this step's parameters (and B's state) are the next one's start; a re-run's are its own
         for (int side = 0; side < 2; side++) {
             fc_batch_free(&bat[side]);
             prev_params[side] = side ? st[1].params : sa.params;
@@ -379,7 +377,6 @@ int fc_cmd_compare(int argc, char **argv) {
     if (lock) fc_rerun_close(&rr);
     fc_rerun_close(&mag);
     free(mag_buf);
-    free(out);
     for (int side = 0; side < 2; side++) fc_trace_view_close(&prev[side]);
     if (first.found) {
         fc_cmp_print_divergence(stdout, &first);

@@ -97,34 +97,50 @@ int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *
     return r->ops->export_full(r->im, FC_EXPORT_GRADS, mag, 0, e);
 }
 
+// The step's sets into sets[4]: lent by the local reference, or exported into
+// bufs (the caller's, or the re-run's own when bufs is NULL)
+static int step_sets(fc_rerun *r, float *const bufs[4], const float *sets[4], fc_error *e) {
+    if (!bufs && fc_reference_local_sets(r->ops, r->im, sets) == 0) return 0;
+    float *own[4];
+    if (!bufs) {
+        if (!r->own) r->own = mallocCheck(4 * r->numel * sizeof(float));
+        for (int i = 0; i < 4; i++) own[i] = r->own + i * r->numel;
+        bufs = own;
+    }
+    static const fc_export what[4] = {FC_EXPORT_GRADS, FC_EXPORT_PARAMS, FC_EXPORT_STATE0, FC_EXPORT_STATE1};
+    for (int i = 0; i < 2 + r->n_state; i++) {
+        if (r->ops->export_full(r->im, what[i], bufs[i], 0, e)) return -1;
+        sets[i] = bufs[i];
+    }
+    return 0;
+}
+
 int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *const bufs[4],
                   fc_trace_step *out, fc_error *e) {
     if (fc_lockstep_handover(r->ops, r->im, &r->cfg, params, state, step, r->dir, MPI_COMM_SELF, e)) return -1;
     fc_step_info info;
     if (r->ops->step(r->im, &info, e)) return -1;
-    if (r->ops->export_full(r->im, FC_EXPORT_GRADS, bufs[0], 0, e) ||
-        r->ops->export_full(r->im, FC_EXPORT_PARAMS, bufs[1], 0, e))
-        return -1;
-    for (int i = 0; i < r->n_state; i++)
-        if (r->ops->export_full(r->im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, bufs[2 + i], 0, e)) return -1;
+    const float *sets[4] = {NULL, NULL, NULL, NULL};
+    if (step_sets(r, bufs, sets, e)) return -1;
     memset(out, 0, sizeof *out);
     out->step = step;
     out->loss = info.loss;
     out->has_norm = 1;
     out->grad_norm = info.grad_norm;
-    out->grads = bufs[0];
-    out->params = bufs[1];
+    out->grads = sets[0];
+    out->params = sets[1];
     out->prev_params = params;
     out->n_state = r->n_state;
     for (int i = 0; i < r->n_state; i++) {
         out->state_names[i] = r->state_names[i];
-        out->state[i] = bufs[2 + i];
+        out->state[i] = sets[2 + i];
     }
     return 0;
 }
 
 void fc_rerun_close(fc_rerun *r) {
     if (r->im) r->ops->destroy(r->im);
+    free(r->own);
     if (r->dir[0]) {
         fc_remove_flat_dir(r->dir);
         track_dir(r->dir, 0);

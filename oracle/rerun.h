@@ -27,6 +27,7 @@ typedef struct {
     int n_state;
     const char *state_names[2];
     size_t numel;
+    float *own;            // [4][numel]: fc_rerun_step's sets where the reference cannot lend its own
     int open;              // counted among the open re-runs (MPI is finalised after the last)
 } fc_rerun;
 
@@ -44,6 +45,10 @@ int fc_rerun_open(fc_rerun *r, const fc_run_config *like, int world, const char 
 // Step `step` from params/state (the tested run's after step - 1, [numel]
 // each): out gets the loss, the norm and the tensors in bufs (bufs[0]
 // gradients, bufs[1] parameters, bufs[2 + i] state i), prev_params = params.
+// bufs NULL: out's tensors are the re-run's own, valid until its next step or
+// close: the local reference's sets in place (fc_reference_local_sets: at
+// gpt2-124m 2 GB neither copied nor newly touched), or else exported into
+// memory the re-run keeps.
 int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *const bufs[4],
                   fc_trace_step *out, fc_error *e);
 // The magnitude pass (compare.h, 16-bit comparisons): like's step `step` from

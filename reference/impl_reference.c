@@ -116,3 +116,13 @@ static const fc_impl_ops REFERENCE = {
 };
 
 const fc_impl_ops *fc_reference_impl(void) { return &REFERENCE; }
+
+int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *sets[4]) {
+    if (ops != &REFERENCE || !im || !im->is_local) return -1;
+    const fc_local *L = &im->local;
+    sets[0] = L->grads;  // ref_export's FC_EXPORT_GRADS: before clipping
+    sets[1] = L->params;
+    sets[2] = L->n_state > 0 ? L->state[0] : NULL;
+    sets[3] = L->n_state > 1 ? L->state[1] : NULL;
+    return 0;
+}

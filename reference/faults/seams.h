@@ -30,6 +30,7 @@
 #define fc_fsdp_load fc_faulty_fsdp_load
 #define fc_fsdp_steps fc_faulty_fsdp_steps
 #define fc_reference_impl fc_reference_faults_impl
+#define fc_reference_local_sets fc_faulty_reference_local_sets
 
 struct fc_fsdp;
 
