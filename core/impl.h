@@ -142,6 +142,13 @@ const fc_impl_ops *fc_reference_magnitude_impl(void);
 // export_full is the way). For the oracle's own re-runs (oracle/rerun.c); not
 // part of the contract a port implements.
 int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *sets[4]);
+// Into such a reference, what load reads from a FULL checkpoint of params and
+// state ([numel] each, model layout) saved at `step` (oracle/runner.h's
+// lockstep handover), without the file: the parameters, the trainable
+// parameters' optimizer state (a frozen one's reads as 0) and the step count.
+// -1 for any other table or strategy (then the handover goes through load).
+int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *params, const float *const state[2],
+                            long step);
 
 FC_END_DECLS
 

@@ -126,3 +126,10 @@ int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *se
     sets[3] = L->n_state > 1 ? L->state[1] : NULL;
     return 0;
 }
+
+int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *params, const float *const state[2],
+                            long step) {
+    if (ops != &REFERENCE || !im || !im->is_local) return -1;
+    fc_local_set(&im->local, params, state, step);
+    return 0;
+}

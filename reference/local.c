@@ -126,6 +126,19 @@ int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error
     return rc;
 }
 
+void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step) {
+    const fc_model *m = &L->model;
+    memcpy(L->params, params, m->numel * sizeof(float));
+    for (int s = 0; s < L->n_state; s++)
+        for (int i = 0; i < m->n_params; i++) {
+            const fc_param *p = &m->params[i];
+            float *dst = L->state[s] + p->offset;
+            if (p->frozen) memset(dst, 0, p->numel * sizeof(float));
+            else memcpy(dst, state[s] + p->offset, p->numel * sizeof(float));
+        }
+    L->step = step;
+}
+
 int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e) {
     fc_ckpt_unit_view *units = callocCheck((size_t)L->model.n_units, sizeof *units);
     fc_ckpt_rank_view v;

@@ -37,5 +37,10 @@ void RN(fc_local_free)(fc_local *L);
 // manifest records world size 1 and strategy local.
 int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e);
 int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e);
+// What fc_local_load does with a FULL checkpoint of params and state [numel]
+// each (model layout) saved at `step`, without the file: the parameters, the
+// optimizer state of every trainable parameter (a frozen one has none: it
+// reads as 0, as from a checkpoint, whatever state holds) and the step count.
+void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step);
 
 #endif

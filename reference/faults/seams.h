@@ -31,6 +31,7 @@
 #define fc_fsdp_steps fc_faulty_fsdp_steps
 #define fc_reference_impl fc_reference_faults_impl
 #define fc_reference_local_sets fc_faulty_reference_local_sets
+#define fc_reference_local_load fc_faulty_reference_local_load
 
 struct fc_fsdp;
 
