@@ -1,13 +1,10 @@
 // core/check.c — see check.h.
-#define _DEFAULT_SOURCE  // madvise
 #include "check.h"
 
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 int fc_fail(fc_error *e, const char *fmt, ...) {
     if (e) {
@@ -44,41 +41,15 @@ static _Noreturn void oom(size_t size, const char *file, int line) {
     exit(FC_EXIT_INTERNAL);
 }
 
-// Asks the kernel to back a large block with transparent huge pages before
-// anything touches it. A gpt2-124m check touches ~30 GB of fresh memory (every
-// [numel] set, shard, gathered buffer and activation), and first touch is the
-// kernel zeroing pages: 4 KiB at a time that ran at ~2.5 GB/s on the CI-sized
-// VM, 2 MiB at a time ~12 GB/s (the same loop, madvised; README "Huge pages").
-// Only whole pages inside the block are advised; the block is glibc's own
-// (its mmap of a large request, or the heap) and is freed with free() as ever.
-// Advice only: a kernel without THP (or THP "never") refuses or ignores it and
-// the memory is the same memory, so a failure here is not one of ours.
-#define HUGE_ADVICE_MIN ((size_t)8 << 20)
-static void advise_huge(void *p, size_t size) {
-#ifdef MADV_HUGEPAGE
-    if (size < HUGE_ADVICE_MIN) return;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t lo = ((uintptr_t)p + page - 1) / page * page, hi = ((uintptr_t)p + size) / page * page;
-    if (hi > lo && madvise((void *)lo, hi - lo, MADV_HUGEPAGE) != 0) {
-        // EINVAL without CONFIG_TRANSPARENT_HUGEPAGE: 4 KiB pages, as without the advice
-    }
-#else
-    (void)p, (void)size;
-#endif
-}
-
 void *fc_malloc_check(size_t size, const char *file, int line) {
     void *p = malloc(size ? size : 1);  // malloc(0) may return NULL legitimately
     if (!p) oom(size, file, line);
-    advise_huge(p, size);
     return p;
 }
 
 void *fc_calloc_check(size_t n, size_t size, const char *file, int line) {
     void *p = calloc(n ? n : 1, size ? size : 1);
     if (!p) oom(n * size, file, line);
-    // calloc of a large block is a fresh mapping it leaves untouched (already zero), so the advice is in time
-    advise_huge(p, n * size);
     return p;
 }
 

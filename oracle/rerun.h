@@ -11,8 +11,11 @@
 // parameter differences) would carry away from B. The reference runs it in
 // this one process: `local` for fp32 policies, `no_shard` at W = 1 for mixed
 // precision (local has none), with A's model, optimizer, batch, accumulation,
-// clipping and precision; the state goes in as a FULL checkpoint through the
-// contract's load (runner.h, fc_lockstep_handover).
+// clipping and precision. The state goes into the local reference in place
+// (impl.h fc_reference_local_load: what its load would read from a FULL
+// checkpoint of it, which mpi.test_rerun checks bit for bit), and into
+// no_shard as a FULL checkpoint through the contract's load (runner.h,
+// fc_lockstep_handover).
 #ifndef FC_RERUN_H
 #define FC_RERUN_H
 

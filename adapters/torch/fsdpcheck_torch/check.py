@@ -147,11 +147,13 @@ def torchrun_cmd(world, args):
 
 
 # glibc's malloc advises its large mappings to transparent huge pages (glibc
-# 2.35+; an older glibc ignores a tunable it does not know). A torch rank
-# touches gigabytes of fresh memory a step at gpt2-124m, and the kernel zeroes
-# it 2 MiB at a time instead of 4 KiB: torch's part of the bench check went
-# 32.4 / 33.0 s -> 29.2 / 26.5 s (README "Huge pages"). fsdpcheck's own C code
-# advises its large blocks itself (core/check.c).
+# 2.35+; an older glibc ignores a tunable it does not know). Measured on the
+# gpt2-124m bench check, three interleaved pairs (README "Huge pages"): torch's
+# part 33.9 / 32.6 / 38.2 s without it, 30.5 / 26.7 / 31.0 s with it, rank 0's
+# trace writing 12.7 / 11.4 / 12.8 s -> 3.9 / 3.1 / 3.0 s. The same advice in
+# fsdpcheck's own allocations made its reference run slower in those pairs
+# (17.7 / 17.2 / 16.7 s -> 18.5 / 19.4 / 20.3 s) and compare no faster, so the
+# C side does not take it: this is for the torch ranks.
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
 
 
@@ -165,13 +167,17 @@ def with_huge_pages(tunables):
     return f"{tunables}:{HUGE_PAGES}"
 
 
+def env_for_torch(env):
+    """The environment of the torch ranks: env_for_runs()'s with HUGE_PAGES."""
+    return dict(env, GLIBC_TUNABLES=with_huge_pages(env.get("GLIBC_TUNABLES", "")))
+
+
 def env_for_runs():
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("HWLOC_COMPONENTS", "-pci,-x86")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    env["GLIBC_TUNABLES"] = with_huge_pages(env.get("GLIBC_TUNABLES", ""))
     return env
 
 
@@ -371,7 +377,7 @@ def run_torch(jobs, env):
 
     world = jobs[0].world
     report = tempfile.mkdtemp(prefix="fsdpcheck-torch-report-")
-    env = dict(env, **{failure.ENV: report})
+    env = dict(env_for_torch(env), **{failure.ENV: report})
     path = None
     if len(jobs) == 1:
         args = jobs[0].torch_args()
