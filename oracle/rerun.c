@@ -116,9 +116,8 @@ static int step_sets(fc_rerun *r, float *const bufs[4], const float *sets[4], fc
         for (int i = 0; i < 4; i++) own[i] = r->own + i * r->numel;
         bufs = own;
     }
-    static const fc_export what[4] = {FC_EXPORT_GRADS, FC_EXPORT_PARAMS, FC_EXPORT_STATE0, FC_EXPORT_STATE1};
     for (int i = 0; i < 2 + r->n_state; i++) {
-        if (r->ops->export_full(r->im, what[i], bufs[i], 0, e)) return -1;
+        if (r->ops->export_full(r->im, fc_step_set_exports[i], bufs[i], 0, e)) return -1;
         sets[i] = bufs[i];
     }
     return 0;

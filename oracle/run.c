@@ -275,9 +275,8 @@ int fc_cmd_run(int argc, char **argv) {
         }
         // the sets in the step file's order; a rank 0 that failed to write
         // still exports every set, since every rank takes part in each
-        const fc_export kinds[4] = {FC_EXPORT_GRADS, FC_EXPORT_PARAMS, FC_EXPORT_STATE0, FC_EXPORT_STATE1};
         for (int k = 0; sets && k < 2 + n_state; k++) {
-            if (ops->export_full(im, kinds[k], set, 0, &e)) fail_all(rank, "", &e);
+            if (ops->export_full(im, fc_step_set_exports[k], set, 0, &e)) fail_all(rank, "", &e);
             if (rank == 0 && ok) ok = fc_trace_write_put(&tw, set, &e) == 0;
         }
         if (rank == 0 && ok) ok = fc_trace_write_commit(&tw, &e) == 0;

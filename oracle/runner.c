@@ -29,6 +29,8 @@ static int export_step(const fc_impl_ops *ops, fc_impl *im, fc_run_result *r, fc
     return 0;
 }
 
+const fc_export fc_step_set_exports[4] = {FC_EXPORT_GRADS, FC_EXPORT_PARAMS, FC_EXPORT_STATE0, FC_EXPORT_STATE1};
+
 void fc_lockstep_dir(MPI_Comm comm, char *dir, size_t cap) {
     int rank;
     mpiCheck(MPI_Comm_rank(comm, &rank));

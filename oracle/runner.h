@@ -73,6 +73,9 @@ void fc_runner_lockstep(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Co
 // (rank 0's, in model layout) there as a FULL checkpoint with step number
 // `step` and has im load it. Collective over comm; -1 with e set on every rank.
 void fc_lockstep_dir(MPI_Comm comm, char *dir, size_t cap);
+// What export_full is asked for to get each tensor set of a step, in a trace
+// step's order (trace.h): gradients, parameters, optimizer states 0 and 1.
+extern const fc_export fc_step_set_exports[4];
 int fc_lockstep_handover(const fc_impl_ops *ops, fc_impl *im, const fc_run_config *cfg, const float *params,
                          const float *const state[2], long step, const char *dir, MPI_Comm comm, fc_error *e);
 // Runs `steps` steps and saves a checkpoint of kind `kind` into dir.

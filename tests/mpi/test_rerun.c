@@ -70,8 +70,8 @@ static void one_case(const char *what, fc_run_config c) {
     if (!rc) {
         rc = fc_lockstep_handover(r.ops, r.im, &r.cfg, params, state, STEP, r.dir, MPI_COMM_SELF, &e) ||
              r.ops->step(r.im, &info, &e);
-        static const fc_export what_set[4] = {FC_EXPORT_GRADS, FC_EXPORT_PARAMS, FC_EXPORT_STATE0, FC_EXPORT_STATE1};
-        for (int i = 0; i < 2 + r.n_state && !rc; i++) rc = r.ops->export_full(r.im, what_set[i], file[i], 0, &e);
+        for (int i = 0; i < 2 + r.n_state && !rc; i++)
+            rc = r.ops->export_full(r.im, fc_step_set_exports[i], file[i], 0, &e);
         MT_CHECK(!rc, "%s: re-run through the checkpoint: %s", what, e.msg);
     }
     if (!rc) {

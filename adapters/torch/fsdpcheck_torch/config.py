@@ -176,7 +176,6 @@ def forward_prefetch_units(cfg):
     return cfg.get("forward_prefetch_units", 1) if cfg["forward_prefetch"] else 0
 
 
-# The process group's backend a device gets unless --backend says otherwise
 # How FSDP2's sets reach the trace (gather.py): "auto" has each rank write its own shards
 # where every rank shares this host, "shm" and "collective" gather each set to rank 0
 # (through /dev/shm files, or gloo's dist.gather)
@@ -191,6 +190,7 @@ def gather_mode():
     return mode
 
 
+# The process group's backend a device gets unless --backend says otherwise
 DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl", "xla": "xla"}
 
 
