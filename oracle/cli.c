@@ -299,6 +299,15 @@ static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
     return 0;
 }
 
+int fc_cli_parse_world(const char *v, int *W) {
+    char *end;
+    errno = 0;
+    long w = strtol(v, &end, 10);
+    if (errno || *end || end == v || w < 1 || w > FC_CLI_WORLD_MAX) return -1;
+    *W = (int)w;
+    return 0;
+}
+
 int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     memset(out, 0, sizeof *out);
     fc_run_config_defaults(&out->cfg);

@@ -31,5 +31,9 @@ typedef struct {
 // with e naming the bad flag or value; 1 when --help was asked for.
 int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e);
 void fc_cli_usage(FILE *f);
+// `--world W` of the commands that take a run's flags without running it
+// (plan, schedule): an integer in 1..FC_CLI_WORLD_MAX into *W, else -1.
+#define FC_CLI_WORLD_MAX 1024
+int fc_cli_parse_world(const char *v, int *W);
 
 #endif

@@ -151,6 +151,27 @@ static void write_report(const char *path, fc_trace *ta, fc_trace *tb, const fc_
     if (fc_commit_tmp(f, tmp, path, FC_DURABLE, &e)) fc_die(FC_EXIT_USAGE, "--report %s: %s", path, e.msg);
 }
 
+// A re-run of B's first step starts from B's initial weights: they must be
+// A's, bit for bit (a plan's are what B was given to start from). Else the
+// verdict is FAIL there, naming the first element that differs.
+static void same_init(const fc_trace *ta, const float *a, const float *b) {
+    const fc_model *m = &ta->model;
+    if (!memcmp(a, b, m->numel * sizeof(float))) return;
+    for (int i = 0; i < m->n_params; i++) {
+        const fc_param *p = &m->params[i];
+        for (size_t k = 0; k < p->numel; k++) {
+            float x = a[p->offset + k], y = b[p->offset + k];
+            if (memcmp(&x, &y, sizeof x)) {
+                printf("first divergence: the initial weights, tensor %s, element %zu: A %.9g, B %.9g\n"
+                       "FAIL: B did not start from A's initial weights: a lockstep re-run of step 0 starts from "
+                       "B's own, so they must be A's bit for bit\n",
+                       p->name, k, (double)x, (double)y);
+                exit(FC_EXIT_FAIL);
+            }
+        }
+    }
+}
+
 int fc_cmd_compare(int argc, char **argv) {
     const char *dirs[2] = {NULL, NULL}, *report = NULL;
     int n_dirs = 0, bitwise = 0, has_rtol = 0, has_atol = 0, same_compute = 0, trajectory = 0, threads = 0;
@@ -254,12 +275,18 @@ int fc_cmd_compare(int argc, char **argv) {
     // equal bits stay equal, and runs of one arithmetic stay in lockstep by
     // themselves (a re-run in this one process would have another).
     int lock = !trajectory && !bitwise && !same_compute;
-    // the tensor sets each side must hold (`run --trace-tensors first` keeps its first step's): B's every
-    // compared step; A's too, but in lockstep only a first step that is not re-run (B from its init)
-    long a_needs = lock ? (lo == tb.first_step ? lo + 1 : lo) : hi;
+    // B's first step re-run too, from B's init and zero optimizer state (A a plan: rerun.h)
+    int first_rerun = lock && fc_rerun_first_step(&ta, &tb, lo);
+    // the tensor sets each side must hold (`run --trace-tensors first` keeps its first step's, a plan
+    // none): B's every compared step; A's too, but in lockstep only a first step that is not re-run
+    long a_needs = lock ? (lo == tb.first_step && !first_rerun ? lo + 1 : lo) : hi;
     const fc_trace *short_side = tb.first_step + tb.tensor_steps < hi     ? &tb
                                  : ta.first_step + ta.tensor_steps < a_needs ? &ta
                                                                              : NULL;
+    if (short_side && short_side->planned)
+        fc_die(FC_EXIT_USAGE, "%s: a plan (fsdpcheck plan) ran no step and holds no tensors: %s", short_side->dir,
+               short_side == &tb ? "the trace under test (B) records every step it is judged on"
+                                 : "compare a run against it in lockstep (no --trajectory, --bitwise or --same-compute)");
     if (short_side)
         fc_die(FC_EXIT_USAGE, "%s holds the tensors of steps %ld..%ld only (run --trace-tensors first): %s",
                short_side->dir, short_side->first_step, short_side->first_step + short_side->tensor_steps - 1,
@@ -280,9 +307,12 @@ int fc_cmd_compare(int argc, char **argv) {
     if (lock && fc_rerun_open(&rr, &ta.cfg, ta.world_size, b_init, &e))
         fc_die(FC_EXIT_USAGE, "compare: the reference cannot re-run %s's config for lockstep (%s): compare the "
                               "recorded trajectories with --trajectory", dirs[0], e.msg);
-    printf("steps judged %s\n", lock ? "in lockstep: each step after B's first re-run by the reference from B's "
-                                       "recorded state (A's config, one process)"
-                                     : "along the recorded trajectories (--trajectory, --bitwise or --same-compute)");
+    printf("steps judged %s\n",
+           !lock         ? "along the recorded trajectories (--trajectory, --bitwise or --same-compute)"
+           : first_rerun ? "in lockstep: each step re-run by the reference from B's recorded state, the first from "
+                           "B's initial weights (A's, bit for bit) and zero optimizer state (A's config, one process)"
+                         : "in lockstep: each step after B's first re-run by the reference from B's recorded state "
+                           "(A's config, one process)");
 
     // Each side's step and the one before it as views of their files (tracefile.h:
     // the sets in place, nothing copied); before the first compared step, the
@@ -312,6 +342,13 @@ int fc_cmd_compare(int argc, char **argv) {
             if (side == 1) b_prev_state[0] = ps.state[0], b_prev_state[1] = ps.state[1];
             b_has_prev_state = side == 1;
         }
+    }
+    float *zero_state = NULL;  // [numel]: a fresh optimizer's state, where the first step is re-run
+    if (first_rerun) {
+        same_init(&ta, prev[0].sets[0], prev[1].sets[0]);
+        zero_state = callocCheck(numel, sizeof(float));
+        b_prev_state[0] = b_prev_state[1] = zero_state;
+        b_has_prev_state = 1;
     }
     fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, ta.world_size,
                       fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0, 0};
@@ -377,6 +414,7 @@ int fc_cmd_compare(int argc, char **argv) {
     if (lock) fc_rerun_close(&rr);
     fc_rerun_close(&mag);
     free(mag_buf);
+    free(zero_state);
     for (int side = 0; side < 2; side++) fc_trace_view_close(&prev[side]);
     if (first.found) {
         fc_cmp_print_divergence(stdout, &first);

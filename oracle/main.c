@@ -19,6 +19,7 @@ int fc_cmd_ckpt(int argc, char **argv);
 int fc_cmd_check(int argc, char **argv);
 int fc_cmd_sensitivity(int argc, char **argv);
 int fc_cmd_schedule(int argc, char **argv);
+int fc_cmd_plan(int argc, char **argv);
 
 static void usage(FILE *f) {
     fputs("usage: fsdpcheck <command> [flags]\n"
@@ -27,6 +28,7 @@ static void usage(FILE *f) {
           "  check     run an implementation beside another, comparing every step (--impl X)\n"
           "  sweep     check random cases against the properties; shrink and report failures\n"
           "  compare   compare two traces step by step (fsdpcheck compare --help)\n"
+          "  plan      a run's initial weights and batches as a trace, no step run, to compare a run against\n"
           "  ckpt      inspect, verify or convert a checkpoint (fsdpcheck ckpt --help)\n"
           "  sensitivity  the smallest error compare catches between two traces, per kind\n"
           "  schedule     P10 on a comm log written elsewhere (--world W and the run's flags)\n"
@@ -60,5 +62,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "check")) return fc_cmd_check(argc - 2, argv + 2);
     if (!strcmp(cmd, "sensitivity")) return fc_cmd_sensitivity(argc - 2, argv + 2);
     if (!strcmp(cmd, "schedule")) return fc_cmd_schedule(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return fc_cmd_plan(argc - 2, argv + 2);
     fc_die(FC_EXIT_USAGE, "unknown command '%s' (see fsdpcheck --help)", cmd);
 }

@@ -160,3 +160,7 @@ void fc_rerun_close(fc_rerun *r) {
         mpiCheck(MPI_Finalize());
     }
 }
+
+int fc_rerun_first_step(const fc_trace *ta, const fc_trace *tb, long step) {
+    return step == 0 && tb->first_step == 0 && ta->first_step == 0 && ta->tensor_steps == 0;
+}

@@ -21,6 +21,7 @@
 
 #include "impl.h"
 #include "trace.h"
+#include "tracefile.h"
 
 typedef struct {
     const fc_impl_ops *ops;
@@ -63,6 +64,13 @@ int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *cons
 int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e);
 int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *const state[2], float *mag,
                       fc_error *e);
+// Whether B's first step `step` is re-run too, from B's initial weights and
+// zero optimizer state: only where it is step 0 (where every run starts from
+// its init and a fresh optimizer) and A holds no tensors of it (a plan,
+// `fsdpcheck plan`, which ran no step). Every later step is re-run in lockstep
+// from B's record of the step before. A re-run of the first step starts from
+// B's init, so compare first requires it to be A's, bit for bit.
+int fc_rerun_first_step(const fc_trace *ta, const fc_trace *tb, long step);
 // Closes either kind (safe on a zeroed or failed one).
 void fc_rerun_close(fc_rerun *r);
 

@@ -16,8 +16,6 @@
 #include "commlog_read.h"
 #include "theory.h"
 
-#define WORLD_MAX 1024
-
 static _Noreturn void usage_fail(const char *msg) { fc_die(FC_EXIT_USAGE, "schedule: %s", msg); }
 
 int fc_cmd_schedule(int argc, char **argv) {
@@ -41,13 +39,10 @@ int fc_cmd_schedule(int argc, char **argv) {
     int nrest = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--world")) {
-            char *end;
-            long w = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : 0;
-            if (i + 1 >= argc || *end || end == argv[i + 1] || w < 1 || w > WORLD_MAX) {
+            if (i + 1 >= argc || fc_cli_parse_world(argv[i + 1], &W)) {
                 free(rest);
                 usage_fail("--world W: an integer in 1..1024");
             }
-            W = (int)w;
             i++;
         } else if (!strcmp(argv[i], "--api")) {
             if (i + 1 >= argc || fc_sched_api_parse(argv[i + 1], &api)) {

@@ -254,7 +254,10 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     // in lockstep as `compare` judges it: A's step re-run from B's state before
     // it, so of A's step only the batch is read (a trace of `run --trace-tensors
     // first` holds no more), and nothing of the step before
-    int lock = !trajectory && !same_compute && step > tb.first_step;
+    // (B's first step too where A is a plan: from B's init and zero state, rerun.h)
+    int first_rerun = !trajectory && !same_compute && fc_rerun_first_step(&ta, &tb, step);
+    int lock = !trajectory && !same_compute && (step > tb.first_step || first_rerun);
+    if (first_rerun) memset(b_prev_state[0], 0, 2 * numel * sizeof(float));  // a fresh optimizer's state
     for (int side = 0; side < 2; side++) {
         fc_trace *t = tr[side];
         if (side == 0 && lock) continue;

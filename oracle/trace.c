@@ -65,6 +65,7 @@ int fc_trace_finish(fc_trace_writer *w, const fc_run_config *cfg, int world, fc_
     cJSON_AddNumberToObject(j, "first_step", (double)w->first_step);
     cJSON_AddNumberToObject(j, "steps", (double)w->steps_written);
     if (w->tensor_steps >= 0) cJSON_AddNumberToObject(j, "tensor_steps", (double)w->tensor_steps);
+    if (w->planned) cJSON_AddBoolToObject(j, "planned", 1);
     cJSON_AddItemToObject(j, "config", fc_run_config_to_json(cfg));
     // The layout, so a reader can say which unit (and later which rank) owns an element.
     cJSON *units = cJSON_AddArrayToObject(j, "units");
@@ -87,6 +88,14 @@ int fc_trace_finish(fc_trace_writer *w, const fc_run_config *cfg, int world, fc_
     return rc;
 }
 
+int fc_trace_begin_plan(fc_trace_writer *w, const char *dir, const fc_model *m, const float *init_params,
+                        fc_error *e) {
+    if (fc_trace_begin(w, dir, m, init_params, e)) return -1;
+    w->planned = 1;
+    w->tensor_steps = 0;
+    return 0;
+}
+
 void fc_trace_abort(fc_trace_writer *w) {
     fc_st_stream_abort(&w->st);  // a step file half written: its temporary
     char path[2048];
@@ -104,17 +113,19 @@ int fc_trace_write_open(fc_trace_writer *w, const fc_trace_step *s, int sets, fc
     if (sets && w->tensor_steps >= 0)
         return fc_fail(e, "step %ld: a trace's tensor sets are its first steps' (none after a step without)", s->step);
     if (!sets && w->tensor_steps < 0) w->tensor_steps = w->steps_written;
-    if (!sets && w->tensor_steps == 0)
+    if (w->planned && sets) return fc_fail(e, "step %ld: a plan's step files hold the batch alone", s->step);
+    if (!sets && w->tensor_steps == 0 && !w->planned)
         return fc_fail(e, "step %ld: a trace's first step holds its tensor sets", s->step);
     int per = sets ? 2 + s->n_state : 0;  // grad, param, state...
     int n = 4 + per * m->n_params, k = 0;
     fc_st_entry *ent = callocCheck((size_t)n, sizeof *ent);
     char **names = callocCheck((size_t)n, sizeof *names);
     const fc_batch *b = s->batch;
-    ent[k++] = (fc_st_entry){"loss", FC_DT_F32, 0, {0}, &s->loss};
+    // a plan ran no step: it has no loss or norm to record
+    if (!w->planned) ent[k++] = (fc_st_entry){"loss", FC_DT_F32, 0, {0}, &s->loss};
     // the total norm as clip_grad_norm_ returned it, in double: the reference's
     // is computed in double, and a float's value is a double exactly
-    if (s->has_norm) ent[k++] = (fc_st_entry){"grad_norm", FC_DT_F64, 0, {0}, &s->grad_norm};
+    if (s->has_norm && !w->planned) ent[k++] = (fc_st_entry){"grad_norm", FC_DT_F64, 0, {0}, &s->grad_norm};
     if (b->kind != FC_MODEL_MLP) {
         ent[k++] = (fc_st_entry){"batch.input", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->input};
         ent[k++] = (fc_st_entry){"batch.target", FC_DT_I32, 2, {(uint64_t)b->B, (uint64_t)b->T}, b->target};

@@ -42,6 +42,7 @@ typedef struct {
     const fc_model *m;
     long first_step, steps_written;
     long tensor_steps;  // steps written with their tensor sets before the first without (-1: all so far)
+    int planned;        // no step was run (fc_trace_begin_plan): step files hold the batch alone
     fc_st_stream st;  // the step file being written
 } fc_trace_writer;
 
@@ -49,6 +50,12 @@ typedef struct {
 // step-*.safetensors; nothing else), and writes init.safetensors.
 int fc_trace_begin(fc_trace_writer *w, const char *dir, const fc_model *m,
                    const float *init_params, fc_error *e);
+// The same for a plan (`fsdpcheck plan`): a run's start and data, with no
+// step run. Its step files hold the batch alone (open ignores s's loss and
+// norm; sets must be 0), and trace.json says "planned": true, "tensor_steps":
+// 0, so that compare re-runs each of its steps from B's state (rerun.h).
+int fc_trace_begin_plan(fc_trace_writer *w, const char *dir, const fc_model *m, const float *init_params,
+                        fc_error *e);
 // A step file, written one tensor set at a time, so its writer never holds
 // more than one [numel] set: open takes s's step, loss, norm, batch and state
 // names (its grads, params and state are not read); put then takes the sets in

@@ -108,10 +108,22 @@ int fc_trace_parse(const char *text, size_t len, const char *where, fc_trace *t,
         json_long(j, "steps", 1, MAX_STEPS, &t->steps, where, e))
         goto done;
     t->world_size = (int)world;
+    // "planned": true (`fsdpcheck plan`): no step was run, every step file holds
+    // the batch alone, from step 0, and "tensor_steps" says 0
+    const cJSON *planned = cJSON_GetObjectItemCaseSensitive(j, "planned");
+    if (planned && !cJSON_IsBool(planned)) {
+        fc_fail(e, "%s: \"planned\" is not true or false", where);
+        goto done;
+    }
+    t->planned = cJSON_IsTrue(planned);
+    if (t->planned && t->first_step != 0) {
+        fc_fail(e, "%s: a plan (\"planned\": true) starts at step 0, not %ld", where, t->first_step);
+        goto done;
+    }
     // "tensor_steps": written only when the later step files hold no tensor set
     t->tensor_steps = t->steps;
-    if (cJSON_GetObjectItemCaseSensitive(j, "tensor_steps") &&
-        json_long(j, "tensor_steps", 1, t->steps, &t->tensor_steps, where, e))
+    if ((cJSON_GetObjectItemCaseSensitive(j, "tensor_steps") || t->planned) &&
+        json_long(j, "tensor_steps", t->planned ? 0 : 1, t->planned ? 0 : t->steps, &t->tensor_steps, where, e))
         goto done;
     fc_error ce;
     if (fc_run_config_from_json(cJSON_GetObjectItemCaseSensitive(j, "config"), &t->cfg, &ce) ||
@@ -241,10 +253,10 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
         in_shape[0] = B, in_shape[1] = (uint64_t)c->model.dims[0], in_dtype = FC_DT_F32, in_ndim = 2, tgt_ndim = 1;
     }
     int rc = check_meta(f, path, step, e);
-    if (!rc) rc = expect_tensor(f, path, "loss", FC_DT_F32, 0, scalar, e);
-    // the total gradient norm: what a clipping run's trace must carry
-    int has_norm = fc_st_find(f, "grad_norm") != NULL;
-    if (!rc && !has_norm && c->clip_grad_norm > 0)
+    if (!rc && !t->planned) rc = expect_tensor(f, path, "loss", FC_DT_F32, 0, scalar, e);
+    // the total gradient norm: what a clipping run's trace must carry (a plan ran no step)
+    int has_norm = !t->planned && fc_st_find(f, "grad_norm") != NULL;
+    if (!rc && !has_norm && c->clip_grad_norm > 0 && !t->planned)
         rc = fc_fail(e, "%s: missing tensor \"grad_norm\" (the config clips: clip_grad_norm %g; a trace of a clipping "
                         "run records the total norm clip_grad_norm_ returned, each step)",
                      path, (double)c->clip_grad_norm);
@@ -259,7 +271,7 @@ int fc_trace_step_open(const fc_trace *t, long step, fc_st_file *f, fc_error *e)
         snprintf(prefix, sizeof prefix, "optim.%s", t->state_names[s]);
         rc = expect_set(f, m, path, prefix, e);
     }
-    if (!rc) rc = check_no_extra(f, path, 3 + has_norm + (sets ? (2 + t->n_state) * m->n_params : 0), t, m, 0, e);
+    if (!rc) rc = check_no_extra(f, path, 3 - t->planned + has_norm + (sets ? (2 + t->n_state) * m->n_params : 0), t, m, 0, e);
     if (rc) fc_st_close(f);
     return rc;
 }
@@ -409,6 +421,10 @@ int fc_trace_read_init(const fc_trace *t, float *dst, fc_error *e) {
 // A step whose tensor sets are asked for must hold them.
 static int holds_tensors(const fc_trace *t, long step, fc_error *e) {
     if (step < t->first_step + t->tensor_steps) return 0;
+    if (t->planned)
+        return fc_fail(e, "%s, step %ld: a plan (fsdpcheck plan) ran no step and holds no tensors: compare judges "
+                          "a run against it in lockstep, not with --trajectory, --bitwise or --same-compute",
+                       t->dir, step);
     return fc_fail(e, "%s, step %ld: the trace holds the tensors of its first %ld step(s) only (run --trace-tensors "
                       "first): compare judges its later steps in lockstep, not with --trajectory, --bitwise or "
                       "--same-compute, and sensitivity takes a step it holds", t->dir, step, t->tensor_steps);
@@ -432,7 +448,10 @@ int fc_trace_read_step(const fc_trace *t, long step, float *const bufs[4], const
     s->step = step;
     s->prev_params = prev;
     s->n_state = t->n_state;
-    int rc = fc_trace_read_loss(&f, &s->loss, e) || fc_trace_read_norm(&f, &s->has_norm, &s->grad_norm, e) ||
+    // a plan's step has no loss (NaN here) and no norm: only a lockstep re-run's are judged
+    if (t->planned) s->loss = NAN;
+    int rc = (!t->planned && (fc_trace_read_loss(&f, &s->loss, e) ||
+                              fc_trace_read_norm(&f, &s->has_norm, &s->grad_norm, e))) ||
              fc_trace_read_batch(t, &f, batch, e);
     if (bufs)  // else the step's scalars and batch only
         rc = rc || fc_trace_read_set(t, &f, "grad", bufs[0], e) || fc_trace_read_set(t, &f, "param", bufs[1], e);

@@ -35,6 +35,8 @@ typedef struct {
     long first_step, steps;  // the trace holds steps first_step .. first_step+steps-1
     long tensor_steps;       // its first tensor_steps step files hold the tensor sets, the rest loss, norm
                              // and batch only (`run --trace-tensors first`: 1); steps when every one does
+    int planned;             // "planned": true (`fsdpcheck plan`): no step run, step files hold the batch
+                             // alone (a step read gives loss NaN, no norm), first_step 0, tensor_steps 0
     fc_run_config cfg;
     fc_model model;          // the registry of cfg.model: names, shapes, units
     int n_state;             // optimizer states in every step file (0..2)

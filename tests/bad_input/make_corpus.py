@@ -322,6 +322,10 @@ def trace_cases(tdir):
     # accepted, the first one winning; oracle/tracefile.c does not yet refuse
     # duplicates with fc_json_duplicate_key as the other JSON readers do.
     t("model_not_object", "model", mutate=lambda d: d["config"].update(model="mlp-tiny.json"))
+    # a plan's (fsdpcheck plan) marks, wrong: "planned" not a boolean, and a plan whose
+    # step files would hold tensor sets (its "tensor_steps" must say 0)
+    t("planned_not_bool", "planned", mutate=lambda d: d.update(planned="yes"))
+    t("planned_with_tensors", "tensor_steps", mutate=lambda d: d.update(planned=True, tensor_steps=1))
 
     # the trace's safetensors files: init.safetensors and a step file
     init = slurp(os.path.join(tdir, "init.safetensors"), "rb")

@@ -1,0 +1,134 @@
+// oracle/plan.c — `fsdpcheck plan --world W [run flags] --trace DIR`: the
+// trace of a run that is yet to be judged, with no step run.
+//
+// It holds what every implementation's run of that config starts from and
+// reads: init.safetensors (the seeded weights, core/init.h, or --init's; every
+// world size, strategy and implementation starts from these bits), and each
+// step's global batch (a pure function of seed and step, core/data.h). Its
+// trace.json says "planned": true. `compare PLAN B` judges every step of B in
+// lockstep (DESIGN §8), re-run by the reference from B's own state, the first
+// from B's initial weights, which must be the plan's bit for bit, and zero
+// optimizer state (rerun.h). So a check that gives an implementation its
+// start and data from a trace need not run the W-rank reference beside it:
+// `fsdpcheck-torch check` plans (at gpt2-124m the W = 2 reference run was
+// 16-20 s of a 60 s check, its one judged step then compared once).
+//
+// One process, no MPI: W is what the run to be judged will use, for the
+// config's checks (a global batch that W divides, a shard group of W).
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli.h"
+#include "data.h"
+#include "init.h"
+#include "optim.h"
+#include "threads.h"
+#include "trace.h"
+#include "weights.h"
+
+static _Noreturn void usage_fail(const char *msg) { fc_die(FC_EXIT_USAGE, "plan: %s", msg); }
+
+static void usage(void) {
+    printf("usage: fsdpcheck plan --world W [run flags: --model, --strategy, --seed, --steps, --global-batch, "
+           "--seq-len, --init, --optimizer, ...] --trace DIR [--threads N] [--quiet]\n"
+           "The trace of a run of those flags at W ranks with no step run: the initial weights and every step's\n"
+           "batch, trace.json \"planned\": true. `fsdpcheck compare DIR B` judges each of B's steps in lockstep,\n"
+           "re-run by the reference from B's state (its first from B's initial weights, which must be these).\n");
+}
+
+// run's flags that only a run that trains honours: the first in argv, or NULL.
+static const char *running_flag(char **argv, int argc) {
+    static const char *const no[] = {"--load", "--save", "--save-at", "--state-dict", "--comm-log",
+                                     "--trace-tensors", "--timeout", "--impl"};
+    for (int i = 0; i < argc; i++)
+        for (size_t k = 0; k < sizeof no / sizeof *no; k++) {
+            size_t n = strlen(no[k]);
+            if (!strncmp(argv[i], no[k], n) && (argv[i][n] == '\0' || argv[i][n] == '=')) return no[k];
+        }
+    return NULL;
+}
+
+int fc_cmd_plan(int argc, char **argv) {
+    if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
+        usage();
+        return FC_EXIT_PASS;
+    }
+    int W = 0;
+    char **rest = mallocCheck((size_t)(argc + 1) * sizeof *rest);
+    int nrest = 0;
+    for (int i = 0; i < argc; i++) {  // --world W is this command's own; the rest are run's flags
+        if (!strcmp(argv[i], "--world")) {
+            if (i + 1 >= argc || fc_cli_parse_world(argv[i + 1], &W)) {
+                free(rest);
+                usage_fail("--world W: an integer in 1..1024 (the ranks of the run to be judged)");
+            }
+            i++;
+        } else {
+            rest[nrest++] = argv[i];
+        }
+    }
+    fc_run_args a;
+    fc_error e;
+    int rc = fc_cli_parse_run(nrest, rest, &a, &e);
+    const char *no = rc ? NULL : running_flag(rest, nrest);
+    free(rest);
+    if (rc == 1) {
+        usage();
+        return FC_EXIT_PASS;
+    }
+    if (rc) fc_die(FC_EXIT_USAGE, "plan: %s", e.msg);
+    // (--impl too: a plan is every implementation's start and data)
+    if (no) fc_die(FC_EXIT_USAGE, "plan: %s: a plan runs no step, so nothing it does is that flag's", no);
+    if (!W) usage_fail("--world W is required (the ranks of the run to be judged)");
+    if (!a.trace_dir[0]) usage_fail("--trace DIR is required (where the plan is written)");
+    if (fc_run_config_validate_world(&a.cfg, W, &e)) fc_die(FC_EXIT_USAGE, "plan: %s", e.msg);
+    const int threads = fc_threads_setup(a.threads, 1);
+
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    fc_model m;  // the shared registry: names, shapes and layout of the trace
+    fc_model_build_run(&m, &a.cfg);
+    float *init = mallocCheck(m.numel * sizeof(float));  // [numel] the initial weights, model layout
+    if (a.cfg.init_path[0]) {
+        if (fc_weights_load(&m, a.cfg.init_path, init, &e)) fc_die(FC_EXIT_USAGE, "plan: --init %s", e.msg);
+    } else {
+        fc_init_full(&m, a.cfg.seed, init);
+    }
+    fc_trace_writer tw;
+    if (fc_trace_begin_plan(&tw, a.trace_dir, &m, init, &e))  // leaves no file
+    free(init);
+    fc_batch batch = {0};
+    fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);
+    const char *state_names[2];
+    int n_state = fc_optim_state_names(&a.cfg.optim, state_names);
+    for (int t = 0; t < a.cfg.steps; t++) {
+        // the batch as run regenerates it for its trace (oracle/run.c)
+        fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, t, 0);
+        fc_trace_step s = {.step = t, .batch = &batch, .n_state = n_state};
+        for (int i = 0; i < n_state; i++) s.state_names[i] = state_names[i];
+        if (fc_trace_write_open(&tw, &s, 0, &e) || fc_trace_write_commit(&tw, &e)) {
+            fc_trace_abort(&tw);
+            fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e.msg);
+        }
+    }
+    if (fc_trace_finish(&tw, &a.cfg, W, &e)) {
+        fc_trace_abort(&tw);
+        fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e.msg);
+    }
+    fc_batch_free(&batch);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!a.quiet) {
+        struct rusage ru;
+        long kib = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+        printf("fsdpcheck plan: model %s (%zu parameters, %d units), W=%d, B=%d, steps %d, seed %llu: the initial "
+               "weights and %d batches written to %s (%.1f ms, %d threads)\npeak RSS (MiB): %.1f\n",
+               m.cfg.name, m.numel, m.n_units, W, a.cfg.global_batch, a.cfg.steps,
+               (unsigned long long)a.cfg.seed, a.cfg.steps, a.trace_dir,
+               (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6, threads, kib / 1024.0);
+    }
+    fc_model_free(&m);
+    return FC_EXIT_PASS;
+}
