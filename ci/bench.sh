@@ -7,9 +7,12 @@
 #          2 threads, measured here (needs the adapter's venv: .venv-torch or FSDPCHECK_TORCH_VENV)
 #   sweep  mpiexec -n 4 fsdpcheck sweep --cases 300 --seed 1     (was 80.2 s; target <= 50 s)
 #   check  fsdpcheck-torch check --api fsdp2 -n 2 --model gpt2-124m --steps 2 --global-batch 4
-#          --seq-len 64, split into reference, torch and compare (was 97 s; target <= 45 s)
+#          --seq-len 64, split into reference, torch and compare (was 97 s; target <= 45 s); since
+#          the check plans (fsdpcheck plan) the reference row is the plan's, and the reference's
+#          steps run inside compare (the lockstep re-run of every step)
 #   sens   fsdpcheck sensitivity on those traces, step 1          (was 293 s; target <= 60 s)
-#   rss    the check's peak resident sets: the reference's ranks 0 and 1, torch's, and compare's
+#   rss    the check's peak resident sets: the reference's ranks 0 and 1 (the plan's one process
+#          since it plans), torch's, and compare's
 # --baseline REV also builds REV (a commit, e.g. the one before the threads) in a git
 # worktree and runs the same rows with it first, then prints after/before for each row.
 # --skip-torch leaves out the rows that need torch (sens then runs on two reference traces).
@@ -55,16 +58,17 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
       --global-batch 4 --seq-len 64 --keep "$tmp/$label.keep" --timeout 1800 | tail -n 4 | tee "$tmp/$label.check"
     t1=$(date +%s.%N)
     echo "check $(secs "$t0" "$t1")" >>"$out"
-    # check's own split (an older adapter prints only the first two)
-    sed -nE 's/.*reference ([0-9.]+) s, torch ([0-9.]+) s.*/check.reference \1\ncheck.torch \2/p' "$tmp/$label.check" >>"$out"
+    # check's own split (an older adapter prints only the first two; one before the plan, "reference X s")
+    sed -nE 's/.*reference (plan )?([0-9.]+) s, torch ([0-9.]+) s.*/check.reference \2\ncheck.torch \3/p' "$tmp/$label.check" >>"$out"
     sed -nE 's/.*gathering full tensors ([0-9.]+) s and trace writing ([0-9.]+) s.*/check.gather \1\ncheck.trace \2/p' \
       "$tmp/$label.check" >>"$out"
-    sed -nE 's/.*compare ([0-9.]+) s\).*/check.compare \1/p' "$tmp/$label.check" >>"$out"
+    sed -nE 's/.*compare ([0-9.]+) s(\)|, the reference re-running).*/check.compare \1/p' "$tmp/$label.check" >>"$out"
     # peak resident sets (an older adapter prints torch's alone, or none): rank 0 and rank 1
     sed -nE 's/^reference peak RSS per rank \(MiB\): 0: ([0-9.]+), 1: ([0-9.]+).*/rss.reference0 \1\nrss.reference1 \2/p' \
       "$tmp/$label.check" >>"$out"
+    sed -nE 's/^reference plan peak RSS \(MiB\): ([0-9.]+).*/rss.reference0 \1/p' "$tmp/$label.check" >>"$out"
     sed -nE 's/^torch peak RSS per rank \(MiB\): 0: ([0-9.]+), 1: ([0-9.]+).*/rss.torch0 \1\nrss.torch1 \2/p' "$tmp/$label.check" >>"$out"
-    sed -nE 's/^compare peak RSS \(MiB\): ([0-9.]+).*/rss.compare \1/p' "$tmp/$label.check" >>"$out"
+    sed -nE 's/^compare peak RSS.*\(MiB\): ([0-9.]+).*/rss.compare \1/p' "$tmp/$label.check" >>"$out"
     a=$tmp/$label.keep/ref b=$tmp/$label.keep/torch
   else
     for W in 1 2; do
@@ -119,11 +123,11 @@ def rows(label):
     return dict(l.split() for l in open(p)) if os.path.exists(p) else {}
 before, after = rows("before"), rows("after")
 table = [("step", "gpt2-124m step, 2 threads (s)", 7.79, 2.5), ("sweep", "sweep 300 cases W=1..4 (s)", 80.2, 50),
-         ("check", "torch check gpt2-124m (s)", 97, 45), ("check.reference", "  of which the reference (s)", 37.5, None),
+         ("check", "torch check gpt2-124m (s)", 97, 45), ("check.reference", "  of which the reference run / plan (s)", 37.5, None),
          ("check.torch", "  of which torch (s)", 44.6, None), ("check.gather", "    torch rank 0 gathering full tensors (s)", None, None),
          ("check.trace", "    torch rank 0 writing its trace (s)", None, None), ("check.compare", "  of which compare (s)", None, None),
          ("sens", "sensitivity gpt2-124m, one step (s)", 293, 60),
-         ("rss.reference0", "check's peak RSS: reference rank 0 (MiB)", None, None),
+         ("rss.reference0", "check's peak RSS: reference rank 0 / plan (MiB)", None, None),
          ("rss.reference1", "  reference rank 1 (MiB)", None, None),
          ("rss.torch0", "  torch rank 0 (MiB)", None, None), ("rss.torch1", "  torch rank 1 (MiB)", None, None),
          ("rss.compare", "  compare (MiB)", None, None)]

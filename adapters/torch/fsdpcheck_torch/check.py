@@ -1,18 +1,23 @@
-"""`fsdpcheck-torch check`: the reference, then torch on the same config, then
-`fsdpcheck compare`; prints the verdict and exits 0, 1 or 2 as fsdpcheck does.
+"""`fsdpcheck-torch check`: the reference's plan, then torch on the same config,
+then `fsdpcheck compare`; prints the verdict and exits 0, 1 or 2 as fsdpcheck does.
 
   fsdpcheck-torch check --api fsdp1|fsdp2 [-n W] [--device D] [--backend B]
       [run flags] [--inject FAULT] [--ckpt-at K [--ckpt-state-dict full|sharded]] [--force-sum-reduction]
       [--optim-state-offload] [--schedule] [--keep DIR] [--report FILE.md]
       [--fsdpcheck PATH] [--mpiexec PATH] [--quiet]
 
-The reference runs as `mpiexec -n W fsdpcheck run [run flags] --trace DIR/ref
---trace-tensors first` (compare re-runs each later step from torch's state, so
-the reference's trace holds the first step's tensors and every step's batch)
-with the gradient divide the torch API uses (FSDP1: pre/post factors; FSDP2 in
+The reference plans the run as `fsdpcheck plan --world W [run flags] --trace
+DIR/ref`: its initial weights and every step's batch, no step run, with the
+gradient divide the torch API uses (FSDP1: pre/post factors; FSDP2 in
 fp32/bf16: one AVG collective, which gloo computes as a sum then a divide;
 fp16: pre/post), unless --divide is given. Torch then runs with
-`torchrun --nproc-per-node W -m fsdpcheck_torch run ... --like DIR/ref`.
+`torchrun --nproc-per-node W -m fsdpcheck_torch run ... --like DIR/ref`, and
+compare judges every torch step in lockstep: the reference re-runs it from
+torch's own state before it, the first from torch's initial weights (which
+must be the plan's, bit for bit) and a fresh optimizer. Only a failed FSDP2
+check on gloo runs the reference itself, `mpiexec -n W fsdpcheck run [run
+flags] --steps 1` (--mpiexec), to measure pytorch#162338's signature against
+its step 0.
 --schedule also records the collectives torch FSDP issues (run --comm-log) and
 judges them with `fsdpcheck schedule --api torch-fsdpN` (P10, the oracle's own
 rules): the check fails if either the numbers or the schedule do.
@@ -244,7 +249,7 @@ class Job:
         self.ref_dir = os.path.join(self.work, "ref")
         self.torch_dir = os.path.join(self.work, "torch")
         self.timeout = self.opts["--timeout"]
-        self.t = {"reference_s": 0.0, "torch_s": 0.0, "compare_s": 0.0}
+        self.t = {"plan_s": 0.0, "torch_s": 0.0, "compare_s": 0.0}
         # FSDP2's prefetch lists and divide factor are the reference's under --fsdp-version 2 only
         # (the reference and `fsdpcheck schedule` refuse them with FSDP1's layout)
         self.version_flags = ["--fsdp-version", "2"] if self.api == "fsdp2" and fsdp2_only(self.cfg) else []
@@ -269,25 +274,42 @@ class Job:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
-def run_reference(job, fsdpcheck, mpiexec, env):
-    ref_flags = list(job.flags) + job.version_flags
+def reference_flags(job):
+    """The run flags the reference takes for job: the user's, FSDP2's version
+    flags, and the gradient divide of the torch API unless --divide is given."""
+    flags = list(job.flags) + job.version_flags
     if "--divide" not in job.flags:
         force_sum = job.opts.get("--force-sum-reduction")
-        ref_flags += ["--divide", reference_divide(job.api, job.cfg, job.world, force_sum, backend_of(job.opts))]
-    # not --quiet: its last lines give every rank's peak resident set. The tensor
-    # sets of the first step only: compare judges every later step in lockstep,
-    # re-running it from torch's state, and reads the reference's batch alone there
-    cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + ref_flags
-    cmd += ["--trace", job.ref_dir, "--trace-tensors", "first"]
+        flags += ["--divide", reference_divide(job.api, job.cfg, job.world, force_sum, backend_of(job.opts))]
+    return flags
+
+
+def plan_reference(job, fsdpcheck, env):
+    """`fsdpcheck plan`: the initial weights and every step's batch torch runs
+    from (--like), in job.ref_dir. No step is run: compare re-runs each step."""
+    cmd = [fsdpcheck, "plan", "--world", str(job.world)] + reference_flags(job) + ["--trace", job.ref_dir]
     t0 = time.time()
-    p = run_bounded(cmd, env, job.timeout, "the reference run")
-    job.t["reference_s"] = time.time() - t0
+    p = run_bounded(cmd, env, job.timeout, "the reference's plan")
+    job.t["plan_s"] = time.time() - t0
     if p.returncode != 0:
         msg = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
         if p.returncode == 2:
             raise UsageError(f"the reference refused the config: {msg}")
-        raise RuntimeError(f"the reference run failed (exit {p.returncode}): {msg}")
-    job.t["reference_rss_mib"] = reference_rss(p.stdout)
+        raise RuntimeError(f"the reference's plan failed (exit {p.returncode}): {msg}")
+    job.t["plan_rss_mib"] = plan_rss(p.stdout)
+
+
+def reference_step0(job, fsdpcheck, mpiexec, env):
+    """The reference's own run of step 0 at W ranks, its tensors traced, in
+    DIR/ref-step0 (what pytorch#162338's signature is measured against), or
+    None where it failed: the verdict already stands without it."""
+    out = os.path.join(job.work, "ref-step0")
+    cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + reference_flags(job) + ["--steps", "1", "--quiet"]
+    try:
+        p = run_bounded(cmd + ["--trace", out], env, job.timeout, "the reference's step 0")
+    except Hung:
+        return None
+    return out if p.returncode == 0 else None
 
 
 class Crash(Exception):
@@ -359,15 +381,12 @@ def _wait(p, timeout):
         pause = min(pause * 2, 0.05)
 
 
-def reference_rss(stdout):
-    """[MiB per rank] from `fsdpcheck run`'s "peak RSS per rank (MiB): 0: 12.5, 1: 13.0"
-    line; [] when it printed none (one process: local prints no memory)."""
-    import re
-
+def plan_rss(stdout):
+    """MiB from `fsdpcheck plan`'s "peak RSS (MiB): 12.5" line; None without one (--quiet)."""
     for line in stdout.splitlines():
-        if line.startswith("peak RSS per rank (MiB):"):
-            return [float(x) for x in re.findall(r"\d+: ([0-9.]+)", line)]
-    return []
+        if line.startswith("peak RSS (MiB):"):
+            return float(line.split(":")[1])
+    return None
 
 
 def run_torch(jobs, env):
@@ -454,15 +473,21 @@ def torch_failure(job, p, fails):
     return Crash("\n  ".join([head] + lines))
 
 
-def gloo_avg_bug(job):
+def gloo_avg_applies(job):
+    """Whether job could show pytorch#162338: FSDP2 on gloo at W >= 2, averaging."""
+    if job.api != "fsdp2" or job.world < 2 or job.opts.get("--force-sum-reduction"):
+        return False
+    return job.opts.get("--backend", "gloo" if job.opts.get("--device", "cpu") == "cpu" else "") == "gloo"
+
+
+def gloo_avg_bug(job, ref_dir):
     """The line naming pytorch#162338, with the ratios measured, when a failed
     FSDP2 check has its signature (every step-0 gradient exactly W x the
-    reference's), else None."""
+    reference's in ref_dir, a trace of the reference's step 0), else None."""
     from . import known_bugs
 
-    if job.api != "fsdp2" or job.world < 2 or job.opts.get("--force-sum-reduction"):
+    if not gloo_avg_applies(job):
         return None
-    backend = job.opts.get("--backend", "gloo" if job.opts.get("--device", "cpu") == "cpu" else "")
     import torch
     from safetensors import safe_open
 
@@ -470,7 +495,7 @@ def gloo_avg_bug(job):
     ratios = []
     try:
         with (
-            safe_open(os.path.join(job.ref_dir, name), "pt") as fa,
+            safe_open(os.path.join(ref_dir, name), "pt") as fa,
             safe_open(os.path.join(job.torch_dir, name), "pt") as fb,
         ):
             for k in fa.keys():  # noqa: SIM118 (safe_open is not a dict)
@@ -488,7 +513,7 @@ def gloo_avg_bug(job):
     # fp32: B = W A to rounding (1e-3 is far above it); 16-bit: the two runs'
     # own roundings differ by up to ~1e-2 of a tensor, far below W - 1
     tol = 1e-3 if job.cfg["param_dtype"] == job.cfg["reduce_dtype"] == "fp32" else 3e-2
-    bug = known_bugs.match_gloo_avg(job.api, backend, job.world, False, ratios, tol)
+    bug = known_bugs.match_gloo_avg(job.api, "gloo", job.world, False, ratios, tol)
     if bug is None:
         return None
     lo, hi = min(r for r, _ in ratios), max(r for r, _ in ratios)
@@ -535,8 +560,9 @@ def judge(job, p, fails, fsdpcheck, env):
         raise torch_failure(job, p, fails)
     job.t.update(torch_timing(job.torch_dir))
     rc, text = compare(job, fsdpcheck, env)
-    if rc == 1:
-        bug = gloo_avg_bug(job)
+    if rc == 1 and gloo_avg_applies(job):  # measured against the reference's own step 0, run for it
+        ref0 = reference_step0(job, fsdpcheck, job.opts.get("--mpiexec", "mpiexec"), env)
+        bug = gloo_avg_bug(job, ref0) if ref0 else None
         if bug:
             text += bug + "\n"
     if job.opts.get("--schedule"):
@@ -583,11 +609,10 @@ def run_checks(argvs):
             return results
         any_job = next(iter(jobs.values()))
         fsdpcheck = find_fsdpcheck(any_job.opts.get("--fsdpcheck"))
-        mpiexec = any_job.opts.get("--mpiexec", "mpiexec")
         ready = {}
         for i, j in jobs.items():
             try:
-                run_reference(j, fsdpcheck, mpiexec, env)
+                plan_reference(j, fsdpcheck, env)
                 ready.setdefault(j.group(), []).append(i)
             except (UsageError, RuntimeError, Hung) as e:
                 results[i] = outcome(e) + (j.t,)
@@ -616,7 +641,7 @@ def run_check(argv, out=sys.stdout):
     env = env_for_runs()
     try:
         fsdpcheck = find_fsdpcheck(job.opts.get("--fsdpcheck"))
-        run_reference(job, fsdpcheck, job.opts.get("--mpiexec", "mpiexec"), env)
+        plan_reference(job, fsdpcheck, env)
         p, fails = run_torch([job], env)
         rc, text = judge(job, p, fails, fsdpcheck, env)
         if not job.opts.get("--quiet"):
@@ -639,14 +664,14 @@ def cmd_check(argv):
     if t.get("trace_s") is not None:  # rank 0's own clock, from the torch trace.json
         split = f" of which gathering full tensors {t['gather_s']:.1f} s and trace writing {t['trace_s']:.1f} s,"
     ranks = lambda xs: ", ".join(f"{r}: {x:.1f}" for r, x in enumerate(xs))
-    if t.get("reference_rss_mib"):
-        print("reference peak RSS per rank (MiB): " + ranks(t["reference_rss_mib"]))
+    if t.get("plan_rss_mib"):
+        print(f"reference plan peak RSS (MiB): {t['plan_rss_mib']:.1f}")
     if t.get("rss_mib"):
         print("torch peak RSS per rank (MiB): " + ranks(t["rss_mib"]))
     if t.get("compare_rss_mib"):
-        print(f"compare peak RSS (MiB): {t['compare_rss_mib']:.1f}")
+        print(f"compare peak RSS, the reference re-running each step in it (MiB): {t['compare_rss_mib']:.1f}")
     print(
-        f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference {t['reference_s']:.1f} s, "
-        f"torch {t['torch_s']:.1f} s,{split} compare {t['compare_s']:.1f} s)"
+        f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference plan {t['plan_s']:.1f} s, "
+        f"torch {t['torch_s']:.1f} s,{split} compare {t['compare_s']:.1f} s, the reference re-running each step)"
     )
     return rc

@@ -124,7 +124,7 @@ def cmd_sweep(argv):
             detail = detail or " ".join(ln.strip() for ln in lines[:2])
         else:
             status, detail = "error", out.strip().splitlines()[0] if out.strip() else "error"
-        dt = t.get("reference_s", 0.0) + t.get("torch_s", 0.0)
+        dt = t.get("plan_s", 0.0) + t.get("torch_s", 0.0) + t.get("compare_s", 0.0)
         if status != "pass":
             failed += 1
         results.append((i, W, flags, api, status, detail, dt))

@@ -81,6 +81,16 @@ def _check_meta(path, t):
     need(is_int(t["world_size"], 1), '"world_size" is not an integer >= 1')
     need(is_int(t["steps"], 1), '"steps" is not an integer >= 1')
     need(is_int(t["first_step"], 0), '"first_step" is not an integer >= 0')
+    # a plan (`fsdpcheck plan`) ran no step: from step 0, no tensor set (oracle/tracefile.c)
+    planned = t.get("planned", False)
+    need(isinstance(planned, bool), '"planned" is not true or false')
+    need(not planned or t["first_step"] == 0, f'a plan ("planned": true) starts at step 0, not {t["first_step"]}')
+    if "tensor_steps" in t or planned:
+        lo, hi = (0, 0) if planned else (1, t["steps"])
+        need(
+            is_int(t.get("tensor_steps"), lo) and t["tensor_steps"] <= hi,
+            f'"tensor_steps" is not an integer in {lo}..{hi}' + (" (a plan holds no tensor set)" if planned else ""),
+        )
     c = t["config"]
     need(isinstance(c, dict), '"config" is not an object')
     for k in ("model", "strategy", "global_batch", "seq_len", "seed", "steps", "optimizer", "grad_accum"):

@@ -1,6 +1,6 @@
 """`check`'s verdict plumbing (fsdpcheck_torch/check.py) beyond the shared
 `checks` run: one check as a user runs it (its printed verdict and --report),
-a reference run that fails, a torch run that hangs, how a torch run that gave
+a reference plan that fails, a torch run that hangs, how a torch run that gave
 no trace is classified (bad input or a crash, naming rank and frame, and the
 known bug), and the measurement behind pytorch#162338's signature."""
 
@@ -32,34 +32,36 @@ def test_one_check_prints_its_verdict_and_writes_the_report(tmp_path):
 
 
 @pytest.fixture
-def failing_mpiexec(tmp_path):
-    p = tmp_path / "mpiexec"
-    p.write_text("#!/bin/sh\necho 'mpiexec: no hosts to run on' >&2\nexit 3\n")
+def failing_fsdpcheck(tmp_path):
+    """An fsdpcheck whose plan fails as a broken install would (not bad input)."""
+    p = tmp_path / "fsdpcheck"
+    p.write_text("#!/bin/sh\necho 'fsdpcheck: cannot map init.safetensors: out of memory' >&2\nexit 4\n")
     p.chmod(0o755)
     return str(p)
 
 
-def test_a_failed_reference_run_is_exit_2_naming_it(failing_mpiexec, capsys, monkeypatch):
-    monkeypatch.setenv("FSDPCHECK", fsdpcheck_bin())
-    rc = main(["check", "--api", "fsdp1", "-n", "1", *MLP, "--mpiexec", failing_mpiexec])
+def test_a_failed_reference_plan_is_exit_2_naming_it(failing_fsdpcheck, capsys):
+    rc = main(["check", "--api", "fsdp1", "-n", "1", *MLP, "--fsdpcheck", failing_fsdpcheck])
     cap = capsys.readouterr()
     assert rc == 2 and cap.out == "", cap
-    assert cap.err.strip() == "fsdpcheck-torch: the reference run failed (exit 3): mpiexec: no hosts to run on", cap
+    want = (
+        "fsdpcheck-torch: the reference's plan failed (exit 4): fsdpcheck: cannot map init.safetensors: out of memory"
+    )
+    assert cap.err.strip() == want, cap
 
 
-def test_run_checks_reports_each_job_on_its_own(failing_mpiexec, tmp_path, monkeypatch):
-    monkeypatch.setenv("FSDPCHECK", fsdpcheck_bin())
+def test_run_checks_reports_each_job_on_its_own(failing_fsdpcheck, tmp_path):
     bad = ["--api", "fsdp3"]
     assert check.run_checks([bad]) == [(2, "fsdpcheck-torch: --api 'fsdp3': not fsdp1 or fsdp2", {})]
     keep = tmp_path / "job"
     res = check.run_checks(
-        [bad, ["--api", "fsdp1", "-n", "1", *MLP, "--mpiexec", failing_mpiexec, "--keep", str(keep)]]
+        [bad, ["--api", "fsdp1", "-n", "1", *MLP, "--fsdpcheck", failing_fsdpcheck, "--keep", str(keep)]]
     )
-    assert [r[:2] for r in res] == [
-        (2, "fsdpcheck-torch: --api 'fsdp3': not fsdp1 or fsdp2"),
-        (2, "fsdpcheck-torch: the reference run failed (exit 3): mpiexec: no hosts to run on"),
-    ], res
-    assert set(res[1][2]) == {"reference_s", "torch_s", "compare_s"}, res
+    failed = (
+        "fsdpcheck-torch: the reference's plan failed (exit 4): fsdpcheck: cannot map init.safetensors: out of memory"
+    )
+    assert [r[:2] for r in res] == [(2, "fsdpcheck-torch: --api 'fsdp3': not fsdp1 or fsdp2"), (2, failed)], res
+    assert set(res[1][2]) == {"plan_s", "torch_s", "compare_s"}, res
 
 
 def test_a_torch_run_past_its_timeout_is_hung_exit_3(tmp_path):
@@ -140,17 +142,22 @@ def _steps(job, grads_a, grads_b):
 
 def test_the_gloo_avg_signature_is_measured_from_the_step_files(tmp_path):
     job = Job(["--api", "fsdp2", "-n", "2", *MLP, "--keep", str(tmp_path / "job")])
-    assert check.gloo_avg_bug(job) is None  # no step files: no signature
+    assert check.gloo_avg_bug(job, job.ref_dir) is None  # no step files: no signature
     a = {"w": torch.tensor([1.0, -2.0, 3.0]), "b": torch.tensor([0.5]), "z": torch.zeros(2)}
     _steps(job, a, {k: 2 * v for k, v in a.items()})  # every gradient W = 2 x the reference's
-    line = check.gloo_avg_bug(job)
+    line = check.gloo_avg_bug(job, job.ref_dir)
     assert line is not None and line.startswith("known PyTorch bug pytorch#162338: "), line
     # the all-zero gradient has no ratio: two measured
     assert line.endswith("measured: all 2 gradients of step 0 are B = 2.0000 .. 2.0000 x A (W = 2)"), line
     _steps(job, a, a)  # the right answer
-    assert check.gloo_avg_bug(job) is None
+    assert check.gloo_avg_bug(job, job.ref_dir) is None
     _steps(job, a, dict(a, b=torch.tensor([0.5 * 1.5])))  # one tensor 1.5 x, the others 1 x: not the bug
-    assert check.gloo_avg_bug(job) is None
+    assert check.gloo_avg_bug(job, job.ref_dir) is None
+    # FSDP1, or FSDP2 told to sum: never this bug's signature, whatever the ratios
+    _steps(job, a, {k: 2 * v for k, v in a.items()})
+    for other in (["--api", "fsdp1"], ["--api", "fsdp2", "--force-sum-reduction"]):
+        j = Job([*other, "-n", "2", *MLP, "--keep", str(tmp_path / "job")])
+        assert not check.gloo_avg_applies(j) and check.gloo_avg_bug(j, job.ref_dir) is None
 
 
 def _alive(marker):
@@ -198,11 +205,15 @@ def test_a_hung_rank_is_exit_3_and_no_worker_is_left(tmp_path):
     assert _alive(str(keep)) == [], f"workers left running: {_alive(str(keep))}"
 
 
-def test_a_reference_run_past_its_timeout_is_exit_3(tmp_path):
+def test_a_reference_plan_past_its_timeout_is_exit_3(tmp_path):
     keep = tmp_path / "slow"
-    rc, out = adapter("check", "--api", "fsdp1", "-n", "1", *MLP, "--keep", str(keep), "--timeout", "0.01")
+    slow = tmp_path / "fsdpcheck"  # a plan that never ends (the real one takes milliseconds here)
+    slow.write_text("#!/bin/sh\nexec sleep 60\n")
+    slow.chmod(0o755)
+    argv = ["--api", "fsdp1", "-n", "1", *MLP, "--keep", str(keep), "--timeout", "0.2", "--fsdpcheck", str(slow)]
+    rc, out = adapter("check", *argv)
     assert rc == 3, out
-    assert "the reference run did not finish within 0 s (--timeout)" in out, out
+    assert "the reference's plan did not finish within 0 s (--timeout)" in out, out
     assert "Traceback" not in out, out
 
 
@@ -214,10 +225,10 @@ def test_run_bounded_reports_the_childs_peak_resident_set():
     assert 300 <= p.peak_rss_mib < 2000, p.peak_rss_mib
 
 
-def test_reference_rss_reads_run_s_line():
-    out = "step 1: loss 2.3\npeak RSS per rank (MiB): 0: 2196.6, 1: 1815.4, 2: 12.0\n"
-    assert check.reference_rss(out) == [2196.6, 1815.4, 12.0]
-    assert check.reference_rss("fsdpcheck run: local (one process)\n") == []
+def test_plan_rss_reads_plan_s_line():
+    out = "fsdpcheck plan: model mlp-micro (17 parameters, 3 units), W=2 ...\npeak RSS (MiB): 476.3\n"
+    assert check.plan_rss(out) == 476.3
+    assert check.plan_rss("") is None
 
 
 def test_huge_pages_are_asked_for_and_a_users_choice_stands():

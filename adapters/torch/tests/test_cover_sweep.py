@@ -62,7 +62,7 @@ def test_outcomes_are_classified_and_reported(tmp_path, monkeypatch, capsys):
 
     def fake_run_checks(argvs):
         seen.extend(argvs)
-        return [(rc, out, {"reference_s": 1.0, "torch_s": 2.0}) for rc, out, _ in canned[: len(argvs)]]
+        return [(rc, out, {"plan_s": 1.0, "torch_s": 2.0}) for rc, out, _ in canned[: len(argvs)]]
 
     monkeypatch.setattr(check, "run_checks", fake_run_checks)
     junit, report = tmp_path / "s.xml", tmp_path / "s.md"

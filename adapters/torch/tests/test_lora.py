@@ -21,6 +21,7 @@ import shutil
 import pytest
 from conftest import (
     assert_verdict,
+    env,
     expected_bug,
     first_divergence,
     fsdpcheck_bin,
@@ -31,6 +32,8 @@ from conftest import (
     register,
 )
 from safetensors.torch import load_file
+
+from fsdpcheck_torch import check
 
 R, ALPHA, TARGET = 4, 8, "q_proj|v_proj"
 LORA = ["--lora", f"{R}:{ALPHA}:{TARGET}"]
@@ -106,8 +109,12 @@ def test_lora_alpha_fault_is_caught(checks):
     assert ".lora_B.default.weight" in div, div
     meta = meta_of(keep / "torch")
     assert meta["config"]["inject"] == "lora_alpha" and meta["torch"]["lora"]["scaling"] == [float(ALPHA)]
-    # the measured effect: the torch run's step-0 lora_B gradients are R times the reference's
-    ref = load_file(str(keep / "ref" / "step-000000.safetensors"))
+    # the measured effect: the torch run's step-0 lora_B gradients are R times the
+    # reference's own step 0 at W = 2 (the check plans: its ref holds no tensors)
+    job = check.Job(["--api", "fsdp1", "-n", "2", *LLAMA, *LORA, "--keep", str(keep)])
+    ref0 = check.reference_step0(job, fsdpcheck_bin(), "mpiexec", env())
+    assert ref0 is not None
+    ref = load_file(os.path.join(ref0, "step-000000.safetensors"))
     got = load_file(str(keep / "torch" / "step-000000.safetensors"))
     for m in MODULES:
         a, b = ref[f"grad.{m}.lora_B.default.weight"].double(), got[f"grad.{m}.lora_B.default.weight"].double()
