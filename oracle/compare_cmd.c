@@ -56,9 +56,9 @@ static double parse_tol(const char *flag, const char *v) {
 
 static void describe_run(const fc_trace *t, char *buf, size_t cap) {
     const fc_run_config *c = &t->cfg;
-    snprintf(buf, cap, "%s, %s, W=%d, param/reduce %s/%s, steps %ld..%ld", t->impl, fc_strategy_name(c->strategy),
-             t->world_size, fc_prec_name(c->param_dtype), fc_prec_name(c->reduce_dtype), t->first_step,
-             t->first_step + t->steps - 1);
+    snprintf(buf, cap, "%s%s, %s, W=%d, param/reduce %s/%s, steps %ld..%ld", t->impl,
+             t->planned ? "'s plan, no step run" : "", fc_strategy_name(c->strategy), t->world_size,
+             fc_prec_name(c->param_dtype), fc_prec_name(c->reduce_dtype), t->first_step, t->first_step + t->steps - 1);
 }
 
 // Markdown text in a table cell, escaped as the sweep's report escapes it.

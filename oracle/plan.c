@@ -99,6 +99,7 @@ int fc_cmd_plan(int argc, char **argv) {
     }
     fc_trace_writer tw;
     if (fc_trace_begin_plan(&tw, a.trace_dir, &m, init, &e))  // leaves no file
+        fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e.msg);
     free(init);
     fc_batch batch = {0};
     fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);

@@ -32,6 +32,7 @@ judged() {  # judged NAME STEPS: compare PLAN RUN passes with every step re-run,
   [ $rc -eq 0 ] || { fail "$name: compare exit $rc, want 0: $(grep -m1 -E '^first divergence|^fsdpcheck:' "$tmp/$name.cmp")"; return; }
   grep -q "^steps judged in lockstep: each step re-run by the reference from B's recorded state, the first from" \
     "$tmp/$name.cmp" || fail "$name: compare does not say it re-runs the first step"
+  grep -q "^  A: .*(reference's plan, no step run, " "$tmp/$name.cmp" || fail "$name: compare does not name A a plan"
   local rows
   rows=$(grep -cE '^ +[0-9]+ +lock +[^ ]+ +grad ' "$tmp/$name.cmp")
   [ "$rows" -eq "$steps" ] || fail "$name: $rows lockstep grad rows, want $steps (one a step, step 0 included)"
