@@ -24,12 +24,17 @@
 #include "cli.h"
 #include "data.h"
 #include "init.h"
-#include "optim.h"
 #include "threads.h"
 #include "trace.h"
 #include "weights.h"
 
 static _Noreturn void usage_fail(const char *msg) { fc_die(FC_EXIT_USAGE, "plan: %s", msg); }
+
+// A plan's write failed: every file it wrote is removed, and the run ends with e.
+static _Noreturn void trace_failed(fc_trace_writer *tw, const fc_error *e) {
+    fc_trace_abort(tw);
+    fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e->msg);
+}
 
 static void usage(void) {
     printf("usage: fsdpcheck plan --world W [run flags: --model, --strategy, --seed, --steps, --global-batch, "
@@ -103,22 +108,14 @@ int fc_cmd_plan(int argc, char **argv) {
     free(init);
     fc_batch batch = {0};
     fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);
-    const char *state_names[2];
-    int n_state = fc_optim_state_names(&a.cfg.optim, state_names);
     for (int t = 0; t < a.cfg.steps; t++) {
-        // the batch as run regenerates it for its trace (oracle/run.c)
+        // the batch as run regenerates it for its trace (oracle/run.c); a step
+        // file of a plan holds nothing else (no tensor set, so no state names)
         fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, t, 0);
-        fc_trace_step s = {.step = t, .batch = &batch, .n_state = n_state};
-        for (int i = 0; i < n_state; i++) s.state_names[i] = state_names[i];
-        if (fc_trace_write_open(&tw, &s, 0, &e) || fc_trace_write_commit(&tw, &e)) {
-            fc_trace_abort(&tw);
-            fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e.msg);
-        }
+        fc_trace_step s = {.step = t, .batch = &batch};
+        if (fc_trace_write_open(&tw, &s, 0, &e) || fc_trace_write_commit(&tw, &e)) trace_failed(&tw, &e);
     }
-    if (fc_trace_finish(&tw, &a.cfg, W, &e)) {
-        fc_trace_abort(&tw);
-        fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e.msg);
-    }
+    if (fc_trace_finish(&tw, &a.cfg, W, &e)) trace_failed(&tw, &e);
     fc_batch_free(&batch);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!a.quiet) {
