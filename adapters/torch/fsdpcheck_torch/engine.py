@@ -122,8 +122,7 @@ class Run:
         return init_device_mesh(dt, (self.W,), mesh_dim_names=("shard",))
 
     def build(self, init):
-        model = M.build(self.mcfg)
-        M.load_init(model, init, self.names)
+        model = M.build_loaded(self.mcfg, init, self.names)
         # frozen as a user freezes: on the model's own parameters, by their names before any
         # wrapper renames them (a tied LM head is the embedding, frozen with it). LoRA: by
         # get_peft_model alone, so that what train() reads back is PEFT's doing

@@ -5,7 +5,9 @@ directory leaves none of the old steps behind."""
 
 import pytest
 import torch
+from conftest import reference_trace
 from safetensors.torch import load_file
+from torch import nn
 
 from fsdpcheck_torch import model as M
 from fsdpcheck_torch import tracefile
@@ -48,3 +50,66 @@ def test_write_init_clears_an_old_trace(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["init.safetensors", "notes.txt"]
     t = load_file(str(tmp_path / "init.safetensors"))
     assert list(t) == ["w"] and t["w"].dtype == torch.float32 and t["w"].tolist() == [1.0, 1.0]
+
+
+def tensors_of(m):
+    """Every parameter and buffer (persistent or not) by name, a tie under both names."""
+    return {**dict(m.named_parameters(remove_duplicate=False)), **dict(m.named_buffers(remove_duplicate=False))}
+
+
+def tied(m):
+    """The parameter names that name one tensor (a tied LM head), grouped."""
+    by = {}
+    for n, p in m.named_parameters(remove_duplicate=False):
+        by.setdefault(id(p), []).append(n)
+    return sorted(ns for ns in by.values() if len(ns) > 1)
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--model", "gpt2-tiny"],
+        ["--model", "llama-micro"],
+        ["--model", "llama-micro", "--lora", "4:8:q_proj|v_proj"],
+        ["--model", "mlp-micro"],
+    ],
+    ids=["gpt2", "llama", "lora", "mlp"],
+)
+def test_build_loaded_is_build_then_load_init(tmp_path, flags):
+    """The model the torch ranks train, built without the random draws load_init
+    overwrites (none is made), is build()'s and load_init()'s: every parameter,
+    every buffer (RoPE's inv_freq, the causal mask) bit for bit, the same ties."""
+    ref = tracefile.RefTrace(reference_trace(tmp_path / "ref", *flags, "--steps", "1", "--strategy", "full_shard"))
+    cfg = ref.config["model"]
+    want = M.build(cfg)
+    M.load_init(want, ref.init(), ref.names)
+    rng = torch.get_rng_state()
+    got = M.build_loaded(cfg, ref.init(), ref.names)
+    assert torch.equal(rng, torch.get_rng_state()), "build_loaded drew random numbers"
+    a, b = tensors_of(want), tensors_of(got)
+    assert list(a) == list(b)
+    for n in a:
+        assert a[n].dtype == b[n].dtype and torch.equal(a[n], b[n]), n
+    assert tied(want) == tied(got)
+
+
+class DrawnBuffer(nn.Module):
+    """A module whose buffer is a random draw: what build_loaded cannot skip."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(3))
+        nn.init.normal_(self.w)
+        self.register_buffer("noise", torch.empty(64).normal_())
+
+
+def test_build_loaded_draws_a_random_buffer(monkeypatch):
+    """A random fill that lands on a buffer (no load overwrites it) is made:
+    the model is built again with every draw, as build() draws them."""
+    monkeypatch.setattr(M, "build", lambda cfg: DrawnBuffer())
+    torch.manual_seed(7)
+    want = DrawnBuffer()
+    torch.manual_seed(7)
+    got = M.build_loaded({}, {"w": torch.ones(3)}, ["w"])
+    assert torch.equal(got.noise, want.noise)
+    assert got.w.tolist() == [1.0, 1.0, 1.0]
