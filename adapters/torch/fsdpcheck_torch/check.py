@@ -139,13 +139,17 @@ def reference_divide(api, cfg, world, force_sum, backend="gloo"):
     return "sum-then-divide"
 
 
-def torchrun_cmd(world, args):
+def torchrun_cmd(world, args, log_dir):
+    """torchrun for world ranks of `fsdpcheck_torch ARGS`. Its run directory goes
+    under log_dir, which the caller removes: without --log-dir torchrun makes a
+    /tmp/torchelastic_* directory per run and leaves it there."""
     return [
         sys.executable,
         "-m",
         "torch.distributed.run",
         "--standalone",
         f"--nproc-per-node={world}",
+        f"--log-dir={log_dir}",
         "-m",
         "fsdpcheck_torch",
     ] + args
@@ -396,6 +400,7 @@ def run_torch(jobs, env):
 
     world = jobs[0].world
     report = tempfile.mkdtemp(prefix="fsdpcheck-torch-report-")
+    log_dir = tempfile.mkdtemp(prefix="fsdpcheck-torch-log-")
     env = dict(env_for_torch(env), **{failure.ENV: report})
     path = None
     if len(jobs) == 1:
@@ -408,12 +413,13 @@ def run_torch(jobs, env):
     t0 = time.time()
     limit = sum(j.timeout for j in jobs)
     try:
-        p = run_bounded(torchrun_cmd(world, args), env, limit, "the torch run")
+        p = run_bounded(torchrun_cmd(world, args, log_dir), env, limit, "the torch run")
         fails = failure.collect(report)
     finally:
         if path:
             os.unlink(path)
         shutil.rmtree(report, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
     dt = time.time() - t0
     for j in jobs:
         j.t["torch_s"] = dt / len(jobs)

@@ -98,13 +98,14 @@ def env():
     return e
 
 
-def adapter(*args, timeout=900):
-    """Runs `python -m fsdpcheck_torch ARGS`; returns (exit code, stdout + stderr)."""
+def adapter(*args, timeout=900, extra_env=None):
+    """Runs `python -m fsdpcheck_torch ARGS` (in env() and extra_env); returns
+    (exit code, stdout + stderr)."""
     p = subprocess.run(
         [sys.executable, "-m", "fsdpcheck_torch", *args],
         capture_output=True,
         text=True,
-        env=env(),
+        env=dict(env(), **(extra_env or {})),
         timeout=timeout,
         stdin=subprocess.DEVNULL,
         check=False,

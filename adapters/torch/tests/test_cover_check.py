@@ -23,8 +23,15 @@ MLP = ["--model", "mlp-micro", "--steps", "1"]
 
 def test_one_check_prints_its_verdict_and_writes_the_report(tmp_path):
     report = tmp_path / "report.md"
-    rc, out = adapter("check", "--api", "fsdp1", "-n", "1", *MLP, "--report", str(report))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    argv = ("check", "--api", "fsdp1", "-n", "1", *MLP, "--report", str(report))
+    rc, out = adapter(*argv, extra_env={"TMPDIR": str(scratch)})
     assert rc == 0, out
+    # nothing left in the temporary directory, the check's own nor torchrun's (its --log-dir), but
+    # torch's compile cache (torchinductor_USER: one per user, reused by every run after)
+    left = sorted(p.name for p in scratch.iterdir() if not p.name.startswith("torchinductor_"))
+    assert left == [], out
     assert "PASS" in out and "fsdpcheck compare" in out, out  # compare's own text, printed (no --quiet)
     assert out.strip().splitlines()[-1].startswith("fsdpcheck-torch check: PASS (reference "), out
     text = report.read_text()
