@@ -10,8 +10,10 @@ The reference plans the run as `fsdpcheck plan --world W [run flags] --trace
 DIR/ref`: its initial weights and every step's batch, no step run, with the
 gradient divide the torch API uses (FSDP1: pre/post factors; FSDP2 in
 fp32/bf16: one AVG collective, which gloo computes as a sum then a divide;
-fp16: pre/post), unless --divide is given. Torch then runs with
-`torchrun --nproc-per-node W -m fsdpcheck_torch run ... --like DIR/ref`, and
+fp16: pre/post), unless --divide is given. Torch runs with
+`torchrun --nproc-per-node W -m fsdpcheck_torch run ... --like DIR/ref`,
+started beside the plan (its ranks open DIR/ref once the plan is written:
+planwait; several checks at once plan first, then start torch), and
 compare judges every torch step in lockstep: the reference re-runs it from
 torch's own state before it, the first from torch's initial weights (which
 must be the plan's, bit for bit) and a fresh optimizer. Only a failed FSDP2
@@ -332,41 +334,78 @@ GRACE_S = 30
 
 def run_bounded(cmd, env, timeout, what):
     """subprocess.run for a launcher (mpiexec, torchrun) or one process: past
-    `timeout` the whole run is stopped and Hung raised. The launcher runs in a
-    session of its own and gets SIGTERM: mpiexec and torchrun take their ranks
-    down with them (torchrun's workers sit in sessions of their own, out of
-    reach of a signal to its group); SIGKILL to the group after GRACE_S if it
-    has not ended. The child is reaped with os.wait4, so the result carries
-    its peak resident set (`peak_rss_mib`: the largest of the process and the
-    descendants it waited for; for `fsdpcheck compare`, the process itself).
-    Its output goes through files, not pipes: nothing waits on a reader."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=env,
-            start_new_session=True,
-        )
-        status, ru = _wait(p, timeout)
-        if status is None:
+    `timeout` the whole run is stopped and Hung raised (Launched.finish)."""
+    return Launched(cmd, env).finish(timeout, what)
+
+
+class Launched:
+    """A launcher (mpiexec, torchrun) or one process, started in a session of
+    its own; its output goes through files, not pipes: nothing waits on a
+    reader. Stopping it sends SIGTERM to that session's group: mpiexec and
+    torchrun take their ranks down with them (torchrun's workers sit in
+    sessions of their own, out of reach of a signal to its group); SIGKILL to
+    the group after GRACE_S if it has not ended. The child is reaped with
+    os.wait4, so finish's result carries its peak resident set (`peak_rss_mib`:
+    the largest of the process and the descendants it waited for; for
+    `fsdpcheck compare`, the process itself)."""
+
+    def __init__(self, cmd, env):
+        self.cmd = cmd
+        # the run outlives this call: the files are closed once it has ended (_close)
+        self.out = tempfile.TemporaryFile("w+")  # noqa: SIM115
+        self.err = tempfile.TemporaryFile("w+")  # noqa: SIM115
+        try:
+            self.p = subprocess.Popen(
+                cmd,
+                stdout=self.out,
+                stderr=self.err,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
+        except BaseException:
+            self._close()
+            raise
+
+    def _close(self):
+        self.out.close()
+        self.err.close()
+
+    def stop(self):
+        """Ends the run (SIGTERM, then SIGKILL after GRACE_S) and reaps it."""
+        try:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-            status, ru = _wait(p, GRACE_S)
+                os.killpg(self.p.pid, signal.SIGTERM)
+            status, _ = _wait(self.p, GRACE_S)
             if status is None:
                 # the launcher's own group only: a worker that outlived SIGTERM
                 # is not waited for, the launcher is
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                _wait(p, None)
+                    os.killpg(self.p.pid, signal.SIGKILL)
+                _wait(self.p, None)
+        finally:
+            self._close()
+
+    def finish(self, timeout, what):
+        """The completed process once it ends; past `timeout` seconds from now
+        it is stopped and Hung raised."""
+        try:
+            status, ru = _wait(self.p, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        if status is None:
+            self.stop()
             raise Hung(f"{what} did not finish within {timeout:.0f} s (--timeout): a hung rank or collective")
-        out.seek(0)
-        err.seek(0)
-        done = subprocess.CompletedProcess(cmd, p.returncode, out.read(), err.read())
-    done.peak_rss_mib = ru.ru_maxrss / 1024.0  # Linux: KiB
-    return done
+        try:
+            self.out.seek(0)
+            self.err.seek(0)
+            done = subprocess.CompletedProcess(self.cmd, self.p.returncode, self.out.read(), self.err.read())
+        finally:
+            self._close()
+        done.peak_rss_mib = ru.ru_maxrss / 1024.0  # Linux: KiB
+        return done
 
 
 def _wait(p, timeout):
@@ -393,15 +432,22 @@ def plan_rss(stdout):
     return None
 
 
-def run_torch(jobs, env):
+def run_torch(jobs, env, beside=None):
     """One torchrun for jobs of one world size (a --jobs file when several).
-    Returns (the completed process, the ranks' failure reports)."""
-    from . import failure
+    Returns (the completed process, the ranks' failure reports). With beside
+    (a function: the reference's plan of the one job), torch starts first and
+    beside() runs while it starts; the ranks wait for its outcome before they
+    read the plan (planwait). If beside raises, torch is stopped and the
+    exception goes on."""
+    from . import failure, planwait
 
     world = jobs[0].world
     report = tempfile.mkdtemp(prefix="fsdpcheck-torch-report-")
     log_dir = tempfile.mkdtemp(prefix="fsdpcheck-torch-log-")
     env = dict(env_for_torch(env), **{failure.ENV: report})
+    flag = os.path.join(log_dir, "plan")
+    if beside:
+        env[planwait.ENV] = flag
     path = None
     if len(jobs) == 1:
         args = jobs[0].torch_args()
@@ -413,7 +459,16 @@ def run_torch(jobs, env):
     t0 = time.time()
     limit = sum(j.timeout for j in jobs)
     try:
-        p = run_bounded(torchrun_cmd(world, args, log_dir), env, limit, "the torch run")
+        run = Launched(torchrun_cmd(world, args, log_dir), env)
+        if beside:
+            try:
+                beside()
+            except BaseException:
+                planwait.signal(flag, False)
+                run.stop()
+                raise
+            planwait.signal(flag, True)
+        p = run.finish(limit, "the torch run")
         fails = failure.collect(report)
     finally:
         if path:
@@ -647,8 +702,8 @@ def run_check(argv, out=sys.stdout):
     env = env_for_runs()
     try:
         fsdpcheck = find_fsdpcheck(job.opts.get("--fsdpcheck"))
-        plan_reference(job, fsdpcheck, env)
-        p, fails = run_torch([job], env)
+        p, fails = run_torch([job], env, beside=lambda: plan_reference(job, fsdpcheck, env))
+        job.t["plan_beside"] = True  # torch_s counts from torch's start, the plan's time in it
         rc, text = judge(job, p, fails, fsdpcheck, env)
         if not job.opts.get("--quiet"):
             out.write(text)
@@ -669,6 +724,7 @@ def cmd_check(argv):
     split = ""
     if t.get("trace_s") is not None:  # rank 0's own clock, from the torch trace.json
         split = f" of which gathering full tensors {t['gather_s']:.1f} s and trace writing {t['trace_s']:.1f} s,"
+    beside = " from its start, the plan run beside it" if t.get("plan_beside") else ""
     ranks = lambda xs: ", ".join(f"{r}: {x:.1f}" for r, x in enumerate(xs))
     if t.get("plan_rss_mib"):
         print(f"reference plan peak RSS (MiB): {t['plan_rss_mib']:.1f}")
@@ -678,6 +734,6 @@ def cmd_check(argv):
         print(f"compare peak RSS, the reference re-running each step in it (MiB): {t['compare_rss_mib']:.1f}")
     print(
         f"fsdpcheck-torch check: {'PASS' if rc == 0 else 'FAIL'} (reference plan {t['plan_s']:.1f} s, "
-        f"torch {t['torch_s']:.1f} s,{split} compare {t['compare_s']:.1f} s, the reference re-running each step)"
+        f"torch {t['torch_s']:.1f} s{beside},{split} compare {t['compare_s']:.1f} s, the reference re-running each step)"
     )
     return rc

@@ -17,6 +17,7 @@ Exit codes as fsdpcheck's: 0 pass, 1 a comparison failed, 2 bad input or usage
 import os
 import sys
 
+from . import planwait
 from .config import (
     APIS,
     BACKENDS,
@@ -95,6 +96,8 @@ def parse_run(argv, world):
             raise UsageError(f"--ckpt-at: not an integer: {opts['--ckpt-at']!r}")
     if inject == "ckpt_drop_optim" and not ckpt_at and "--load" not in opts:
         raise UsageError("--inject ckpt_drop_optim needs --ckpt-at K or --load DIR (a checkpoint to load)")
+    if not planwait.ready():  # started beside the reference's plan, which failed: `check` says why
+        raise UsageError(f"--like {opts['--like']}: the reference's plan was not written")
     ref = RefTrace(opts["--like"])
     cfg, extras = like_config(ref.meta, flags, device)
     if extras.get("api") and extras["api"] != api:

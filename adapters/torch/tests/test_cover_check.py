@@ -7,6 +7,8 @@ known bug), and the measurement behind pytorch#162338's signature."""
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -222,6 +224,43 @@ def test_a_reference_plan_past_its_timeout_is_exit_3(tmp_path):
     assert rc == 3, out
     assert "the reference's plan did not finish within 0 s (--timeout)" in out, out
     assert "Traceback" not in out, out
+    # torch, started beside the plan, stopped with it
+    assert _alive(str(keep)) == [], f"left running: {_alive(str(keep))}"
+
+
+def test_torch_waits_for_the_plan_it_starts_beside(tmp_path):
+    """check starts torch beside the reference's plan; the ranks open the plan
+    only once it is written. A plan slower than torch's start (the real one
+    after 6 s of sleep) still passes, and torch's time holds the wait. Without
+    the wait the ranks read a trace not yet there (exit 2)."""
+    slow = tmp_path / "fsdpcheck"
+    slow.write_text(f'#!/bin/sh\nif [ "$1" = plan ]; then sleep 6; fi\nexec {fsdpcheck_bin()} "$@"\n')
+    slow.chmod(0o755)
+    keep = tmp_path / "job"
+    argv = ["--api", "fsdp2", "-n", "2", *MLP, "--fsdpcheck", str(slow), "--keep", str(keep), "--quiet"]
+    rc, text, t = check.run_check(argv)
+    assert rc == 0, text
+    assert t["plan_beside"] and t["plan_s"] >= 6 and t["torch_s"] > t["plan_s"], t
+
+
+def test_a_rank_opens_the_plan_only_once_it_is_written(tmp_path, monkeypatch):
+    """planwait: no variable, no wait; with one, the rank waits for the file
+    and reads its outcome; a plan that failed is the rank's refusal, one line."""
+    from fsdpcheck_torch import cli, planwait
+
+    flag = tmp_path / "plan"
+    monkeypatch.delenv(planwait.ENV, raising=False)
+    assert planwait.ready()
+    monkeypatch.setenv(planwait.ENV, str(flag))
+    late = threading.Timer(0.3, planwait.signal, (str(flag), True))
+    t0 = time.monotonic()
+    late.start()
+    assert planwait.ready() and time.monotonic() - t0 >= 0.3
+    planwait.signal(str(flag), False)
+    assert not planwait.ready()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan"]  # written whole: no .tmp left
+    with pytest.raises(UsageError, match=r"^--like /nowhere: the reference's plan was not written$"):
+        cli.parse_run(["--api", "fsdp2", "--like", "/nowhere", "--trace", str(tmp_path / "t")], 1)
 
 
 def test_run_bounded_reports_the_childs_peak_resident_set():
