@@ -21,6 +21,7 @@ from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 from fsdpcheck_torch import gather, tracefile
 from fsdpcheck_torch.gather import dim0_rows, gather_full, write_shards
+from fsdpcheck_torch.teardown import shutdown
 
 
 def meshes(W):
@@ -114,7 +115,10 @@ def main():
     if rank == 0:
         print(f"gather_worker W={W}: transport {'shm' if shm else 'collective'}", flush=True)
         print(f"gather_worker W={W}: {int(total.item())} failures", flush=True)
-    dist.destroy_process_group()
+    # the adapter's own teardown (teardown.py): destroy_process_group alone let gloo's
+    # threads outlive the interpreter, "terminate called without an active exception"
+    # (SIGABRT on rank 1 once in this suite, 2026-11-27)
+    shutdown(meet=True)
     return 1 if total.item() else 0
 
 
