@@ -237,7 +237,8 @@ def test_torch_waits_for_the_plan_it_starts_beside(tmp_path):
     slow.write_text(f'#!/bin/sh\nif [ "$1" = plan ]; then sleep 6; fi\nexec {fsdpcheck_bin()} "$@"\n')
     slow.chmod(0o755)
     keep = tmp_path / "job"
-    argv = ["--api", "fsdp2", "-n", "2", *MLP, "--fsdpcheck", str(slow), "--keep", str(keep), "--quiet"]
+    # FSDP1: torch 2.7 and 2.8's FSDP2 on gloo fails its own way (pytorch#162338)
+    argv = ["--api", "fsdp1", "-n", "2", *MLP, "--fsdpcheck", str(slow), "--keep", str(keep), "--quiet"]
     rc, text, t = check.run_check(argv)
     assert rc == 0, text
     assert t["plan_beside"] and t["plan_s"] >= 6 and t["torch_s"] > t["plan_s"], t
