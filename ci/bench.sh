@@ -63,6 +63,8 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
     sed -nE 's/.*gathering full tensors ([0-9.]+) s and trace writing ([0-9.]+) s.*/check.gather \1\ncheck.trace \2/p' \
       "$tmp/$label.check" >>"$out"
     sed -nE 's/.*compare ([0-9.]+) s(\)|, the reference re-running).*/check.compare \1/p' "$tmp/$label.check" >>"$out"
+    # a check that starts torch beside its plan: the plan's time is inside torch's, not before it
+    if grep -q "the plan run beside it" "$tmp/$label.check"; then echo "check.beside 1" >>"$out"; fi
     # peak resident sets (an older adapter prints torch's alone, or none): rank 0 and rank 1
     sed -nE 's/^reference peak RSS per rank \(MiB\): 0: ([0-9.]+), 1: ([0-9.]+).*/rss.reference0 \1\nrss.reference1 \2/p' \
       "$tmp/$label.check" >>"$out"
@@ -140,6 +142,9 @@ for key, name, was, target in table:
     verdict = "" if target is None else ("  met" if now <= target else "  NOT met")
     print(f"{name:38} {now:9.2f} {target if target else '-':>8} {f'{now / was:.2f}' if was else '-':>7} "
           f"{f'{base:.2f}' if base else '-':>9} {f'{now / base:.2f}' if base else '-':>7}{verdict}")
+for label, side in (("baseline", before), ("now", after)):
+    if "check.beside" in side:
+        print(f"check ({label}): the plan ran beside torch's start, so its time is inside torch's, not added to it")
 if "gflops" in after and "torch_gflops" in after:
     g, t = float(after["gflops"]), float(after["torch_gflops"])
     print(f"gpt2-124m step: {g:.1f} GFLOP/s; PyTorch fp32 matmul on 2 threads: {t:.1f} GFLOP/s ({g / t:.2f} of it)")
