@@ -464,10 +464,10 @@ def run_torch(jobs, env, beside=None):
             try:
                 beside()
             except BaseException:
-                planwait.signal(flag, False)
+                planwait.write_outcome(flag, False)
                 run.stop()
                 raise
-            planwait.signal(flag, True)
+            planwait.write_outcome(flag, True)
         p = run.finish(limit, "the torch run")
         fails = failure.collect(report)
     finally:

@@ -17,7 +17,7 @@ OK = "ok"
 FAILED = "failed"
 
 
-def signal(path, ok):
+def write_outcome(path, ok):
     """Writes the plan's outcome where the ranks look: whole or not at all (a
     rank never reads half of it)."""
     tmp = f"{path}.tmp"

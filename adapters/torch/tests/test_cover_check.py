@@ -253,11 +253,11 @@ def test_a_rank_opens_the_plan_only_once_it_is_written(tmp_path, monkeypatch):
     monkeypatch.delenv(planwait.ENV, raising=False)
     assert planwait.ready()
     monkeypatch.setenv(planwait.ENV, str(flag))
-    late = threading.Timer(0.3, planwait.signal, (str(flag), True))
+    late = threading.Timer(0.3, planwait.write_outcome, (str(flag), True))
     t0 = time.monotonic()
     late.start()
     assert planwait.ready() and time.monotonic() - t0 >= 0.3
-    planwait.signal(str(flag), False)
+    planwait.write_outcome(str(flag), False)
     assert not planwait.ready()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan"]  # written whole: no .tmp left
     with pytest.raises(UsageError, match=r"^--like /nowhere: the reference's plan was not written$"):
