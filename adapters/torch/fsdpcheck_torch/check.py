@@ -463,11 +463,13 @@ def run_torch(jobs, env, beside=None):
         if beside:
             try:
                 beside()
+                planwait.write_outcome(flag, True)
             except BaseException:
-                planwait.write_outcome(flag, False)
+                # the ranks wait for an outcome: told where it can be written, stopped in any case
+                with contextlib.suppress(OSError):
+                    planwait.write_outcome(flag, False)
                 run.stop()
                 raise
-            planwait.write_outcome(flag, True)
         p = run.finish(limit, "the torch run")
         fails = failure.collect(report)
     finally:

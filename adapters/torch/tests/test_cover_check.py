@@ -244,6 +244,21 @@ def test_torch_waits_for_the_plan_it_starts_beside(tmp_path):
     assert t["plan_beside"] and t["plan_s"] >= 6 and t["torch_s"] > t["plan_s"], t
 
 
+def test_torch_is_stopped_when_the_plans_outcome_cannot_be_written(tmp_path, monkeypatch):
+    """The ranks wait for the plan's outcome without a limit of their own: where
+    check cannot write it, torch is stopped and the error goes on."""
+    from fsdpcheck_torch import planwait
+
+    def unwritable(path, ok):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(planwait, "write_outcome", unwritable)
+    keep = tmp_path / "job"
+    with pytest.raises(OSError, match="No space left"):
+        check.run_check(["--api", "fsdp1", "-n", "2", *MLP, "--keep", str(keep), "--quiet"])
+    assert _alive(str(keep)) == [], f"left running: {_alive(str(keep))}"
+
+
 def test_a_rank_opens_the_plan_only_once_it_is_written(tmp_path, monkeypatch):
     """planwait: no variable, no wait; with one, the rank waits for the file
     and reads its outcome; a plan that failed is the rank's refusal, one line."""
