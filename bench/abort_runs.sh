@@ -25,7 +25,7 @@ for W in 2 4; do
     bad=0
     for i in $(seq 1 "$N"); do
       out="$work/out"; rm -rf "$out"
-      log=$("$PY" -m torch.distributed.run --standalone --nproc-per-node "$W" -m fsdpcheck_torch run \
+      log=$("$PY" -m torch.distributed.run --standalone --nproc-per-node "$W" --log-dir "$work/log" -m fsdpcheck_torch run \
         --api "$api" --device cpu --backend gloo --model gpt2-tiny --strategy full_shard --steps 2 \
         --global-batch 12 --like "$ref" --trace "$out" 2>&1 </dev/null)
       rc=$?

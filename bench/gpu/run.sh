@@ -296,11 +296,11 @@ stage_torch() {
     step "reference for the Trainer ($cfg)" 120 "$MPIEXEC" -n 1 "$FC" run --model gpt2-tiny \
       $( [ "${cfg%% *}" = --fsdp-config ] && echo "$cfg" || echo --strategy full_shard ) --weight-decay 0 --steps 2 --trace "$work/ref" --quiet || continue
     if [ "${cfg%% *}" = --fsdp ]; then
-      step "HF Trainer --fsdp 'full_shard auto_wrap' on $DEVICE" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
+      step "HF Trainer --fsdp 'full_shard auto_wrap' on $DEVICE" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 --log-dir "$work/log" \
         -m fsdpcheck_torch trainer --like "$work/ref" --trace "$work/t" --fsdp "full_shard auto_wrap" "${ddp[@]}"
     else
       # shellcheck disable=SC2086
-      step "HF Trainer $cfg on $DEVICE" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 \
+      step "HF Trainer $cfg on $DEVICE" 240 "$PY" -m torch.distributed.run --standalone --nproc-per-node=1 --log-dir "$work/log" \
         -m fsdpcheck_torch trainer --like "$work/ref" --trace "$work/t" $cfg "${ddp[@]}"
     fi && grep -E "FSDP|fsdp" "$RESULTS/last.out" | tail -n 3 &&
       step "compare the reference and the Trainer" 120 "$FC" compare "$work/ref" "$work/t"

@@ -5,9 +5,11 @@ FSDPCHECK names the fsdpcheck binary (ci/torch.sh sets it); otherwise the
 repository's build/default/oracle/fsdpcheck is used.
 """
 
+import glob
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -98,6 +100,16 @@ def env():
     return e
 
 
+def torchrun(world, *args, log_dir):
+    """argv of `torchrun --standalone --nproc-per-node WORLD ARGS` with its run directory
+    under log_dir (the caller's temporary directory): without --log-dir torchrun leaves a
+    torchelastic_* directory behind per run (no_torchrun_directory_left)."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"] + [
+        f"--log-dir={log_dir}",
+        *args,
+    ]
+
+
 def adapter(*args, timeout=900, extra_env=None):
     """Runs `python -m fsdpcheck_torch ARGS` (in env() and extra_env); returns
     (exit code, stdout + stderr)."""
@@ -130,6 +142,18 @@ def register(name, *argv):
     assert name not in CHECKS, name
     CHECKS[name] = list(argv)
     return name
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_torchrun_directory_left():
+    """No run of the suite leaves torchrun's run directory behind: without --log-dir
+    torchrun makes a torchelastic_* directory in the temporary directory per run and
+    never removes it (check.torchrun_cmd; the tests' own torchruns)."""
+    pattern = os.path.join(tempfile.gettempdir(), "torchelastic_*")
+    before = set(glob.glob(pattern))
+    yield
+    left = sorted(set(glob.glob(pattern)) - before)
+    assert not left, f"torchrun run directories left behind (give torchrun --log-dir): {left}"
 
 
 @pytest.fixture(scope="session")

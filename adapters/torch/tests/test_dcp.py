@@ -18,9 +18,10 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
-from conftest import env, fsdpcheck_bin
+from conftest import env, fsdpcheck_bin, torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REF = ["--model", "gpt2-tiny", "--strategy", "full_shard", "--fsdp-version", "2", "--steps", "4"]
@@ -49,12 +50,13 @@ def fsdpcheck(*args, W=1):
     return sh(cmd)
 
 
-def torchrun(W, *args):
-    return sh([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={W}", *args])
+def torchrun_sh(W, *args):
+    with tempfile.TemporaryDirectory(prefix="torchrun-log-") as log:
+        return sh(torchrun(W, *args, log_dir=log))
 
 
 def worker(W, *args):
-    return torchrun(W, "-m", "fsdpcheck_torch", "run", "--api", "fsdp2", *args)
+    return torchrun_sh(W, "-m", "fsdpcheck_torch", "run", "--api", "fsdp2", *args)
 
 
 def load_st(path):
@@ -173,7 +175,7 @@ def test_reference_w2_checkpoint_loads_in_torch_w4(ref, tmp_path):
 
 
 def test_distcp_import(torch_saved, ref, tmp_path):
-    rc, out = torchrun(
+    rc, out = torchrun_sh(
         4, os.path.join(HERE, "distcp_worker.py"), str(ref / "ref"), str(torch_saved / "ckpt"), str(tmp_path / "distcp")
     )
     assert rc == 0 and "saved step 2 as .distcp" in out, out[-3000:]

@@ -3,9 +3,9 @@ adapter builds, at W = 2 and 4 (tests/gather_worker.py does the checking)."""
 
 import os
 import subprocess
-import sys
 
 import pytest
+from conftest import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -14,8 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # gloo's dist.gather (FSDPCHECK_GATHER=collective, as on several hosts) at W = 2
 @pytest.mark.parametrize(("W", "transport"), [(2, "auto"), (4, "auto"), (2, "collective")])
 def test_gather_full_is_full_tensor(W, transport, tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(W)]
-    cmd += [os.path.join(HERE, "gather_worker.py")]
+    cmd = torchrun(W, os.path.join(HERE, "gather_worker.py"), log_dir=tmp_path / "torchrun-log")
     env = dict(os.environ, FSDPCHECK_GATHER=transport)
     p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -18,9 +18,10 @@ fails on it."""
 import json
 import subprocess
 import sys
+import tempfile
 
 import pytest
-from conftest import TORCH, check, env, fsdpcheck_bin, reference_trace
+from conftest import TORCH, check, env, fsdpcheck_bin, reference_trace, torchrun
 
 # The divergences the theory accepts were measured on torch 2.15.0 (README,
 # "Real FSDP's schedule"). torch 2.7.1's FSDP2 schedules differently (it keeps
@@ -117,16 +118,16 @@ def schedule(log, api, flags):
 
 def torchrun_run(nproc, *args):
     """`torchrun --nproc-per-node NPROC -m fsdpcheck_torch run ARGS`, which must exit 0."""
-    p = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-        + ["-m", "fsdpcheck_torch", "run", *args],
-        capture_output=True,
-        text=True,
-        env=env(),
-        timeout=600,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    with tempfile.TemporaryDirectory(prefix="torchrun-log-") as log:
+        p = subprocess.run(
+            torchrun(nproc, "-m", "fsdpcheck_torch", "run", *args, log_dir=log),
+            capture_output=True,
+            text=True,
+            env=env(),
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
 
 

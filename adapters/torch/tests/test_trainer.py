@@ -12,9 +12,8 @@ order, the all-token loss, the optimizer, the callback's capture."""
 import json
 import os
 import subprocess
-import sys
 
-from conftest import EXAMPLES, env, fsdpcheck_bin
+from conftest import EXAMPLES, env, fsdpcheck_bin, torchrun
 
 
 def test_trainer_path_on_cpu(tmp_path):
@@ -64,12 +63,8 @@ def trainer_path(tmp_path, *flags):
         stdin=subprocess.DEVNULL,
     )
     p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc-per-node=2",
+        torchrun(
+            2,
             "-m",
             "fsdpcheck_torch",
             "trainer",
@@ -83,7 +78,8 @@ def trainer_path(tmp_path, *flags):
             cfgfile,
             "--allow-ddp",
             *flags,
-        ],
+            log_dir=tmp_path / "torchrun-log",
+        ),
         capture_output=True,
         text=True,
         env=e,
