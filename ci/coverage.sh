@@ -16,6 +16,8 @@
 #      <build>/html (index.html) and prints line and branch coverage for
 #      each of core/, reference/ and oracle/.
 #
+# JOBS (default: the cores) sets the build's jobs, CTEST_JOBS (default: twice JOBS) ctest's.
+#
 # Exit 1 when any of the three folders is below FC_COVERAGE_MIN_LINES percent
 # of lines (default 90), or when a test failed (the report is written anyway:
 # the numbers then describe the tests that ran). A build failure stops the

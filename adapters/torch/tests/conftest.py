@@ -104,10 +104,8 @@ def torchrun(world, *args, log_dir):
     """argv of `torchrun --standalone --nproc-per-node WORLD ARGS` with its run directory
     under log_dir (the caller's temporary directory): without --log-dir torchrun leaves a
     torchelastic_* directory behind per run (no_torchrun_directory_left)."""
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}"] + [
-        f"--log-dir={log_dir}",
-        *args,
-    ]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    return [*launcher, f"--nproc-per-node={world}", f"--log-dir={log_dir}", *args]
 
 
 def adapter(*args, timeout=900, extra_env=None):
