@@ -33,6 +33,7 @@ import os
 import torch
 
 from .config import FROZEN_CHECKPOINT, UsageError, lora_of, optim_state_names
+from .fileio import write_whole
 
 MANIFEST = "fsdpcheck.json"
 CONFIG = "config.json"
@@ -63,15 +64,6 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def _write_atomic(path, text):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def prepare_dir(directory):
     """The old manifest goes first, then the old checkpoint's files: a
     directory that a save did not finish never verifies (one process)."""
@@ -87,7 +79,7 @@ def prepare_dir(directory):
 def write_manifest(directory, cfg, step, world, strategy):
     """config.json, then the manifest over every file torch wrote (one process,
     after the save). cfg is the run config as a trace records it."""
-    _write_atomic(os.path.join(directory, CONFIG), json.dumps(cfg["model"], indent=1))
+    write_whole(os.path.join(directory, CONFIG), json.dumps(cfg["model"], indent=1), durable=True)
     names = sorted(n for n in os.listdir(directory) if n.startswith(SHARD_PREFIX) and n.endswith(SUFFIX))
     if not names:
         raise RuntimeError(f"{directory}: torch's save wrote no {SHARD_PREFIX}*{SUFFIX} file")
@@ -111,7 +103,7 @@ def write_manifest(directory, cfg, step, world, strategy):
         "config": c,
         "files": files,
     }
-    _write_atomic(os.path.join(directory, MANIFEST), json.dumps(man, indent=1))
+    write_whole(os.path.join(directory, MANIFEST), json.dumps(man, indent=1), durable=True)
 
 
 def manifest_of(directory):

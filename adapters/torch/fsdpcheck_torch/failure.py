@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import UsageError, refuse
+from .fileio import write_whole
 
 ENV = "FSDPCHECK_TORCH_REPORT"
 
@@ -68,9 +69,7 @@ def record(rank, kind, message, trace=""):
         return
     os.makedirs(d, exist_ok=True)
     path = os.path.join(d, f"rank-{rank}.error")
-    with open(path + ".tmp", "w") as f:
-        f.write(f"{kind}\n{message}\n{trace}")
-    os.replace(path + ".tmp", path)
+    write_whole(path, f"{kind}\n{message}\n{trace}")
 
 
 def guarded(rank, body):

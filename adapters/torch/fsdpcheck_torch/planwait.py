@@ -12,6 +12,8 @@ waits for it (`ready`) just before it opens --like.
 import os
 import time
 
+from .fileio import write_whole
+
 ENV = "FSDPCHECK_TORCH_PLAN"
 OK = "ok"
 FAILED = "failed"
@@ -20,10 +22,7 @@ FAILED = "failed"
 def write_outcome(path, ok):
     """Writes the plan's outcome where the ranks look: whole or not at all (a
     rank never reads half of it)."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(OK if ok else FAILED)
-    os.replace(tmp, path)
+    write_whole(path, OK if ok else FAILED)
 
 
 def ready(pause=0.01):

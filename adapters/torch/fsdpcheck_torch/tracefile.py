@@ -19,6 +19,7 @@ from safetensors import SafetensorError, safe_open
 
 from . import strictjson
 from .config import STRATEGIES, UsageError, lora_spec, read_trace_json
+from .fileio import write_whole
 
 FORMAT = "fsdpcheck-trace"
 
@@ -376,6 +377,4 @@ def write_trace_json(directory, implementation, world, steps, config, units, tor
         "torch": torch_info,
     }
     path = os.path.join(directory, "trace.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump(j, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_whole(path, json.dumps(j, indent=1))
