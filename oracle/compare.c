@@ -2,7 +2,11 @@
 // runs, tensor by tensor, under the policy (compare_policy.c), the 16-bit
 // model (compare_model.c) and what the optimizer explains (compare_optim.c);
 // the first divergence and where it lives (compare_where.c). Printing is
-// compare_print.c; the `fsdpcheck compare` command is compare_cmd.c.
+// compare_print.c; the `fsdpcheck compare` command is compare_cmd.c. The
+// files are layers, each calling only those below it, so a change to one
+// cannot come back through another: compare_base.c and compare_where.c;
+// compare_policy.c (numbers) and compare_optim.c; compare_model.c; this
+// engine; compare_print.c.
 #include "compare.h"
 #include "compare_model.h"
 
@@ -190,24 +194,20 @@ typedef struct {
     double first_excess;
 } cmp_block;
 
-// Compares n floats of one tensor under its row and the allowances in al.
-static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
-                       const where_info *w, const float *a, const float *b, size_t n, const elem_allow *al) {
-    const fc_tol *tol = &r->row[kind];
-    // A frozen parameter (DESIGN §2) is never stepped and has no gradient or
-    // optimizer state: each side holds its start bits and zeros, whatever
-    // the precision, so any difference at all is an error.
-    fc_tol frozen;
-    if (w->param >= 0 && c->m->params[w->param].frozen) {
-        frozen = *tol;
-        frozen.exact = 1;
-        tol = &frozen;
-    }
-    const double *allow = al->explained, *terms = al->terms;
-    fc_cmp_tensor *t = new_tensor(r, kind, name, n);
+// What cmp_floats' passes find of a tensor, the blocks' shares added in block order.
+typedef struct {
+    double scale, norm_a;  // pass 1: the largest finite magnitude; ||A||^2 (||terms||^2 where larger)
+    double allowed, ulp;   // the row at that scale (atol + rtol * scale), the ULP at the scale
+    double max_e, norm_e;  // pass 2: the largest error nothing explains, and the sum of its squares
+    size_t first_bad;      // the first element outside tolerance, SIZE_MAX if none
+    double first_excess;   // what was explained of that element
+    double n_allowed;      // what the whole-tensor check allowed
+} float_pass;
+
+// Pass 1: the tensor's scale, its largest finite magnitude on either side (or
+// of the terms its elements sum), and the squared norms of A and the terms.
+static void scale_pass(const float *a, const float *b, const double *terms, size_t n, cmp_block *bl, float_pass *fp) {
     size_t nb = fc_cmp_blocks(n);
-    cmp_block *bl = callocCheck(nb, sizeof *bl);  // [nb]
-    // the tensor's scale: its largest finite magnitude on either side
 #pragma omp parallel for schedule(static) if (nb > 1)
     for (size_t k = 0; k < nb; k++) {
         double sc = 0, na = 0, nt = 0;  // in registers: bl[] could alias a[] as far as the compiler knows
@@ -220,10 +220,15 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
     }
     double scale = 0, norm_a = 0, norm_t = 0;
     for (size_t k = 0; k < nb; k++) scale = fc_dmax(scale, bl[k].scale), norm_a += bl[k].norm_a, norm_t += bl[k].norm_t;
-    norm_a = fc_dmax(norm_a, norm_t);
-    int scalar = w->ndim == 0;
-    t->scale = scale;
-    double allowed = tol->atol + tol->rtol * scale, ulp = fc_ulp_at(scale);
+    fp->scale = scale;
+    fp->norm_a = fc_dmax(norm_a, norm_t);
+}
+
+// Pass 2: every element against fp->allowed plus what allow explains of it.
+static void element_pass(const fc_tol *tol, const float *a, const float *b, const double *allow, size_t n,
+                         cmp_block *bl, fc_cmp_tensor *t, float_pass *fp) {
+    size_t nb = fc_cmp_blocks(n);
+    double allowed = fp->allowed;
 #pragma omp parallel for schedule(static) if (nb > 1)
     for (size_t k = 0; k < nb; k++) {
         cmp_block q = {0};  // a local: see pass 1
@@ -246,50 +251,56 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
         }
         bl[k] = q;
     }
-    size_t first_bad = SIZE_MAX;
-    double first_excess = 0, norm_e = 0, max_e = 0;
+    fp->first_bad = SIZE_MAX, fp->first_excess = 0, fp->norm_e = 0, fp->max_e = 0;
     for (size_t k = 0; k < nb; k++) {
         const cmp_block *q = &bl[k];
         t->max_abs = fc_dmax(t->max_abs, q->max_abs);
-        max_e = fc_dmax(max_e, q->max_e);
+        fp->max_e = fc_dmax(fp->max_e, q->max_e);
         t->headroom = fc_dmax(t->headroom, q->headroom);
-        norm_e += q->norm_e;
+        fp->norm_e += q->norm_e;
         t->n_bad += q->n_bad;
-        if (first_bad == SIZE_MAX && q->first_bad != SIZE_MAX) first_bad = q->first_bad, first_excess = q->first_excess;
+        if (fp->first_bad == SIZE_MAX && q->first_bad != SIZE_MAX)
+            fp->first_bad = q->first_bad, fp->first_excess = q->first_excess;
     }
-    free(bl);
-    // dividing by a positive constant keeps the order: max(e) / scale is max(e / scale)
-    if (scale > 0) t->max_scaled = max_e / scale, t->max_ulp = max_e / ulp;
-    else if (max_e > 0) t->max_scaled = t->max_ulp = INFINITY;
-    double n_allowed = 0;
-    if (!scalar && !tol->exact && al->rounding) {
-        // the whole tensor under rounding noise: its weighted projection on A
-        // (compare_model.c); norm_ratio reports |delta|
-        fc_cmp_proj pj = fc_cmp_projection(c->policy, tol->ntol, a, b, allow, allowed, n);
+}
+
+// The whole tensor (not for scalars, nor when exact): under rounding noise its
+// weighted projection on A (compare_model.c), else its error's norm against
+// A's, which catches an error spread thinly over every element.
+static void whole_tensor(const fc_cmp_ctx *c, const fc_tol *tol, const elem_allow *al, const float *a, const float *b,
+                         size_t n, fc_cmp_tensor *t, float_pass *fp) {
+    fp->n_allowed = 0;
+    if (al->rounding) {
+        // norm_ratio reports |delta|
+        fc_cmp_proj pj = fc_cmp_projection(c->policy, tol->ntol, a, b, al->explained, fp->allowed, n);
         t->norm_ratio = fabs(pj.delta);
         t->norm_bad = !(t->norm_ratio <= pj.allowed);
         t->headroom = fc_dmax(t->headroom, pj.allowed > 0 ? t->norm_ratio / pj.allowed : pj.delta != 0 ? INFINITY : 0);
-        n_allowed = pj.allowed;
-    } else if (!scalar && !tol->exact && tol->ntol > 0) {
-        // the whole tensor: an error spread thinly over every element
-        norm_a = sqrt(norm_a), norm_e = sqrt(norm_e);  // (||terms|| where it is larger)
+        fp->n_allowed = pj.allowed;
+    } else if (tol->ntol > 0) {
+        double norm_a = sqrt(fp->norm_a), norm_e = sqrt(fp->norm_e);  // (||terms|| where it is larger)
         t->norm_ratio = norm_a > 0 ? norm_e / norm_a : norm_e > 0 ? INFINITY : 0;
         double na = tol->ntol * norm_a + tol->atol * sqrt((double)n);
         t->norm_bad = !(norm_e <= na);
         t->headroom = fc_dmax(t->headroom, na > 0 ? norm_e / na : norm_e > 0 ? INFINITY : 0);
-        n_allowed = tol->ntol;
+        fp->n_allowed = tol->ntol;
     }
-    t->pass = t->n_bad == 0 && !t->norm_bad;
-    finish_tensor(r, t);
-    if (t->pass || r->first.found) return;
+}
+
+// The first divergence in a failed float tensor: the element that failed; for
+// a tensor failing as a whole, its worst element.
+static void float_divergence(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
+                             const where_info *w, const fc_tol *tol, const elem_allow *al, const float *a,
+                             const float *b, size_t n, const fc_cmp_tensor *t, const float_pass *fp) {
+    const double *allow = al->explained;
     fc_cmp_divergence *d = new_divergence(r, kind, name, tol);
-    // the element that failed; for a tensor failing as a whole, its worst element
-    size_t i = first_bad;
+    size_t i = fp->first_bad;
+    double first_excess = fp->first_excess;
     if (i == SIZE_MAX) {
         d->whole_tensor = 1;
         d->projection = al->rounding;
         d->norm_ratio = t->norm_ratio;
-        d->norm_allowed = n_allowed;
+        d->norm_allowed = fp->n_allowed;
         double worst = -1;
         for (size_t j = 0; j < n; j++) {
             double dj = fc_cmp_abs_err(a[j], b[j]) - (allow ? allow[j] : 0);
@@ -307,12 +318,44 @@ static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, 
     d->abs_err = fc_cmp_abs_err(a[i], b[i]);
     d->explained = first_excess < d->abs_err ? first_excess : d->abs_err;
     d->rounding = al->rounding;
-    d->scale = scale;
-    d->allowed = allowed;
+    d->scale = fp->scale;
+    d->allowed = fp->allowed;
     double e = d->abs_err - d->explained;
-    d->scaled = scale > 0 ? e / scale : e > 0 ? INFINITY : 0;
-    d->ulp = e / ulp;
+    d->scaled = fp->scale > 0 ? e / fp->scale : e > 0 ? INFINITY : 0;
+    d->ulp = e / fp->ulp;
     set_where(c, d, w, i);
+}
+
+// Compares n floats of one tensor under its row and the allowances in al.
+static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
+                       const where_info *w, const float *a, const float *b, size_t n, const elem_allow *al) {
+    const fc_tol *tol = &r->row[kind];
+    // A frozen parameter (DESIGN §2) is never stepped and has no gradient or
+    // optimizer state: each side holds its start bits and zeros, whatever
+    // the precision, so any difference at all is an error.
+    fc_tol frozen;
+    if (w->param >= 0 && c->m->params[w->param].frozen) {
+        frozen = *tol;
+        frozen.exact = 1;
+        tol = &frozen;
+    }
+    fc_cmp_tensor *t = new_tensor(r, kind, name, n);
+    cmp_block *bl = callocCheck(fc_cmp_blocks(n), sizeof *bl);  // [nb]
+    float_pass fp;
+    scale_pass(a, b, al->terms, n, bl, &fp);
+    t->scale = fp.scale;
+    fp.allowed = tol->atol + tol->rtol * fp.scale, fp.ulp = fc_ulp_at(fp.scale);
+    element_pass(tol, a, b, al->explained, n, bl, t, &fp);
+    free(bl);
+    // dividing by a positive constant keeps the order: max(e) / scale is max(e / scale)
+    if (fp.scale > 0) t->max_scaled = fp.max_e / fp.scale, t->max_ulp = fp.max_e / fp.ulp;
+    else if (fp.max_e > 0) t->max_scaled = t->max_ulp = INFINITY;
+    fp.n_allowed = 0;
+    if (w->ndim != 0 && !tol->exact) whole_tensor(c, tol, al, a, b, n, t, &fp);
+    t->pass = t->n_bad == 0 && !t->norm_bad;
+    finish_tensor(r, t);
+    if (t->pass || r->first.found) return;
+    float_divergence(c, r, kind, name, w, tol, al, a, b, n, t, &fp);
 }
 
 // Token ids and class ids: exact.
@@ -393,12 +436,6 @@ static void cmp_norm(const fc_cmp_ctx *c, fc_cmp_result *r, double a, double b, 
     set_where(c, dv, &w, 0);
 }
 
-void fc_cmp_range(const fc_cmp_ctx *c, size_t *lo, size_t *hi) {
-    const fc_param *p = c->only > 0 ? &c->m->params[c->only - 1] : NULL;
-    *lo = p ? p->offset : 0;
-    *hi = p ? p->offset + p->numel : c->m->numel;
-}
-
 static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *prefix, const float *a,
                     const float *b, const elem_allow *al) {
     const fc_model *m = c->m;
@@ -412,12 +449,6 @@ static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, con
                          al->rounding};
         cmp_floats(c, r, kind, name, &w, a + p->offset, b + p->offset, p->numel, &at);
     }
-}
-
-int fc_cmp_find_state(const fc_trace_step *s, const char *name) {
-    for (int i = 0; i < s->n_state; i++)
-        if (!strcmp(s->state_names[i], name)) return i;
-    return -1;
 }
 
 void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, unsigned kinds,

@@ -7,8 +7,8 @@
 // reference), B the side under test; the owner of a divergent element is
 // computed under B's layout.
 //
-// The policy (compare_policy.c and, for 16 bits, compare_model.c hold the
-// constants and the measurements behind them):
+// The policy (compare_policy.c holds its numbers, once; the 16-bit model is
+// compare_model.c; the measurements are docs/measurements/tolerance-calibration.md):
 //  - An element's error is judged against its tensor's scale, not against
 //    itself and not against a fixed absolute floor: with s = max(max|A|, max|B|)
 //    over the tensor, b passes when |a - b| <= atol + rtol * s, where atol is
@@ -71,8 +71,9 @@ typedef struct {
                          // of the parameters the step started from (a gradient moves with its inputs)
 } fc_tol;
 
-// The documented defaults, two rows per precision (compare_policy.c has the
-// measurements): FC_CMP_LOCKSTEP[precision][kind] for a step both runs start
+// The documented defaults, two rows per precision (compare_policy.c; the
+// measurements: docs/measurements/tolerance-calibration.md):
+// FC_CMP_LOCKSTEP[precision][kind] for a step both runs start
 // from the same parameters (up to the parameter tolerance: the first step of
 // two runs from one init, and every step while they stay in lockstep), and
 // FC_CMP_DIVERGED for a step after AdamW has legitimately turned a

@@ -1,8 +1,8 @@
 // oracle/compare_model.c — the 16-bit rounding model: what each gradient,
 // gradient norm and momentum element may differ by, from the magnitudes of the
 // terms that formed it (reference/magnitude.c), and how a whole tensor is
-// judged under that noise (its projection on A). The constants and their
-// measurements are here, once.
+// judged under that noise (its projection on A). Its constants are
+// FC_CMP_MODEL (compare_policy.c); its policy line is printed by compare_print.c.
 #include "compare.h"
 #include "compare_model.h"
 #include "layout.h"  // fc_divide_factors
@@ -24,43 +24,17 @@
 // the magnitude pass, reference/magnitude.c, run from the same state on the
 // same batch). With n roundings on the two sides together (side_of()),
 // Higham's bound gamma_n sum |x_i| gives, per element,
-//     |a - b| <= n u mag + C_ACT_SCALE L s u scale_A + eta   (+ fp32's row at the tensor's scale)
+//     |a - b| <= n u mag + act_scale L s u scale_A + eta   (+ fp32's row at the tensor's scale)
 // u = 2^-8 (bf16) or 2^-11 (fp16), the unit roundoff; eta what underflows
 // into subnormals may add (side_of()). A side with 16-bit
 // parameters that computes its activations in 16 bits too (PyTorch's mixed
 // precision; s of them: 0 to 2) has a dy that carries errors the element's
-// own terms do not count: C_ACT more roundings per layer above (the input
-// gradient crossed them), and an error relative to the whole tensor (scale_A
-// = max |A| of the tensor, A's alone) that grows with the L layers the input
-// gradient crossed. The reference computes its activations
+// own terms do not count: act_roundings more roundings per layer above (the
+// input gradient crossed them), and an error relative to the whole tensor
+// (scale_A = max |A| of the tensor, A's alone) that grows with the L layers
+// the input gradient crossed. The reference computes its activations
 // in fp32 from the 16-bit parameters it gathers (fc_cmp_ctx.a_act32,
 // b_act32): it adds neither.
-// Measured (2026-11-24, largest |a - b| over the bound without the margin;
-// PyTorch's side is the only one with 16-bit activations, the reference's
-// rounds once, K = 1):
-//   reference W=2 vs W=4, gpt2-tiny, bf16/fp32, steps 0-1 (n u mag alone)   0.039 of it
-//   PyTorch FSDP2 vs reference, gpt2-tiny (2 layers), bf16/fp32, 3 steps:
-//     error 2.54 u mag (grad.transformer.h.1.ln_1.bias)              -> C_ACT 4: n = 1 + 9, 3.9x margin
-//   PyTorch FSDP2 vs reference, gpt2-124m (12 layers), bf16/fp32, 3 steps:
-//     error 13.6 u mag (grad.transformer.h.2.ln_1.bias, step 1)      -> C_ACT 4: n = 1 + 49, 3.7x margin
-//     embedding rows: 3 bf16 ULPs of 0.03 = 2.65 u scale where the element's
-//     own terms are 1000x smaller (the input gradient at the bottom of 12
-//     bf16 layers), 0.22 u per layer                                -> C_ACT_SCALE 0.5 per layer and side: 2.3x margin
-//   and at 2 layers (gpt2-tiny, above) no such error: with C_ACT_SCALE 0 the
-//   3 steps pass at 0.63 of n u mag alone (2026-11-25). Between 2 and 12
-//   layers the growth is taken as linear, as the roundings' is (C_ACT).
-#define C_ACT 4
-#define C_ACT_SCALE 0.5
-// The other design the issue asked to measure, an ensemble of the reference
-// whose reductions round in other orders, each element allowed 6 times its
-// spread (bench/ensemble.sh, 2026-11-25, gpt2-tiny bf16/fp32, step 0): 3-27x
-// sharper at wte's median element (0.00065 and 0.00044 of the scale, against
-// 0.0016 and 0.012 here) but the reference at W=4 used 103x its allowance
-// and PyTorch FSDP2 133x, with no finite multiple passing either: of 10
-// members 4 differ at all, and where they agree bit for bit another W or
-// another implementation still rounds differently. The magnitude pass bounds
-// every order of the same roundings for one one-process step; it uses 0.51
-// (reference across W) and 0.21 (PyTorch) of its allowance there.
 // Momentum states carry their gradient's allowance through the update
 // (exp_avg: (1 - beta1) coef allow; exp_avg_sq: (1 - beta2) coef^2 (2|g| + allow) allow),
 // the gradient norm the norm of the allowances.
@@ -74,22 +48,14 @@
 // whose magnitudes span decades (exp_avg_sq = (1 - beta2) g^2) is not judged
 // by its few largest elements alone. Every element passed, |b_i - a_i| <= t_i,
 // so <B - A, A>_w is a sum of independent terms each within |a_i| / t_i: by
-// Hoeffding's inequality it exceeds K_PROJ sqrt(<A, A>_w) with probability
-// below 2 exp(-K_PROJ^2 / 2) (K_PROJ = 6: 3e-8). From PROJ_EMPIRICAL_N
+// Hoeffding's inequality it exceeds proj_sigmas sqrt(<A, A>_w) with
+// probability below 2 exp(-proj_sigmas^2 / 2). From proj_empirical_n
 // elements on, the noise is measured instead, from the residual r = (B - A) -
-// delta A: sum (w_i r_i a_i)^2, when smaller (a t-test at 6 sigma). What is
-// not independent is a scalar an implementation rounds once and applies to
-// every element (1/W, a loss scale, in 16 bits: up to u/2 of relative error
-// each): PROJ_FLOOR u allows two. The whole-tensor sensitivity is PROJ_FLOOR u
+// delta A: sum (w_i r_i a_i)^2, when smaller (a t-test). What is not
+// independent is a scalar an implementation rounds once and applies to every
+// element (1/W, a loss scale, in 16 bits: up to u/2 of relative error each):
+// proj_floor u allows for them. The whole-tensor sensitivity is proj_floor u
 // plus the noise term.
-// Measured (2026-11-25, `fsdpcheck sensitivity`, whole transformer.wte.weight,
-// gpt2-tiny bf16/fp32, reference against PyTorch FSDP2 at step 0): unweighted
-// (w_i = 1) grad 0.006, exp_avg_sq 0.014 (the target is 0.01); weighted grad
-// 0.006, exp_avg_sq 0.0075; no false alarm (adapter suite, PyTorch gpt2-124m
-// bf16 3 steps at 0.65 of its allowance, 1000 sweep cases).
-#define K_PROJ 6.0
-#define PROJ_EMPIRICAL_N 256
-#define PROJ_FLOOR 1.0
 
 // The unit roundoff of a precision: 2^-8 (bf16, 8 significant bits), 2^-11 (fp16).
 double fc_cmp_unit_roundoff(fc_prec p) { return p == FC_PREC_BF16 ? 0x1p-8 : p == FC_PREC_FP16 ? 0x1p-11 : 0x1p-24; }
@@ -115,17 +81,15 @@ static int depth_of(const fc_run_config *c) { return c->model.kind == FC_MODEL_M
 //     in reduce_dtype the cast (when the gradient was produced in another
 //     dtype), the pre-divide and the post-divide (when their factor is not a
 //     power of two: fc_divide_factors), and the W - 1 adds of the reduction;
-//     with 16-bit parameters also C_ACT per layer when the side computes its
+//     with 16-bit parameters also act_roundings per layer when the side computes its
 //     activations in 16 bits (act16): the input gradient a layer receives has
 //     crossed every layer above it.
 //  eta: the absolute error its underflows may add: per micro-batch, the
 //     gradient produced in param_dtype, and in reduce_dtype the cast and each
 //     divide by a factor other than 1 (power of two or not; additions of
-//     subnormals are exact). Measured (2026-11-25, sweep seed 20261125 case
-//     964, fp16/fp16, W=3 against W=2): an element of -2.7e-6 three subnormal
-//     spacings apart.
+//     subnormals are exact).
 //  act16: 1 when it has 16-bit parameters and computes its activations in 16
-//     bits (the C_ACT_SCALE term).
+//     bits (the act_scale term).
 typedef struct {
     int n, act16;
     double eta;
@@ -134,7 +98,7 @@ typedef struct {
 static side_rounding side_of(const fc_run_config *c, int W, double divide_by, int act16) {
     int K = c->grad_accum > 0 ? c->grad_accum : 1;
     side_rounding r = {0, c->param_dtype != FC_PREC_FP32 && act16, 0};
-    if (c->param_dtype != FC_PREC_FP32) r.n += K + (r.act16 ? C_ACT * depth_of(c) : 0);
+    if (c->param_dtype != FC_PREC_FP32) r.n += K + (r.act16 ? FC_CMP_MODEL.act_roundings * depth_of(c) : 0);
     r.eta += K * half_subnormal(c->param_dtype);
     if (c->reduce_dtype != FC_PREC_FP32) {
         double pre, post;
@@ -167,48 +131,8 @@ int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_
 
 int fc_cmp_impl_act32(const char *impl) { return impl && !strcmp(impl, "reference"); }
 
-// ---------------------------------------------------------------------------
-// scratch: the [numel] arrays kept between steps
-
-#define SCRATCH_SLOTS 6  // a step holds at most four at once (gradient, state, terms, optimizer)
-static struct {
-    double *p;
-    size_t n;
-    int used;
-} scratch[SCRATCH_SLOTS];
-
-double *fc_cmp_scratch(size_t n) {
-    int best = -1;  // the smallest free slot that holds n, else the largest free one, grown
-    for (int i = 0; i < SCRATCH_SLOTS; i++) {
-        if (scratch[i].used) continue;
-        if (best < 0) best = i;
-        int fits = scratch[i].n >= n, best_fits = scratch[best].n >= n;
-        if (fits ? !best_fits || scratch[i].n < scratch[best].n : !best_fits && scratch[i].n > scratch[best].n)
-            best = i;
-    }
-    if (best < 0) fc_die(FC_EXIT_INTERNAL, "%s:%d: more than %d allowance arrays at once", __FILE__, __LINE__,
-                         SCRATCH_SLOTS);
-    if (scratch[best].n < n) {
-        free(scratch[best].p);
-        scratch[best].p = mallocCheck(n * sizeof(double));
-        scratch[best].n = n;
-    }
-    scratch[best].used = 1;
-    return scratch[best].p;
-}
-
-void fc_cmp_scratch_release(double *p) {
-    if (!p) return;
-    for (int i = 0; i < SCRATCH_SLOTS; i++)
-        if (scratch[i].p == p && scratch[i].used) {
-            scratch[i].used = 0;
-            return;
-        }
-    fc_die(FC_EXIT_INTERNAL, "%s:%d: released an array that is not scratch", __FILE__, __LINE__);
-}
-
-// The 16-bit model's allowance of each gradient element, n u mag + C_ACT_SCALE
-// L s u scale_A + the underflows (the constants above); NULL when the step is
+// The 16-bit model's allowance of each gradient element, n u mag + act_scale
+// L s u scale_A + the underflows (FC_CMP_MODEL); NULL when the step is
 // not judged by it.
 double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
     if (!r->magnitudes) return NULL;
@@ -217,7 +141,7 @@ double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const
     double u = fc_cmp_unit_roundoff(c->policy->prec), k = sr.n * u, *allow = fc_cmp_scratch(n);
     // sides that compute in 16 bits: the input gradients they propagate carry
     // errors relative to the tensor, not to the element's own terms
-    double floor_coef = C_ACT_SCALE * depth_of(c->layout) * sr.act16 * u;
+    double floor_coef = FC_CMP_MODEL.act_scale * depth_of(c->layout) * sr.act16 * u;
     for (int p = 0; p < c->m->n_params; p++) {
         if (c->only > 0 && p != c->only - 1) continue;
         const fc_param *q = &c->m->params[p];
@@ -290,7 +214,7 @@ double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *
     return t == FC_NORM_2 ? sqrt(acc) : acc;
 }
 
-// The whole tensor of n elements under rounding noise (the constants above):
+// The whole tensor of n elements under rounding noise (FC_CMP_MODEL):
 // allow[i] what rounding explains of element i, row what its row allows at the
 // tensor's scale; ntol the row's own whole-tensor tolerance.
 fc_cmp_proj fc_cmp_projection(const fc_cmp_policy *p, double ntol, const float *a, const float *b,
@@ -320,7 +244,7 @@ fc_cmp_proj fc_cmp_projection(const fc_cmp_policy *p, double ntol, const float *
     }
     r.delta = num / aw;
     double noise = aw;  // Hoeffding: sum (|a_i| / t_i)^2
-    if (n_used >= PROJ_EMPIRICAL_N) {
+    if (n_used >= FC_CMP_MODEL.proj_empirical_n) {
 #pragma omp parallel for schedule(static) if (nb > 1)
         for (size_t k = 0; k < nb; k++)
             for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
@@ -336,16 +260,6 @@ fc_cmp_proj fc_cmp_projection(const fc_cmp_policy *p, double ntol, const float *
     }
     free(part);
     free(used);
-    r.allowed = K_PROJ * sqrt(noise) / aw + PROJ_FLOOR * fc_cmp_unit_roundoff(p->prec) + ntol;
+    r.allowed = FC_CMP_MODEL.proj_sigmas * sqrt(noise) / aw + FC_CMP_MODEL.proj_floor * fc_cmp_unit_roundoff(p->prec) + ntol;
     return r;
-}
-
-void fc_cmp_print_model(FILE *f, const fc_cmp_policy *p) {
-    if (!fc_cmp_policy_magnitudes(p)) return;
-    fprintf(f, "  %s, steps both sides start from equal parameters: grad, norm and optim per element within fp32's "
-               "row + n u mag + %g L s u max|A| (mag: the magnitude pass; n: the 16-bit roundings of both sides; "
-               "L: the model's layers; s: sides computing activations in 16 bits, PyTorch's mixed precision, not "
-               "the reference), the whole tensor by its projection on A weighted by 1/allowance^2; the %s rows below judge only the rest "
-               "(--trajectory, or other starts)\n",
-            fc_prec_name(p->prec), C_ACT_SCALE, fc_prec_name(p->prec));
 }

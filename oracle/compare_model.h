@@ -1,12 +1,12 @@
 // oracle/compare_model.h — private to the comparison engine's files
-// (compare*.c): what the engine asks of the 16-bit model (compare_model.c)
-// and of the optimizer's explanations (compare_optim.c). The public interface
-// is compare.h.
+// (compare*.c): the bottom layer's scratch (compare_base.c), the 16-bit
+// model's constants (compare_policy.c), what the engine asks of the 16-bit
+// model (compare_model.c) and of the optimizer's explanations
+// (compare_optim.c). The public interface is compare.h.
 #ifndef FC_COMPARE_MODEL_H
 #define FC_COMPARE_MODEL_H
 
 #include <stddef.h>
-#include <stdio.h>
 
 #include "compare.h"
 
@@ -23,7 +23,7 @@ static inline size_t fc_cmp_block_end(size_t k, size_t n) {
     return (k + 1) * FC_CMP_BLOCK < n ? (k + 1) * FC_CMP_BLOCK : n;
 }
 
-// --- scratch for the per-element allowances (compare_model.c) ---
+// --- scratch for the per-element allowances (compare_base.c) ---
 
 // The [numel] double arrays below (1 GB each at gpt2-124m, up to four a step)
 // come from here and go back with fc_cmp_scratch_release: a released one is
@@ -33,6 +33,20 @@ static inline size_t fc_cmp_block_end(size_t k, size_t n) {
 // Not thread-safe (compare calls it from one thread; OpenMP only inside).
 double *fc_cmp_scratch(size_t n);
 void fc_cmp_scratch_release(double *p);  // NULL: nothing
+
+// --- the 16-bit model's constants (compare_policy.c holds them, once) ---
+
+// How the model bounds what rounding does, per element and per tensor (u the
+// unit roundoff of the comparison's precision; the measurements behind each:
+// docs/measurements/tolerance-calibration.md).
+typedef struct {
+    int act_roundings;        // extra roundings per layer above an element, for a side whose activations are 16-bit
+    double act_scale;         // that side's error relative to the tensor: this times L u max|A| (L: the layers)
+    double proj_sigmas;       // the projection on A may reach this many standard deviations of its noise
+    size_t proj_empirical_n;  // from this many judged elements on, the noise is also measured from the residual
+    double proj_floor;        // times u: scalars a side rounds once and applies to every element (1/W, a loss scale)
+} fc_cmp_model_consts;
+extern const fc_cmp_model_consts FC_CMP_MODEL;
 
 // --- the 16-bit model (compare_model.c) ---
 
@@ -59,8 +73,6 @@ typedef struct {
 } fc_cmp_proj;
 fc_cmp_proj fc_cmp_projection(const fc_cmp_policy *p, double ntol, const float *a, const float *b,
                               const double *allow, double row, size_t n);
-// The policy line that states the model (nothing when it does not apply).
-void fc_cmp_print_model(FILE *f, const fc_cmp_policy *p);
 
 // --- what the optimizer explains (compare_optim.c) ---
 

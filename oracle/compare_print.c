@@ -1,5 +1,6 @@
-// oracle/compare_print.c — the comparison's printed form: the rows table and
-// the first divergence with its owner.
+// oracle/compare_print.c — the comparison's printed form, the top layer of the
+// engine's files (nothing below prints): the policy and the 16-bit model's
+// line, the rows table and the first divergence with its owner.
 #include "compare.h"
 #include "compare_model.h"
 
@@ -98,4 +99,37 @@ void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d) {
     }
     fprintf(f, "  owner under B's layout: %s\n", d->owner_text);
     if (d->note[0]) fprintf(f, "  note: %s\n", d->note);
+}
+
+// The policy line that states the 16-bit model (nothing when it does not apply).
+static void print_model(FILE *f, const fc_cmp_policy *p) {
+    if (!fc_cmp_policy_magnitudes(p)) return;
+    fprintf(f, "  %s, steps both sides start from equal parameters: grad, norm and optim per element within fp32's "
+               "row + n u mag + %g L s u max|A| (mag: the magnitude pass; n: the 16-bit roundings of both sides; "
+               "L: the model's layers; s: sides computing activations in 16 bits, PyTorch's mixed precision, not "
+               "the reference), the whole tensor by its projection on A weighted by 1/allowance^2; the %s rows below judge only the rest "
+               "(--trajectory, or other starts)\n",
+            fc_prec_name(p->prec), FC_CMP_MODEL.act_scale, fc_prec_name(p->prec));
+}
+
+void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p) {
+    if (p->bitwise) {
+        fprintf(f, "policy: --bitwise (A is expected): identical bits in every kind\n");
+        return;
+    }
+    fprintf(f, "policy: %s (A is expected; per element |A - B| <= atol + rtol * scale, scale = max|A|, max|B| of "
+               "the tensor (of the terms they sum for exp_avg and momentum_buffer); per tensor ||A - B|| <= ntol * "
+               "||A||; parameters also allow what the optimizer explains)\n",
+            p->overridden ? "--rtol/--atol override" : fc_prec_name(p->prec));
+    print_model(f, p);
+    for (int row = 0; row < 2; row++) {
+        const fc_tol *t = row ? p->div : p->tol;
+        fprintf(f, "  %s (%s):", row ? "diverged" : "lockstep", fc_prec_name(row ? p->prec_div : p->prec));
+        for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
+            char s[64];
+            fc_cmp_fmt_kind_tol((fc_cmp_kind)k, &t[k], s, sizeof s);
+            fprintf(f, "%s %s %s", k ? ";" : "", fc_cmp_kind_name((fc_cmp_kind)k), s);
+        }
+        fputc('\n', f);
+    }
 }

@@ -266,12 +266,10 @@ static int groups_differ(const fc_groups *a, const fc_groups *b) {
            a->idx != b->idx || a->PF != b->PF || a->pf_rank != b->pf_rank;
 }
 
-int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *out) {
-    int before = out->n;
-    const char *sname = fc_strategy_name(cfg->strategy);
-    // the whole table, whatever this case's strategy: a rule wrong for one
-    // strategy can also keep that strategy out of the sweep (the draw redraws
-    // what the config validator, which asks core/layout.c, refuses)
+// The whole table, whatever this case's strategy: a rule wrong for one
+// strategy can also keep that strategy out of the sweep (the draw redraws
+// what the config validator, which asks core/layout.c, refuses).
+static void disagree_table(fc_findings *out) {
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
         const fc_rule_row *row = &ROWS[i];
         const char *rname = fc_strategy_name(row->strategy);
@@ -282,102 +280,111 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
         if (fc_strategy_reshards(row->strategy) != row->frees_after_fwd)
             DIFFER(rname, "frees after forward=%d", fc_strategy_reshards(row->strategy), row->frees_after_fwd);
     }
-    fc_groups gc = fc_groups_of(cfg, W, rank), gr = fc_rule_groups(cfg, W, rank);
-    if (groups_differ(&gc, &gr))
-        fc_findings_add(out,
-                        "rules: groups of %s at W=%d rank %d: core/layout.c says F=%d R=%d G=%d idx=%d shard_rank=%d "
-                        "replica=%d, the oracle's rules (oracle/rules.c) say F=%d R=%d G=%d idx=%d shard_rank=%d "
-                        "replica=%d",
-                        sname, W, rank, gc.F, gc.R, gc.G, gc.idx, gc.shard_rank, gc.replica, gr.F, gr.R, gr.G, gr.idx,
-                        gr.shard_rank, gr.replica);
-    fc_model m;
-    fc_model_build_run(&m, cfg);
-    int nu = m.n_units, *fo = mallocCheck((size_t)nu * sizeof *fo), *bo = mallocCheck((size_t)nu * sizeof *bo);
-    fc_unit_stages *st = mallocCheck((size_t)nu * sizeof *st);
-    for (int u = 0; u < nu; u++) st[u] = fc_unit_stages_of(&m, u);
-    fc_rule_opportunities(&m, fc_rule_prefetch_depth(cfg, 1), fc_rule_prefetch_depth(cfg, 0), fo, bo);
-    char what[96];
-    for (int u = 0; u < nu; u++) {
-        snprintf(what, sizeof what, "unit %d (%zu elements) over G=%d, chunk %d", u, m.units[u].numel, gr.G, gr.idx);
-        fc_unit_layout lc = fc_unit_layout_of(m.units[u].numel, &gr), lr = fc_rule_layout(m.units[u].numel, &gr);
-        if (lc.shard != lr.shard || lc.padded != lr.padded || lc.own_off != lr.own_off ||
-            lc.own_valid != lr.own_valid || lc.store != lr.store)
-            fc_findings_add(out,
-                            "rules: layout of %s: core/layout.c says S=%zu P=%zu offset %zu valid %zu store %zu, the "
-                            "oracle's rules (oracle/rules.c) say S=%zu P=%zu offset %zu valid %zu store %zu",
-                            what, lc.shard, lc.padded, lc.own_off, lc.own_valid, lc.store, lr.shard, lr.padded,
-                            lr.own_off, lr.own_valid, lr.store);
-        if (cfg->fsdp_version == 2 && gr.sharded) {  // FSDP2: every rank's chunk is its padded rows
-            size_t sc = fc_unit_layout_in(fc_layout_of(FC_LAYOUT_PER_PARAM), &m, u, &gc).shard,
-                   sr = fc_rule_fsdp2_shard(&m, u, gr.F);
-            if (sc != sr) DIFFER(what, "FSDP2 chunk of %zu elements", sc, sr);
-        }
-        // what every rank stores of frozen parameters, both layouts, over
-        // every shard group of 1..8 ranks, not only this case's (a pure
-        // function: the padding of a frozen FlatParameter appears only where
-        // its unit does not divide evenly)
-        fc_run_config sc = *cfg;
-        sc.strategy = FC_STRATEGY_FULL_SHARD, sc.shard_group = 0, sc.reshard_after_forward = 0;
-        for (int G = 1; G <= 8 && m.n_frozen; G++)
-            for (int r = 0; r < G; r++) {
-                fc_groups gcr = fc_groups_of(&sc, G, r), grr = fc_rule_groups(&sc, G, r);
-                for (int k = 0; k < FC_LAYOUT_COUNT; k++) {
-                    size_t fc = fc_unit_frozen_store(fc_layout_of((fc_layout_kind)k), &m, u, &gcr),
-                           fr = fc_rule_frozen_store(&m, u, &grr, k == FC_LAYOUT_PER_PARAM, 1);
-                    if (fc != fr && k == FC_LAYOUT_PER_PARAM)
-                        DIFFER(what, "FSDP2 frozen store of %zu elements (some G <= 8, rank)", fc, fr);
-                    if (fc != fr && k == FC_LAYOUT_FLAT)
-                        DIFFER(what, "FSDP1 frozen store of %zu elements (some G <= 8, rank)", fc, fr);
-                }
+}
+
+// What every rank stores of unit u's frozen parameters, both layouts, over
+// every shard group of 1..8 ranks, not only this case's (a pure function: the
+// padding of a frozen FlatParameter appears only where its unit does not
+// divide evenly).
+static void disagree_frozen(const fc_run_config *cfg, const fc_model *m, int u, const char *what, fc_findings *out) {
+    fc_run_config sc = *cfg;
+    sc.strategy = FC_STRATEGY_FULL_SHARD, sc.shard_group = 0, sc.reshard_after_forward = 0;
+    for (int G = 1; G <= 8 && m->n_frozen; G++)
+        for (int r = 0; r < G; r++) {
+            fc_groups gcr = fc_groups_of(&sc, G, r), grr = fc_rule_groups(&sc, G, r);
+            for (int k = 0; k < FC_LAYOUT_COUNT; k++) {
+                size_t fc = fc_unit_frozen_store(fc_layout_of((fc_layout_kind)k), m, u, &gcr),
+                       fr = fc_rule_frozen_store(m, u, &grr, k == FC_LAYOUT_PER_PARAM, 1);
+                if (fc != fr && k == FC_LAYOUT_PER_PARAM)
+                    DIFFER(what, "FSDP2 frozen store of %zu elements (some G <= 8, rank)", fc, fr);
+                if (fc != fr && k == FC_LAYOUT_FLAT)
+                    DIFFER(what, "FSDP1 frozen store of %zu elements (some G <= 8, rank)", fc, fr);
             }
-        size_t first = 0, count = 0;
-        fc_flat_chunk(m.units[u].numel, gr.G, gr.idx, &first, &count);
-        if (first != lr.own_off || count != lr.own_valid) DIFFER(what, "chunk at %zu", first, lr.own_off);
-        fc_unit_stages sr = fc_rule_stages(&m, u);
-        snprintf(what, sizeof what, "stages of unit %d", u);
-        if (st[u].first_fwd != sr.first_fwd || st[u].last_fwd != sr.last_fwd || st[u].first_bwd != sr.first_bwd ||
-            st[u].last_bwd != sr.last_bwd)
-            fc_findings_add(out,
-                            "rules: %s: core/layout.c says forward %d..%d backward %d..%d, the oracle's rules "
-                            "(oracle/rules.c) say forward %d..%d backward %d..%d",
-                            what, st[u].first_fwd, st[u].last_fwd, st[u].first_bwd, st[u].last_bwd, sr.first_fwd,
-                            sr.last_fwd, sr.first_bwd, sr.last_bwd);
-        snprintf(what, sizeof what, "unit %d under %s", u, sname);
-        if (fc_reshard_after_forward(cfg->strategy, &m, u) != fc_rule_frees_after_forward(cfg->strategy, &m, u))
-            DIFFER(what, "freed after forward=%d", fc_reshard_after_forward(cfg->strategy, &m, u),
-                   fc_rule_frees_after_forward(cfg->strategy, &m, u));
-        if (fc_unit_checkpointed(cfg, &m, u) != fc_rule_checkpointed(cfg, &m, u))
-            DIFFER(what, "checkpointed=%d", fc_unit_checkpointed(cfg, &m, u), fc_rule_checkpointed(cfg, &m, u));
-        if (fc_recompute_gathers(cfg, &m, u) != fc_rule_recompute_gathers(cfg, &m, u))
-            DIFFER(what, "recompute gathers=%d", fc_recompute_gathers(cfg, &m, u),
-                   fc_rule_recompute_gathers(cfg, &m, u));
+        }
+}
+
+// Unit u's layout (flat, FSDP2's rows, frozen stores, its chunk) under this
+// case's groups: core/layout.c's gc, the rules' gr.
+static void disagree_layout(const fc_run_config *cfg, const fc_model *m, int u, const fc_groups *gc,
+                            const fc_groups *gr, fc_findings *out) {
+    char what[96];
+    snprintf(what, sizeof what, "unit %d (%zu elements) over G=%d, chunk %d", u, m->units[u].numel, gr->G, gr->idx);
+    fc_unit_layout lc = fc_unit_layout_of(m->units[u].numel, gr), lr = fc_rule_layout(m->units[u].numel, gr);
+    if (lc.shard != lr.shard || lc.padded != lr.padded || lc.own_off != lr.own_off || lc.own_valid != lr.own_valid ||
+        lc.store != lr.store)
+        fc_findings_add(out,
+                        "rules: layout of %s: core/layout.c says S=%zu P=%zu offset %zu valid %zu store %zu, the "
+                        "oracle's rules (oracle/rules.c) say S=%zu P=%zu offset %zu valid %zu store %zu",
+                        what, lc.shard, lc.padded, lc.own_off, lc.own_valid, lc.store, lr.shard, lr.padded, lr.own_off,
+                        lr.own_valid, lr.store);
+    if (cfg->fsdp_version == 2 && gr->sharded) {  // FSDP2: every rank's chunk is its padded rows
+        size_t sc = fc_unit_layout_in(fc_layout_of(FC_LAYOUT_PER_PARAM), m, u, gc).shard,
+               sr = fc_rule_fsdp2_shard(m, u, gr->F);
+        if (sc != sr) DIFFER(what, "FSDP2 chunk of %zu elements", sc, sr);
     }
-    // prefetch: the stage whose prefetch list first names each unit
-    // (core/layout.h: lists at a unit's first stage of the pass; a unit
-    // already in flight is skipped), against the opportunities
-    int *list = mallocCheck((size_t)nu * sizeof *list), *core_fo = mallocCheck((size_t)nu * sizeof *core_fo),
-        *core_bo = mallocCheck((size_t)nu * sizeof *core_bo);
-    int nf = fc_forward_prefetch_count(cfg), nb = fc_backward_prefetch_count(cfg);
-    for (int u = 0; u < nu; u++) core_fo[u] = core_bo[u] = -1;
-    for (int s = 0; s < m.n_stages; s++) {
-        if (st[m.stages[s].unit].first_fwd != s) continue;
-        int k = fc_prefetch_units(&m, st, s, 1, nf > 1 ? nf : 1, list);
-        for (int i = 0; i < k; i++)
-            if (core_fo[list[i]] < 0) core_fo[list[i]] = s;
+    disagree_frozen(cfg, m, u, what, out);
+    size_t first = 0, count = 0;
+    fc_flat_chunk(m->units[u].numel, gr->G, gr->idx, &first, &count);
+    if (first != lr.own_off || count != lr.own_valid) DIFFER(what, "chunk at %zu", first, lr.own_off);
+}
+
+// Unit u's stages (core/layout.c's are st), and what the strategy does to it.
+static void disagree_unit(const fc_run_config *cfg, const fc_model *m, int u, const fc_unit_stages *st,
+                          fc_findings *out) {
+    char what[96];
+    fc_unit_stages sr = fc_rule_stages(m, u);
+    snprintf(what, sizeof what, "stages of unit %d", u);
+    if (st->first_fwd != sr.first_fwd || st->last_fwd != sr.last_fwd || st->first_bwd != sr.first_bwd ||
+        st->last_bwd != sr.last_bwd)
+        fc_findings_add(out,
+                        "rules: %s: core/layout.c says forward %d..%d backward %d..%d, the oracle's rules "
+                        "(oracle/rules.c) say forward %d..%d backward %d..%d",
+                        what, st->first_fwd, st->last_fwd, st->first_bwd, st->last_bwd, sr.first_fwd, sr.last_fwd,
+                        sr.first_bwd, sr.last_bwd);
+    snprintf(what, sizeof what, "unit %d under %s", u, fc_strategy_name(cfg->strategy));
+    if (fc_reshard_after_forward(cfg->strategy, m, u) != fc_rule_frees_after_forward(cfg->strategy, m, u))
+        DIFFER(what, "freed after forward=%d", fc_reshard_after_forward(cfg->strategy, m, u),
+               fc_rule_frees_after_forward(cfg->strategy, m, u));
+    if (fc_unit_checkpointed(cfg, m, u) != fc_rule_checkpointed(cfg, m, u))
+        DIFFER(what, "checkpointed=%d", fc_unit_checkpointed(cfg, m, u), fc_rule_checkpointed(cfg, m, u));
+    if (fc_recompute_gathers(cfg, m, u) != fc_rule_recompute_gathers(cfg, m, u))
+        DIFFER(what, "recompute gathers=%d", fc_recompute_gathers(cfg, m, u), fc_rule_recompute_gathers(cfg, m, u));
+}
+
+// core/layout.c's prefetch lists: the stage whose list first names each unit
+// (lists at a unit's first stage of the pass; a unit already in flight is
+// skipped), into first[nu] (-1: none).
+static void core_list_stages(const fc_model *m, const fc_unit_stages *st, int forward, int depth, int *first) {
+    int *list = mallocCheck((size_t)m->n_units * sizeof *list);
+    for (int u = 0; u < m->n_units; u++) first[u] = -1;
+    for (int i = 0; i < m->n_stages; i++) {
+        int s = forward ? i : m->n_stages - 1 - i;
+        if ((forward ? st[m->stages[s].unit].first_fwd : st[m->stages[s].unit].first_bwd) != s) continue;
+        int k = fc_prefetch_units(m, st, s, forward, depth > 1 ? depth : 1, list);
+        for (int j = 0; j < k; j++)
+            if (first[list[j]] < 0) first[list[j]] = s;
     }
-    for (int s = m.n_stages - 1; s >= 0; s--) {
-        if (st[m.stages[s].unit].first_bwd != s) continue;
-        int k = fc_prefetch_units(&m, st, s, 0, nb > 1 ? nb : 1, list);
-        for (int i = 0; i < k; i++)
-            if (core_bo[list[i]] < 0) core_bo[list[i]] = s;
-    }
+    free(list);
+}
+
+// Prefetch: core/layout.c's lists against the rules' opportunities; the limiter.
+static void disagree_prefetch(const fc_run_config *cfg, const fc_model *m, const fc_unit_stages *st,
+                              fc_findings *out) {
+    int nu = m->n_units;
+    int *fo = mallocCheck((size_t)nu * sizeof *fo), *bo = mallocCheck((size_t)nu * sizeof *bo);
+    int *core_fo = mallocCheck((size_t)nu * sizeof *core_fo), *core_bo = mallocCheck((size_t)nu * sizeof *core_bo);
+    fc_rule_opportunities(m, fc_rule_prefetch_depth(cfg, 1), fc_rule_prefetch_depth(cfg, 0), fo, bo);
+    core_list_stages(m, st, 1, fc_forward_prefetch_count(cfg), core_fo);
+    core_list_stages(m, st, 0, fc_backward_prefetch_count(cfg), core_bo);
+    char what[96];
     for (int u = 0; u < nu; u++) {
         snprintf(what, sizeof what, "forward prefetch of unit %d (lists of %d)", u, fc_rule_prefetch_depth(cfg, 1));
         if (core_fo[u] != fo[u]) DIFFER(what, "at stage %d", core_fo[u], fo[u]);
         snprintf(what, sizeof what, "backward prefetch of unit %d (lists of %d)", u, fc_rule_prefetch_depth(cfg, 0));
         if (core_bo[u] != bo[u]) DIFFER(what, "at stage %d", core_bo[u], bo[u]);
     }
-    free(list);
+    free(fo);
+    free(bo);
     free(core_fo);
     free(core_bo);
     for (int alive = 0; alive <= 3; alive++)
@@ -386,8 +393,13 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
             DIFFER(what, "prefetch allowed=%d", fc_limiter_allows_prefetch(cfg, alive),
                    fc_rule_prefetch_allowed(cfg, alive));
         }
-    // the run's factor (W, or FSDP2's set_gradient_divide_factor), and one set
-    // to 2W + 1 as another run of this config could set it
+}
+
+// The divide factors of every mode: the run's factor (W, or FSDP2's
+// set_gradient_divide_factor), and one set to 2W + 1 as another run of this
+// config could set it.
+static void disagree_divide(const fc_run_config *cfg, int W, fc_findings *out) {
+    char what[96];
     fc_run_config fcfg = *cfg;
     if (!(fcfg.gradient_divide_factor > 0)) fcfg.gradient_divide_factor = 2.0 * W + 1;
     for (int k = 0; k < 6; k++) {
@@ -409,16 +421,38 @@ int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *ou
                             what, pc, qc, pr, qr);
         }
     }
+}
+
+int fc_rules_disagree(const fc_run_config *cfg, int W, int rank, fc_findings *out) {
+    int before = out->n;
+    disagree_table(out);
+    fc_groups gc = fc_groups_of(cfg, W, rank), gr = fc_rule_groups(cfg, W, rank);
+    if (groups_differ(&gc, &gr))
+        fc_findings_add(out,
+                        "rules: groups of %s at W=%d rank %d: core/layout.c says F=%d R=%d G=%d idx=%d shard_rank=%d "
+                        "replica=%d, the oracle's rules (oracle/rules.c) say F=%d R=%d G=%d idx=%d shard_rank=%d "
+                        "replica=%d",
+                        fc_strategy_name(cfg->strategy), W, rank, gc.F, gc.R, gc.G, gc.idx, gc.shard_rank, gc.replica,
+                        gr.F, gr.R, gr.G, gr.idx, gr.shard_rank, gr.replica);
+    fc_model m;
+    fc_model_build_run(&m, cfg);
+    fc_unit_stages *st = mallocCheck((size_t)m.n_units * sizeof *st);
+    for (int u = 0; u < m.n_units; u++) st[u] = fc_unit_stages_of(&m, u);
+    for (int u = 0; u < m.n_units; u++) {
+        disagree_layout(cfg, &m, u, &gc, &gr, out);
+        disagree_unit(cfg, &m, u, &st[u], out);
+    }
+    disagree_prefetch(cfg, &m, st, out);
+    disagree_divide(cfg, W, out);
     int fc0, cc, fr, cr;
     fc_rank_samples(cfg, W, rank, &fc0, &cc);
     fc_rule_samples(cfg, W, rank, &fr, &cr);
     if (fc0 != fr || cc != cr) {
+        char what[96];
         snprintf(what, sizeof what, "samples of rank %d of %d (global batch %d)", rank, W, cfg->global_batch);
         DIFFER(what, "first %d", fc0, fr);
     }
     free(st);
-    free(fo);
-    free(bo);
     fc_model_free(&m);
     return out->n - before;
 }

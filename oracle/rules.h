@@ -1,13 +1,13 @@
 // oracle/rules.h — FSDP's rules written a second time, for the oracle alone.
 //
-// Why twice: core/layout.c states the rules once for the implementations (the
-// reference engine and the CUDA port run them). If the oracle's theory (P10,
-// P11) asked those same functions what to expect, a wrong rule would be wrong
-// on both sides and pass: ZeRO-2 made to reshard after forward passed the whole
-// gate (issue 21). So the oracle states each rule again from DESIGN §5 and
-// PyTorch's documented semantics, deliberately written differently: tables and
-// closed forms, not the engine's scans. Nothing here calls core/layout.c; the
-// structs it fills (fc_groups, fc_unit_layout, fc_unit_stages) are only data.
+// Why twice: core/layout.c states the rules for the implementations (the
+// reference engine and the CUDA port run them), and a theory (P10, P11) that
+// asked those same functions what to expect would be wrong on both sides, and
+// pass, wherever a rule is wrong. So the oracle states each rule again from
+// DESIGN §5 and PyTorch's documented semantics, deliberately written
+// differently: tables and closed forms, not the engine's scans. Nothing here
+// calls core/layout.c; the structs it fills (fc_groups, fc_unit_layout,
+// fc_unit_stages) are only data.
 //
 // fc_rules_disagree() then compares the two writings for one configuration, and
 // P10 fails, naming both, wherever they differ: a mutant of core/layout.c is
@@ -21,7 +21,7 @@
 #include "config.h"
 #include "layout.h"  // the fc_groups / fc_unit_layout / fc_unit_stages structs only
 #include "model.h"
-#include "theory.h"
+#include "findings.h"  // fc_findings, fc_sched_api
 
 // One row of DESIGN §5's strategy table.
 typedef struct {

@@ -2,7 +2,8 @@
 // by step, the theory of one configuration at one rank and the index of a
 // step, which the passes fill and read (theory_internal.h); the passes are in
 // theory_events.c (each event, the counts) and theory_prefetch.c (the order,
-// prefetch, the limiter), the memory check (P11) in theory_memory.c.
+// prefetch, the limiter), the memory check (P11) in theory_memory.c; the
+// findings and the APIs' names are the bottom layer, findings.c.
 //
 // The theory, per step of one rank's comm log (G ranks in the reduction
 // layout, S_u and P_u = S_u*G unit u's chunk and padded size, all from
@@ -50,7 +51,6 @@
 // the next, as PyTorch frees first and the reference after).
 #include "theory.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,18 +58,6 @@
 #include "check.h"
 #include "rules.h"
 #include "theory_internal.h"
-
-void fc_findings_add(fc_findings *f, const char *fmt, ...) {
-    int cap = (int)(sizeof f->msg / sizeof f->msg[0]);
-    if (f->n_kept < cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(f->msg[f->n_kept], sizeof f->msg[0], fmt, ap);
-        va_end(ap);
-        f->n_kept++;
-    }
-    f->n++;
-}
 
 // ---------------------------------------------------------------------------
 // the theory of one configuration at one rank
@@ -184,16 +172,6 @@ static void check_step(const theory *t, long step, const fc_event *ev, int n) {
     if (theory_check_counts(&x))
         for (int k = 0; k < t->K; k++) theory_check_order(&x, k);
     view_free(&x);
-}
-
-static const char *API_NAMES[FC_API_COUNT] = {"reference", "torch-fsdp1", "torch-fsdp2"};
-
-const char *fc_sched_api_name(fc_sched_api a) { return API_NAMES[a]; }
-
-int fc_sched_api_parse(const char *name, fc_sched_api *out) {
-    for (int a = 0; a < FC_API_COUNT; a++)
-        if (!strcmp(name, API_NAMES[a])) return *out = (fc_sched_api)a, 0;
-    return -1;
 }
 
 int fc_theory_check_schedule(const fc_run_config *cfg, int W, int rank, const fc_comm_log *log, fc_findings *out) {

@@ -13,17 +13,8 @@
 #define FC_THEORY_H
 
 #include "config.h"
+#include "findings.h"  // fc_findings, fc_sched_api
 #include "schedule.h"
-
-// Findings of a check: how many violations, and the first few messages.
-typedef struct {
-    int n;             // violations found
-    int n_kept;        // messages kept in msg (at most 8)
-    char msg[8][400];  // the first ones, each one line: what was expected and what was found
-} fc_findings;
-
-// Counts one violation; keeps its message while there is room.
-void fc_findings_add(fc_findings *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 // P10: this rank's comm log (all steps of a run of cfg at world size W, this
 // rank = rank) against the theory: per step and micro-batch the counts, bytes
@@ -36,16 +27,7 @@ void fc_findings_add(fc_findings *f, const char *fmt, ...) __attribute__((format
 // violations added.
 int fc_theory_check_schedule(const fc_run_config *cfg, int W, int rank, const fc_comm_log *log, fc_findings *out);
 
-// Whose schedule a comm log is. This project's engines follow DESIGN §5 as
-// written. Real PyTorch FSDP, recorded by the adapter (fsdpcheck_torch/
-// commlog.py), departs from it in a few places measured and named in README
-// ("Real FSDP's schedule"); the theory accepts each for its API alone
-// (oracle/rules.h, the fc_rule_*_as functions).
-typedef enum { FC_API_REFERENCE, FC_API_TORCH_FSDP1, FC_API_TORCH_FSDP2, FC_API_COUNT } fc_sched_api;
-const char *fc_sched_api_name(fc_sched_api a);
-// -1 for a name of none
-int fc_sched_api_parse(const char *name, fc_sched_api *out);
-// fc_theory_check_schedule for a log of api.
+// fc_theory_check_schedule for a log of api (findings.h).
 int fc_theory_check_schedule_as(const fc_run_config *cfg, int W, int rank, fc_sched_api api, const fc_comm_log *log,
                                 fc_findings *out);
 

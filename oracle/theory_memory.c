@@ -133,95 +133,106 @@ static int log_has_unit_collective(const fc_comm_log *log) {
     return 0;
 }
 
+// Shards: exact, fp32, where the strategy keeps them. A frozen parameter
+// keeps no optimizer state; under FSDP2 no gradient either, while FSDP1's
+// FlatParameter keeps its whole gradient shard unless no parameter of it trains.
+static void check_shards(const theory *t, const fc_mem_stats *mem) {
+    const fc_run_config *cfg = t->cfg;
+    const size_t(*peak)[FC_MEM_COUNT] = mem->peak;
+    const char *names[2];
+    size_t shard = 0, frozen = 0, untrained = 0;  // untrained: the stores of units that do not train
+    for (int u = 0; u < t->nu; u++) {
+        shard += fp32_bytes(t->lay[u].store), frozen += fp32_bytes(t->frozen_store[u]);
+        if (!t->trains[u]) untrained += fp32_bytes(t->lay[u].store);
+    }
+    fc_mem_loc on = cfg->cpu_offload ? FC_LOC_HOST : FC_LOC_DEVICE,
+               off = cfg->cpu_offload ? FC_LOC_DEVICE : FC_LOC_HOST;
+    fc_mem_cat cats[3] = {FC_MEM_PARAM_SHARD, FC_MEM_GRAD_SHARD, FC_MEM_OPTIM_STATE};
+    size_t want[3] = {shard, t->per_param ? shard - frozen : shard - untrained,
+                      (size_t)fc_optim_state_names(&cfg->optim, names) * (shard - frozen)};
+    for (int i = 0; i < 3; i++) {
+        EXPECT(t, peak[on][cats[i]] == want[i], "peak %s %s: expected %zu bytes (the sharded formula), got %zu",
+               fc_mem_loc_name(on), fc_mem_cat_name(cats[i]), want[i], peak[on][cats[i]]);
+        EXPECT(t, peak[off][cats[i]] == 0, "peak %s %s: expected 0 bytes, got %zu", fc_mem_loc_name(off),
+               fc_mem_cat_name(cats[i]), peak[off][cats[i]]);
+    }
+}
+
+// Gathered parameters: what the schedule holds.
+static void check_gathered_params(const theory *t, const fc_comm_log *log, const fc_mem_stats *mem) {
+    size_t gathered_params = mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_PARAMS];
+    if (t->g.sharded) {
+        size_t in_log = log_gathered_peak(t, log), lo, hi;
+        gathered_bounds(t, &lo, &hi);
+        EXPECT(t, gathered_params == in_log,
+               "peak device gathered_params: expected %zu bytes, the peak of gathered units in the comm log; got %zu",
+               in_log, gathered_params);
+        EXPECT(t, in_log >= lo && in_log <= hi,
+               "the comm log holds up to %zu bytes of gathered parameters; the prefetch policy allows %zu..%zu", in_log,
+               lo, hi);
+        return;
+    }
+    // no_shard computes on its own fp32 parameters, or on a param_dtype
+    // copy of them (all at once, or unit by unit as FSDP's NO_SHARD does)
+    size_t all = 0;
+    for (int u = 0; u < t->nu; u++) all += t->lay[u].numel * t->psz;
+    if (t->cfg->param_dtype == FC_PREC_FP32)
+        EXPECT(t, gathered_params == 0, "peak device gathered_params: no_shard in fp32 needs none, got %zu bytes",
+               gathered_params);
+    else
+        EXPECT(t, gathered_params > 0 && gathered_params <= all,
+               "peak device gathered_params: no_shard in %s needs a compute copy of 1..%zu bytes, got %zu",
+               fc_prec_name(t->cfg->param_dtype), all, gathered_params);
+}
+
+// Unsharded gradients: at most what the comm log's schedule needs, since FSDP
+// may keep one until its reduction completes and in fp32 (the reference's
+// own value would judge every other implementation by the reference's choice).
+static void check_gathered_grads(const theory *t, const fc_comm_log *log, const fc_mem_stats *mem) {
+    const size_t *host = mem->peak[FC_LOC_HOST];
+    size_t gathered_grads = mem->peak[FC_LOC_DEVICE][FC_MEM_GATHERED_GRADS], bound = log_grads_bound(t, log);
+    EXPECT(t, gathered_grads <= bound,
+           "peak device gathered_grads: expected at most %zu bytes (what the comm log's schedule needs), got %zu",
+           bound, gathered_grads);
+    if (t->g.sharded)
+        EXPECT(t, gathered_grads > 0,
+               "peak device gathered_grads: expected > 0 (a sharded backward needs unsharded gradients), got 0");
+    for (int c = FC_MEM_GATHERED_PARAMS; c <= FC_MEM_GATHERED_GRADS; c++)
+        EXPECT(t, host[c] == 0, "peak host %s: expected 0 (compute is on the device), got %zu",
+               fc_mem_cat_name((fc_mem_cat)c), host[c]);
+}
+
+// Activations and communication buffers are the implementation's own (layout,
+// precision, fusion): reported, never compared with a formula. The total's
+// peak lies between the largest category's and their sum.
+static void check_own_and_total(const theory *t, const fc_comm_log *log, const fc_mem_stats *mem) {
+    const size_t *dev = mem->peak[FC_LOC_DEVICE], *host = mem->peak[FC_LOC_HOST];
+    EXPECT(t, dev[FC_MEM_ACTIVATIONS] + host[FC_MEM_ACTIVATIONS] > 0, "activations: expected a nonzero peak, got 0");
+    if (log_has_unit_collective(log))
+        EXPECT(t, dev[FC_MEM_COMM_BUFFERS] + host[FC_MEM_COMM_BUFFERS] > 0,
+               "comm_buffers: expected a nonzero peak (the comm log has collectives), got 0");
+    for (int l = 0; l < FC_LOC_COUNT; l++) {
+        size_t max = 0, sum = 0;
+        for (int c = 0; c < FC_MEM_COUNT; c++) {
+            sum += mem->peak[l][c];
+            if (mem->peak[l][c] > max) max = mem->peak[l][c];
+        }
+        EXPECT(t, mem->peak_total[l] >= max && mem->peak_total[l] <= sum,
+               "peak %s total %zu: expected between the largest category's peak %zu and the sum of peaks %zu",
+               fc_mem_loc_name((fc_mem_loc)l), mem->peak_total[l], max, sum);
+    }
+}
+
 int fc_theory_check_memory(const fc_run_config *cfg, int W, int rank, const fc_comm_log *log, const fc_mem_stats *mem,
                            fc_findings *out) {
     int before = out->n;
     if (cfg->strategy == FC_STRATEGY_LOCAL) return 0;
     theory t;
     theory_init(&t, cfg, W, rank, FC_API_REFERENCE, out);
-    const size_t(*peak)[FC_MEM_COUNT] = mem->peak;
-    const size_t *dev = peak[FC_LOC_DEVICE], *host = peak[FC_LOC_HOST];
-
-    // shards: exact, fp32, where the strategy keeps them
-    const char *names[2];
-    // A frozen parameter keeps no optimizer state; under FSDP2 no gradient
-    // either, while FSDP1's FlatParameter keeps its whole gradient shard
-    // unless no parameter of it trains.
-    size_t shard = 0, frozen = 0, untrained = 0;  // untrained: the stores of units that do not train
-    for (int u = 0; u < t.nu; u++) {
-        shard += fp32_bytes(t.lay[u].store), frozen += fp32_bytes(t.frozen_store[u]);
-        if (!t.trains[u]) untrained += fp32_bytes(t.lay[u].store);
-    }
-    fc_mem_loc on = cfg->cpu_offload ? FC_LOC_HOST : FC_LOC_DEVICE,
-               off = cfg->cpu_offload ? FC_LOC_DEVICE : FC_LOC_HOST;
-    fc_mem_cat cats[3] = {FC_MEM_PARAM_SHARD, FC_MEM_GRAD_SHARD, FC_MEM_OPTIM_STATE};
-    size_t want[3] = {shard, t.per_param ? shard - frozen : shard - untrained,
-                      (size_t)fc_optim_state_names(&cfg->optim, names) * (shard - frozen)};
-    for (int i = 0; i < 3; i++) {
-        EXPECT(&t, peak[on][cats[i]] == want[i], "peak %s %s: expected %zu bytes (the sharded formula), got %zu",
-               fc_mem_loc_name(on), fc_mem_cat_name(cats[i]), want[i], peak[on][cats[i]]);
-        EXPECT(&t, peak[off][cats[i]] == 0, "peak %s %s: expected 0 bytes, got %zu", fc_mem_loc_name(off),
-               fc_mem_cat_name(cats[i]), peak[off][cats[i]]);
-    }
-
-    // gathered parameters: what the schedule holds
-    size_t gathered_params = dev[FC_MEM_GATHERED_PARAMS];
-    if (t.g.sharded) {
-        size_t in_log = log_gathered_peak(&t, log), lo, hi;
-        gathered_bounds(&t, &lo, &hi);
-        EXPECT(&t, gathered_params == in_log,
-               "peak device gathered_params: expected %zu bytes, the peak of gathered units in the comm log; got %zu",
-               in_log, gathered_params);
-        EXPECT(&t, in_log >= lo && in_log <= hi,
-               "the comm log holds up to %zu bytes of gathered parameters; the prefetch policy allows %zu..%zu", in_log,
-               lo, hi);
-    } else {
-        // no_shard computes on its own fp32 parameters, or on a param_dtype
-        // copy of them (all at once, or unit by unit as FSDP's NO_SHARD does)
-        size_t all = 0;
-        for (int u = 0; u < t.nu; u++) all += t.lay[u].numel * t.psz;
-        if (cfg->param_dtype == FC_PREC_FP32)
-            EXPECT(&t, gathered_params == 0, "peak device gathered_params: no_shard in fp32 needs none, got %zu bytes",
-                   gathered_params);
-        else
-            EXPECT(&t, gathered_params > 0 && gathered_params <= all,
-                   "peak device gathered_params: no_shard in %s needs a compute copy of 1..%zu bytes, got %zu",
-                   fc_prec_name(cfg->param_dtype), all, gathered_params);
-    }
-
-    // Unsharded gradients. The old theory demanded the reference's own value
-    // (the root's and one unit's gradient in param_dtype, freed as its
-    // reduction is issued); FSDP may keep one until its reduction completes
-    // and in fp32, so the neutral rule is a bound from the comm log.
-    size_t gathered_grads = dev[FC_MEM_GATHERED_GRADS], bound = log_grads_bound(&t, log);
-    EXPECT(&t, gathered_grads <= bound,
-           "peak device gathered_grads: expected at most %zu bytes (what the comm log's schedule needs), got %zu",
-           bound, gathered_grads);
-    if (t.g.sharded)
-        EXPECT(&t, gathered_grads > 0,
-               "peak device gathered_grads: expected > 0 (a sharded backward needs unsharded gradients), got 0");
-    for (int c = FC_MEM_GATHERED_PARAMS; c <= FC_MEM_GATHERED_GRADS; c++)
-        EXPECT(&t, host[c] == 0, "peak host %s: expected 0 (compute is on the device), got %zu",
-               fc_mem_cat_name((fc_mem_cat)c), host[c]);
-
-    // Activations and communication buffers are the implementation's own
-    // (layout, precision, fusion): reported, never compared with a formula.
-    EXPECT(&t, dev[FC_MEM_ACTIVATIONS] + host[FC_MEM_ACTIVATIONS] > 0, "activations: expected a nonzero peak, got 0");
-    if (log_has_unit_collective(log))
-        EXPECT(&t, dev[FC_MEM_COMM_BUFFERS] + host[FC_MEM_COMM_BUFFERS] > 0,
-               "comm_buffers: expected a nonzero peak (the comm log has collectives), got 0");
-
-    // the total's peak lies between the largest category's and their sum
-    for (int l = 0; l < FC_LOC_COUNT; l++) {
-        size_t max = 0, sum = 0;
-        for (int c = 0; c < FC_MEM_COUNT; c++) {
-            sum += peak[l][c];
-            if (peak[l][c] > max) max = peak[l][c];
-        }
-        EXPECT(&t, mem->peak_total[l] >= max && mem->peak_total[l] <= sum,
-               "peak %s total %zu: expected between the largest category's peak %zu and the sum of peaks %zu",
-               fc_mem_loc_name((fc_mem_loc)l), mem->peak_total[l], max, sum);
-    }
+    check_shards(&t, mem);
+    check_gathered_params(&t, log, mem);
+    check_gathered_grads(&t, log, mem);
+    check_own_and_total(&t, log, mem);
     theory_free(&t);
     return out->n - before;
 }

@@ -1278,20 +1278,27 @@ static void props_setup(void) { use_model("mlp-tiny"); }
 
 TestSuite(props, .init = props_setup, .fini = free_runs);
 
+// Judges tested g_run[1] from its step 0 against expected g_run[0] from its
+// step e0, both g_cfg at W = 2, over two steps.
+static int props_judge(fc_props *v, fc_prop p, int same_compute, int e0, int bitwise, const char *against) {
+    fc_judgement j = {.p = p, .against = against, .tested = {&g_cfg, 2, &g_run[1], 0},
+                      .expected = {&g_cfg, 0, &g_run[0], e0}, .n = 2, .bitwise = bitwise, .same_compute = same_compute};
+    return fc_props_compare(v, &j);
+}
+
 Test(props, runs_step_by_step_with_an_offset) {
     make_run(&g_run[0], 4, 0, 0);  // expected: steps 0..3
     make_run(&g_run[1], 2, 2, 0);  // tested: a run resumed at step 2
     fc_props v;
     memset(&v, 0, sizeof v);
-    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 0, NULL, 0};
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    cr_expect(fc_props_compare(&v, 7, &pair, &g_run[1], 0, &g_run[0], 2, 2, 0, "uninterrupted"));
-    cr_expect(fc_props_compare(&v, 7, &pair, &g_run[1], 0, &g_run[0], 2, 2, 1, "uninterrupted"), "bitwise too");
+    cr_expect(props_judge(&v, FC_P7_CHECKPOINT, 0, 2, 0, "uninterrupted"));
+    cr_expect(props_judge(&v, FC_P7_CHECKPOINT, 0, 2, 1, "uninterrupted"), "bitwise too");
     cr_expect_eq(v.checked, 1u << 7);
     cr_expect_eq(v.failed, 0);
     cr_expect_eq(v.detail[0], '\0');
     // compared at the wrong offset, it fails at the first step, named as the expected run's
-    cr_expect_not(fc_props_compare(&v, 7, &pair, &g_run[1], 0, &g_run[0], 1, 2, 0, "uninterrupted"));
+    cr_expect_not(props_judge(&v, FC_P7_CHECKPOINT, 0, 1, 0, "uninterrupted"));
     cr_expect_eq(v.failed, 1u << 7);
     // the parameters both start from already differ (those after step 0 against those after step 1)
     cr_expect_not_null(strstr(v.detail, "P7 vs uninterrupted: the parameters before the first compared step differ: step 1, param."),
@@ -1306,8 +1313,7 @@ Test(props, the_detail_names_the_element_its_bits_scale_and_owner) {
     fc_props v;
     memset(&v, 0, sizeof v);
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 1, NULL, 0};
-    cr_expect_not(fc_props_compare(&v, 2, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "no_shard"));
+    cr_expect_not(props_judge(&v, FC_P2_NO_SHARD, 1, 0, 0, "no_shard"));
     cr_expect_eq(v.failed, 1u << 2);
     const char *want[] = {"P2 vs no_shard (fp32, lockstep): step 1, grad.layers.0.bias[16]: ", "(0x",
                           "of the tensor's scale", "ULP there; allowed 3.6e-05",
@@ -1321,14 +1327,14 @@ Test(props, the_detail_names_the_element_its_bits_scale_and_owner) {
     char first[sizeof v.detail];
     memcpy(first, v.detail, sizeof first);
     g_run[1].step[0].loss += 1.0f;
-    cr_expect_not(fc_props_compare(&v, 2, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "no_shard"));
+    cr_expect_not(props_judge(&v, FC_P2_NO_SHARD, 1, 0, 0, "no_shard"));
     cr_expect_str_eq(v.detail, first);
     // a run that failed is a failure with its error
     fc_props w;
     memset(&w, 0, sizeof w);
     g_run[1].ok = 0;
     snprintf(g_run[1].error, sizeof g_run[1].error, "step 0: out of cheese");
-    cr_expect_not(fc_props_compare(&w, 3, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "full_shard"));
+    cr_expect_not(props_judge(&w, FC_P3_HYBRID, 1, 0, 0, "full_shard"));
     cr_expect_not_null(strstr(w.detail, "P3 vs full_shard: run failed: step 0: out of cheese"), "%s", w.detail);
     g_run[1].ok = 1;
 }
@@ -1340,8 +1346,7 @@ Test(props, the_norm_of_every_step_is_compared) {
     fc_props v;
     memset(&v, 0, sizeof v);
     g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
-    fc_props_pair pair = {&g_cfg, 2, &g_cfg, 0, NULL, 0};
-    cr_expect_not(fc_props_compare(&v, 8, &pair, &g_run[1], 0, &g_run[0], 0, 2, 0, "local"));
+    cr_expect_not(props_judge(&v, FC_P8_CLIP, 0, 0, 0, "local"));
     cr_expect_not_null(strstr(v.detail, "P8 vs local (fp32, lockstep): step 1, grad_norm: "), "%s", v.detail);
 }
 
