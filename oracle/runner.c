@@ -69,29 +69,26 @@ typedef struct {
     long first;
 } run_how;
 
-static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const run_how *how,
-                fc_run_result *r) {
-    const char *load_dir = how->load_dir;
-    memset(r, 0, sizeof *r);
-    fc_log_init(&r->log);
+// Creates the instance of a run on comm (loaded from how->load_dir if given)
+// and exports the parameters its first step starts from. NULL with r->error
+// set when it cannot be created or loaded; r->ok = 0 when the export failed.
+static fc_impl *run_open(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const run_how *how,
+                         int rank, fc_run_result *r) {
     fc_error e;
-    int rank;
-    mpiCheck(MPI_Comm_rank(comm, &rank));
-    ops = fc_impl_for(ops, cfg, &e);
-    r->act32 = fc_runner_act32(ops);
     fc_impl *im = ops ? ops->create(cfg, comm, &e) : NULL;
     if (!im) {
         snprintf(r->error, sizeof r->error, "create: %s", e.msg);
-        return;
+        return NULL;
     }
-    if (load_dir && (!ops->load || ops->load(im, load_dir, &e))) {
+    if (how->load_dir && (!ops->load || ops->load(im, how->load_dir, &e))) {
         snprintf(r->error, sizeof r->error, "load: %s", ops->load ? e.msg : "the implementation cannot load");
         ops->destroy(im);
-        return;
+        return NULL;
     }
     fc_model m;
     fc_model_build_run(&m, cfg);
     r->numel = m.numel;
+    fc_model_free(&m);
     r->steps = cfg->steps;
     r->n_state = fc_optim_state_names(&cfg->optim, r->state_names);
     r->first_step = ops->steps_done ? ops->steps_done(im) : 0;
@@ -99,11 +96,63 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     r->ok = 1;
     // the parameters the first step starts from (export before any step: the
     // initial or loaded ones)
-    if (rank == 0) r->init = callocCheck(m.numel, sizeof(float));
+    if (rank == 0) r->init = callocCheck(r->numel, sizeof(float));
     if (ops->export_full(im, FC_EXPORT_PARAMS, r->init, 0, &e)) {
         snprintf(r->error, sizeof r->error, "export before step 0: %s", e.msg);
         r->ok = 0;
     }
+    return im;
+}
+
+// Step t of a run: in lockstep, first the handover of how->from's state
+// through dir; then the step and the export of its tensors. 0, or -1 with
+// r->error set.
+static int run_step(const fc_impl_ops *ops, fc_impl *im, const fc_run_config *cfg, MPI_Comm comm,
+                    const run_how *how, const char *dir, int rank, fc_run_result *r, int t) {
+    fc_error e;
+    if (how->from) {
+        int s = how->from0 + t - 1;
+        fc_watchdog_mark(r->first_step + t, "lockstep load");
+        // its tensors are on rank 0 alone (elsewhere `from` may not even have run)
+        const fc_run_step *from = rank == 0 ? &how->from->step[s] : NULL;
+        const float *const state[2] = {from ? from->state[0] : NULL, from ? from->state[1] : NULL};
+        if (fc_lockstep_handover(ops, im, cfg, from ? from->params : NULL, state, r->first_step + t, dir, comm, &e)) {
+            snprintf(r->error, sizeof r->error, "lockstep load before step %d: %s", t, e.msg);
+            return -1;
+        }
+        if (rank == 0) r->step[t].start = how->from->step[s].params;
+    }
+    fc_step_info info;
+    fc_watchdog_mark(r->first_step + t, "step");
+    if (ops->step(im, &info, &e)) {
+        snprintf(r->error, sizeof r->error, "step %d: %s", t, e.msg);
+        return -1;
+    }
+    r->step[t].loss = info.loss;
+    r->step[t].norm = info.grad_norm;
+    fc_watchdog_mark(r->first_step + t, "export");
+    if (export_step(ops, im, r, &r->step[t], rank, &e)) {
+        snprintf(r->error, sizeof r->error, "export after step %d: %s", t, e.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const run_how *how,
+                fc_run_result *r) {
+    memset(r, 0, sizeof *r);
+    fc_log_init(&r->log);
+    fc_error e;
+    int rank;
+    mpiCheck(MPI_Comm_rank(comm, &rank));
+    ops = fc_impl_for(ops, cfg, &e);
+    r->act32 = fc_runner_act32(ops);
+    if (!ops) {
+        snprintf(r->error, sizeof r->error, "create: %s", e.msg);
+        return;
+    }
+    fc_impl *im = run_open(ops, cfg, comm, how, rank, r);
+    if (!im) return;
     char dir[256] = "";
     if (how->from) {
         r->first_step = how->first;
@@ -113,36 +162,8 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
             r->ok = 0;
         }
     }
-    for (int t = how->from ? 1 : 0; t < cfg->steps && r->ok; t++) {
-        fc_step_info info;
-        if (how->from) {
-            int s = how->from0 + t - 1;
-            fc_watchdog_mark(r->first_step + t, "lockstep load");
-            // its tensors are on rank 0 alone (elsewhere `from` may not even have run)
-            const fc_run_step *from = rank == 0 ? &how->from->step[s] : NULL;
-            const float *const state[2] = {from ? from->state[0] : NULL, from ? from->state[1] : NULL};
-            if (fc_lockstep_handover(ops, im, cfg, from ? from->params : NULL, state, r->first_step + t, dir, comm,
-                                     &e)) {
-                snprintf(r->error, sizeof r->error, "lockstep load before step %d: %s", t, e.msg);
-                r->ok = 0;
-                break;
-            }
-            if (rank == 0) r->step[t].start = how->from->step[s].params;
-        }
-        fc_watchdog_mark(r->first_step + t, "step");
-        if (ops->step(im, &info, &e)) {
-            snprintf(r->error, sizeof r->error, "step %d: %s", t, e.msg);
-            r->ok = 0;
-            break;
-        }
-        r->step[t].loss = info.loss;
-        r->step[t].norm = info.grad_norm;
-        fc_watchdog_mark(r->first_step + t, "export");
-        if (export_step(ops, im, r, &r->step[t], rank, &e)) {
-            snprintf(r->error, sizeof r->error, "export after step %d: %s", t, e.msg);
-            r->ok = 0;
-        }
-    }
+    for (int t = how->from ? 1 : 0; t < cfg->steps && r->ok; t++)
+        if (run_step(ops, im, cfg, comm, how, dir, rank, r, t)) r->ok = 0;
     const fc_comm_log *log = ops->comm_log(im);
     for (size_t i = 0; i < log->n; i++) {
         fc_log_add(&r->log, log->ev[i]);
@@ -150,7 +171,6 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
     }
     ops->memory(im, &r->mem);
     ops->destroy(im);
-    fc_model_free(&m);
     if (dir[0] && rank == 0) fc_remove_flat_dir(dir);
 }
 

@@ -8,6 +8,7 @@
 // shrunk (sweep_shrink.c) while it keeps failing, and a one-line command that
 // replays it is printed. This file is the command: flags, the loop, the
 // memory profile for the report's plot, the reports.
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -73,283 +74,370 @@ static void usage(FILE *f) {
           f);
 }
 
-// What the watchdog's hook needs when a case hangs (core/watchdog.h): the
-// case in progress fails as a timeout and the reports are written with it.
-static struct {
+// The command's flags.
+typedef struct {
+    int cases, keep_going, quiet, candidates, threads;
+    double timeout;
+    uint64_t seed;
+    const char *impl, *report, *junit, *replay;
+    fc_fault inject;
+} sweep_flags;
+
+// One sweep in progress. The watchdog's hook (core/watchdog.h) gets it as its
+// context: when a case hangs, that case fails as a timeout and the reports
+// are written with it.
+typedef struct {
+    fc_sweep_ctx x;
+    sweep_flags f;
+    fc_sweep_drawer draws;
     fc_sweep_report *rep;
     int current;                 // index of the case running, -1 outside the loop
-    const char *report, *junit, *impl;
-    fc_fault inject;
-    double timeout;
-} g_sweep = {NULL, -1, NULL, NULL, NULL, FC_FAULT_NONE, 0};
+    double t0;                   // when the sweep started
+} sweep_run;
+
+// The reproduce lines' flags past the case: --impl and --inject where not the defaults.
+static void extra_flags(const sweep_run *sw, char *out, size_t cap) {
+    const char *impl = sw->f.impl;
+    fc_fault inject = sw->x.inject;
+    snprintf(out, cap, "%s%s%s%s", strcmp(impl, "reference") ? " --impl " : "", strcmp(impl, "reference") ? impl : "",
+             inject ? " --inject " : "", inject ? fc_fault_name(inject) : "");
+}
 
 static void on_timeout(const char *line, void *ctx) {
-    (void)ctx;
-    fc_sweep_report *rep = g_sweep.rep;
-    if (!rep || g_sweep.current < 0) return;
-    fc_case_result *r = &rep->cases[g_sweep.current];
-    r->index = g_sweep.current;
-    r->v.failed |= 1u;  // bit 0: the case did not finish
+    sweep_run *sw = ctx;
+    fc_sweep_report *rep = sw->rep;
+    if (!rep || sw->current < 0) return;
+    fc_case_result *r = &rep->cases[sw->current];
+    r->index = sw->current;
+    r->v.failed |= 1u << FC_P0_UNFINISHED;
     snprintf(r->v.detail, sizeof r->v.detail, "timeout: %s", line);
-    rep->n = g_sweep.current + 1;
+    rep->n = sw->current + 1;
     rep->n_failed++;
-    printf("case %d timed out (W=%d): %s\n", g_sweep.current, r->W, r->spec);
+    printf("case %d timed out (W=%d): %s\n", sw->current, r->W, r->spec);
     char extra[700];
-    snprintf(extra, sizeof extra, "%s%s%s%s", strcmp(g_sweep.impl, "reference") ? " --impl " : "",
-             strcmp(g_sweep.impl, "reference") ? g_sweep.impl : "", g_sweep.inject ? " --inject " : "",
-             g_sweep.inject ? fc_fault_name(g_sweep.inject) : "");
-    printf("reproduce: mpiexec -n %d fsdpcheck sweep --replay '%s' --timeout %g%s\n", r->W, r->spec, g_sweep.timeout,
+    extra_flags(sw, extra, sizeof extra);
+    printf("reproduce: mpiexec -n %d fsdpcheck sweep --replay '%s' --timeout %g%s\n", r->W, r->spec, sw->f.timeout,
            extra);
     // a hung case ends this job: shrinking it takes one job per variant
-    printf("shrink it: fsdpcheck-shrink-timeout %d '%s' %g%s\n", r->W, r->spec, g_sweep.timeout, extra);
+    printf("shrink it: fsdpcheck-shrink-timeout %d '%s' %g%s\n", r->W, r->spec, sw->f.timeout, extra);
     fc_error e;
-    if (g_sweep.report && fc_report_markdown(rep, g_sweep.report, &e)) fprintf(stderr, "fsdpcheck: --report: %s\n", e.msg);
-    if (g_sweep.junit && fc_report_junit(rep, g_sweep.junit, &e)) fprintf(stderr, "fsdpcheck: --junit: %s\n", e.msg);
+    if (sw->f.report && fc_report_markdown(rep, sw->f.report, &e)) fprintf(stderr, "fsdpcheck: --report: %s\n", e.msg);
+    if (sw->f.junit && fc_report_junit(rep, sw->f.junit, &e)) fprintf(stderr, "fsdpcheck: --junit: %s\n", e.msg);
     fflush(stdout);
 }
 
-static _Noreturn void die_all(int rank, const char *msg) {
+static _Noreturn void die_all(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static _Noreturn void die_all(int rank, const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     fc_watchdog_stop();
     MPI_Finalize();
     if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
     exit(FC_EXIT_USAGE);
 }
 
-int fc_cmd_sweep(int argc, char **argv) {
-    mpiCheck(MPI_Init(NULL, NULL));
-    fc_sweep_ctx x = {0};
-    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &x.rank));
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &x.W));
-    int cases = 300, keep_going = 0, quiet = 0, candidates = 0, threads = 0;
-    double timeout = FC_DEFAULT_TIMEOUT;
-    uint64_t seed = 1;
-    const char *impl = "reference", *report = NULL, *junit = NULL, *replay = NULL;
-    char msg[600];
+// ---------------------------------------------------------------------------
+// flags
+
+// The flags without a value: NULL when a is none of them.
+static int *switch_flag(sweep_flags *f, const char *a) {
+    return !strcmp(a, "--keep-going") ? &f->keep_going
+         : !strcmp(a, "--quiet")      ? &f->quiet
+         : !strcmp(a, "--candidates") ? &f->candidates
+                                      : NULL;
+}
+
+// The flags whose value is any text: NULL when a is none of them.
+static const char **text_flag(sweep_flags *f, const char *a) {
+    return !strcmp(a, "--impl")   ? &f->impl
+         : !strcmp(a, "--report") ? &f->report
+         : !strcmp(a, "--junit")  ? &f->junit
+         : !strcmp(a, "--replay") ? &f->replay
+                                  : NULL;
+}
+
+// The flags whose value is checked: 0 when a is none of them; a bad value ends the job.
+static int checked_flag(sweep_flags *f, int rank, const char *a, const char *v) {
+    char *end;
     fc_error e;
+    if (!strcmp(a, "--cases")) {
+        long n = strtol(v, &end, 10);
+        if (*end || n < 1 || n > 1000000) die_all(rank, "sweep --cases: '%s' is not an integer in 1..1000000", v);
+        f->cases = (int)n;
+    } else if (!strcmp(a, "--seed")) {
+        unsigned long long n = strtoull(v, &end, 10);
+        if (*end || !*v || *v == '-') die_all(rank, "sweep --seed: '%s' is not a non-negative integer", v);
+        f->seed = n;
+    } else if (!strcmp(a, "--inject")) {
+        if (fc_fault_parse(v, &f->inject) || f->inject == FC_FAULT_NONE)
+            die_all(rank, "sweep --inject: unknown fault '%s'", v);
+    } else if (!strcmp(a, "--threads")) {
+        if (fc_threads_parse(v, &f->threads, &e)) die_all(rank, "sweep %s", e.msg);
+    } else if (!strcmp(a, "--timeout")) {
+        f->timeout = strtod(v, &end);
+        if (*end || !*v || !(f->timeout >= 1 && f->timeout <= 604800))
+            die_all(rank, "sweep --timeout: '%s' is not a number of seconds in 1..604800", v);
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+// Parses the command's flags into f; 1 when --help asked for the usage (printed).
+static int parse_flags(int argc, char **argv, int rank, sweep_flags *f) {
+    *f = (sweep_flags){.cases = 300, .timeout = FC_DEFAULT_TIMEOUT, .seed = 1, .impl = "reference"};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
+        int *on = switch_flag(f, a);
+        const char **text = text_flag(f, a);
         if (!strcmp(a, "--help")) {
-            if (x.rank == 0) usage(stdout);
-            MPI_Finalize();
-            return FC_EXIT_PASS;
-        } else if (!strcmp(a, "--keep-going")) {
-            keep_going = 1;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-        } else if (!strcmp(a, "--candidates")) {
-            candidates = 1;
-        } else if (!v) {
-            snprintf(msg, sizeof msg, "sweep: %s needs a value (or is unknown: see fsdpcheck sweep --help)", a);
-            die_all(x.rank, msg);
-        } else if (!strcmp(a, "--cases")) {
-            long n = strtol(v, &end, 10);
-            if (*end || n < 1 || n > 1000000) {
-                snprintf(msg, sizeof msg, "sweep --cases: '%s' is not an integer in 1..1000000", v);
-                die_all(x.rank, msg);
-            }
-            cases = (int)n, i++;
-        } else if (!strcmp(a, "--seed")) {
-            unsigned long long n = strtoull(v, &end, 10);
-            if (*end || !*v || *v == '-') {
-                snprintf(msg, sizeof msg, "sweep --seed: '%s' is not a non-negative integer", v);
-                die_all(x.rank, msg);
-            }
-            seed = n, i++;
-        } else if (!strcmp(a, "--impl")) {
-            impl = v, i++;
-        } else if (!strcmp(a, "--inject")) {
-            if (fc_fault_parse(v, &x.inject) || x.inject == FC_FAULT_NONE) {
-                snprintf(msg, sizeof msg, "sweep --inject: unknown fault '%s'", v);
-                die_all(x.rank, msg);
-            }
-            i++;
-        } else if (!strcmp(a, "--report")) {
-            report = v, i++;
-        } else if (!strcmp(a, "--junit")) {
-            junit = v, i++;
-        } else if (!strcmp(a, "--replay")) {
-            replay = v, i++;
-        } else if (!strcmp(a, "--threads")) {
-            if (fc_threads_parse(v, &threads, &e)) {
-                snprintf(msg, sizeof msg, "sweep %s", e.msg);
-                die_all(x.rank, msg);
-            }
-            i++;
-        } else if (!strcmp(a, "--timeout")) {
-            timeout = strtod(v, &end);
-            if (*end || !*v || !(timeout >= 1 && timeout <= 604800)) {
-                snprintf(msg, sizeof msg, "sweep --timeout: '%s' is not a number of seconds in 1..604800", v);
-                die_all(x.rank, msg);
-            }
-            i++;
-        } else {
-            snprintf(msg, sizeof msg, "sweep: unknown flag %s (see fsdpcheck sweep --help)", a);
-            die_all(x.rank, msg);
+            if (rank == 0) usage(stdout);
+            return 1;
         }
+        if (on) {
+            *on = 1;
+            continue;
+        }
+        if (!v) die_all(rank, "sweep: %s needs a value (or is unknown: see fsdpcheck sweep --help)", a);
+        if (text) *text = v;
+        else if (!checked_flag(f, rank, a, v)) die_all(rank, "sweep: unknown flag %s (see fsdpcheck sweep --help)", a);
+        i++;
     }
-    if (candidates && !replay) die_all(x.rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
-    threads = fc_threads_setup(threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
-    if (fc_watchdog_start(MPI_COMM_WORLD, timeout, &e)) die_all(x.rank, e.msg);
-    x.tested = fc_impl_resolve(impl, &e);
-    if (!x.tested) die_all(x.rank, e.msg);
-    x.ref = fc_reference_impl();
-    x.tested_is_ref = x.tested == x.ref;
-    x.expect = fc_fault_property(x.inject);
-    if (x.inject != FC_FAULT_NONE && !x.tested_is_ref)
-        die_all(x.rank, "sweep --inject: faults are injected into the reference only");
-    fc_sweep_subs_make(&x);
+    if (f->candidates && !f->replay)
+        die_all(rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
+    return 0;
+}
 
+// Starts the watchdog, resolves the implementations and makes the
+// sub-communicators and the report; an error ends the job.
+static void setup(sweep_run *sw) {
+    fc_sweep_ctx *x = &sw->x;
+    fc_error e;
+    sw->f.threads = fc_threads_setup(sw->f.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
+    if (fc_watchdog_start(MPI_COMM_WORLD, sw->f.timeout, &e)) die_all(x->rank, "%s", e.msg);
+    x->tested = fc_impl_resolve(sw->f.impl, &e);
+    if (!x->tested) die_all(x->rank, "%s", e.msg);
+    x->ref = fc_reference_impl();
+    x->tested_is_ref = x->tested == x->ref;
+    x->inject = sw->f.inject;
+    x->expect = (fc_prop)fc_fault_property(x->inject);
+    if (x->inject != FC_FAULT_NONE && !x->tested_is_ref)
+        die_all(x->rank, "sweep --inject: faults are injected into the reference only");
+    fc_sweep_subs_make(x);
     fc_sweep_report *rep = callocCheck(1, sizeof *rep);
-    snprintf(rep->impl, sizeof rep->impl, "%s", impl);
-    rep->inject = x.inject;
-    rep->seed = seed;
-    rep->world = x.W;
-    double t0 = fc_sweep_now();
+    snprintf(rep->impl, sizeof rep->impl, "%s", sw->f.impl);
+    rep->inject = x->inject;
+    rep->seed = sw->f.seed;
+    rep->world = x->W;
+    sw->rep = rep;
+    sw->t0 = fc_sweep_now();
+}
 
-    if (replay) {  // exactly one case, at this job's W
-        char buf[1024];
-        snprintf(buf, sizeof buf, "%s", replay);
-        char *args[128];
-        int n = 0;
-        fc_case_ckpt ck = {0};
-        for (char *tok = strtok(buf, " \t"); tok && n < 128; tok = strtok(NULL, " \t")) {
-            if (strcmp(tok, "--ckpt") != 0) {
-                args[n++] = tok;
-                continue;
-            }
-            char *v = strtok(NULL, " \t"), kind[16] = "", strat[32] = "";
-            if (!v || sscanf(v, "%15[a-z]:%d:%d:%31[a-z_0-9]", kind, &ck.at, &ck.W, strat) != 4 ||
-                (strcmp(kind, "full") && strcmp(kind, "sharded")) || fc_strategy_parse(strat, &ck.strategy) ||
-                ck.W < 1 || ck.W > x.W || ck.at < 1)
-                die_all(x.rank, "sweep --replay: --ckpt takes full|sharded:AT:W:STRATEGY with W <= the job's size");
-            ck.on = 1;
-            ck.sharded = !strcmp(kind, "sharded");
+// ---------------------------------------------------------------------------
+// --replay: exactly one case, at this job's W
+
+// The case --replay names: its run flags and the sweep's own --ckpt.
+static void parse_replay(const sweep_run *sw, fc_run_args *ra, fc_case_ckpt *ck) {
+    const fc_sweep_ctx *x = &sw->x;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", sw->f.replay);
+    char *args[128];
+    int n = 0;
+    fc_error e;
+    memset(ck, 0, sizeof *ck);
+    for (char *tok = strtok(buf, " \t"); tok && n < 128; tok = strtok(NULL, " \t")) {
+        if (strcmp(tok, "--ckpt") != 0) {
+            args[n++] = tok;
+            continue;
         }
-        fc_run_args ra;
-        if (fc_cli_parse_run(n, args, &ra, &e) != 0) die_all(x.rank, e.msg);
-        if (fc_run_config_validate_world(&ra.cfg, x.W, &e)) die_all(x.rank, e.msg);
-        if (ck.on && (ck.at >= ra.cfg.steps || ra.cfg.global_batch % (ck.W * ra.cfg.grad_accum)))
-            die_all(x.rank, "sweep --replay: --ckpt AT must be below --steps and W must divide the batch");
-        if (candidates) {
-            for (int k = 0; x.rank == 0 && k < FC_SWEEP_N_SIMPLIFY; k++) {
-                fc_run_config c2 = ra.cfg;
-                fc_case_ckpt ck2 = ck;
-                int W2 = x.W;
-                if (!fc_sweep_simplify(k, &c2, &W2, &ck2)) continue;
-                char spec[sizeof rep->cases[0].spec];
-                fc_sweep_case_spec(&c2, &ck2, spec, sizeof spec);
-                printf("%d\t%s\n", W2, spec);
-            }
-            fc_watchdog_stop();
-            fc_sweep_subs_free(&x);
-            free(rep);
-            MPI_Finalize();
-            return FC_EXIT_PASS;
-        }
-        fc_case_result r;
-        fc_sweep_run_case(&x, &ra.cfg, x.W, &ck, &r);
-        fc_watchdog_stop();
-        if (x.rank == 0) {
-            for (int p = 1; p < FC_NPROP; p++)
-                if (r.v.checked & (1u << p))
-                    printf("P%-2d %-42s %s\n", p, fc_prop_name(p), r.v.failed & (1u << p) ? "FAIL" : "pass");
-            if (r.v.failed) printf("%s\ncaught by P%d\n", r.v.detail, fc_props_lowest(r.v.failed));
-        }
-        fc_sweep_subs_free(&x);
-        free(rep);
-        MPI_Finalize();
-        return r.v.failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
+        char *v = strtok(NULL, " \t"), kind[16] = "", strat[32] = "";
+        if (!v || sscanf(v, "%15[a-z]:%d:%d:%31[a-z_0-9]", kind, &ck->at, &ck->W, strat) != 4 ||
+            (strcmp(kind, "full") && strcmp(kind, "sharded")) || fc_strategy_parse(strat, &ck->strategy) ||
+            ck->W < 1 || ck->W > x->W || ck->at < 1)
+            die_all(x->rank, "sweep --replay: --ckpt takes full|sharded:AT:W:STRATEGY with W <= the job's size");
+        ck->on = 1;
+        ck->sharded = !strcmp(kind, "sharded");
     }
+    if (fc_cli_parse_run(n, args, ra, &e) != 0) die_all(x->rank, "%s", e.msg);
+    if (fc_run_config_validate_world(&ra->cfg, x->W, &e)) die_all(x->rank, "%s", e.msg);
+    if (ck->on && (ck->at >= ra->cfg.steps || ra->cfg.global_batch % (ck->W * ra->cfg.grad_accum)))
+        die_all(x->rank, "sweep --replay: --ckpt AT must be below --steps and W must divide the batch");
+}
 
-    rep->cases = callocCheck((size_t)cases, sizeof(fc_case_result));
-    g_sweep.rep = rep, g_sweep.report = report, g_sweep.junit = junit, g_sweep.impl = impl;
-    g_sweep.inject = x.inject, g_sweep.timeout = timeout;
-    fc_watchdog_on_timeout(on_timeout, NULL);
-    uint64_t s = seed;
+static int run_replay(sweep_run *sw) {
+    const fc_sweep_ctx *x = &sw->x;
+    fc_run_args ra;
+    fc_case_ckpt ck;
+    parse_replay(sw, &ra, &ck);
+    if (sw->f.candidates) {
+        for (int k = 0; x->rank == 0 && k < FC_SWEEP_N_SIMPLIFY; k++) {
+            fc_run_config c2 = ra.cfg;
+            fc_case_ckpt ck2 = ck;
+            int W2 = x->W;
+            if (!fc_sweep_simplify(k, &c2, &W2, &ck2)) continue;
+            char spec[sizeof sw->rep->cases[0].spec];
+            fc_sweep_case_spec(&c2, &ck2, spec, sizeof spec);
+            printf("%d\t%s\n", W2, spec);
+        }
+        fc_watchdog_stop();
+        return FC_EXIT_PASS;
+    }
+    fc_case_result r;
+    fc_sweep_run_case(x, &ra.cfg, x->W, &ck, &r);
+    fc_watchdog_stop();
+    if (x->rank == 0) {
+        for (int p = FC_P1_LOCAL; p < FC_NPROP; p++)
+            if (r.v.checked & (1u << p))
+                printf("P%-2d %-42s %s\n", p, fc_prop_name(p), r.v.failed & (1u << p) ? "FAIL" : "pass");
+        if (r.v.failed) printf("%s\ncaught by P%d\n", r.v.detail, fc_props_lowest(r.v.failed));
+    }
+    return r.v.failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
+}
+
+// ---------------------------------------------------------------------------
+// the sweep
+
+static void progress(const sweep_run *sw, int i, int W, const fc_run_config *c, int tty) {
+    const fc_sweep_report *rep = sw->rep;
+    int cases = sw->f.cases;
+    if (sw->f.quiet || sw->x.rank != 0) return;
+    if (!(tty || (i + 1) % 50 == 0 || rep->cases[i].v.failed || i + 1 == cases)) return;
+    fprintf(stderr, "%s[%4d/%d] %5.1f s  passed %d  failed %d  (W=%d %s %s)%s", tty ? "\r" : "", i + 1, cases,
+            fc_sweep_now() - sw->t0, rep->n - rep->n_failed, rep->n_failed, W, fc_strategy_name(c->strategy),
+            c->model.name, tty ? "   " : "\n");
+    fflush(stderr);
+}
+
+// Checks drawn cases until the first decisive failure (every case with
+// --keep-going); returns its index, -1 if none.
+static int run_cases(sweep_run *sw) {
+    const fc_sweep_ctx *x = &sw->x;
+    fc_sweep_report *rep = sw->rep;
+    unsigned versions = x->tested->fsdp_versions & (x->inject ? fc_fault_versions(x->inject) : ~0u);
+    sw->draws = (fc_sweep_drawer){.seed = sw->f.seed, .world = x->W, .fsdp_versions = versions,
+                                  .features = x->tested->features, .inject = x->inject};
     int tty = isatty(STDERR_FILENO);
     int failed_at = -1;
-    for (int i = 0; i < cases; i++) {
+    for (int i = 0; i < sw->f.cases; i++) {
         fc_run_config c;
         fc_case_ckpt ck;
         int W;
-        unsigned versions = x.tested->fsdp_versions & (x.inject ? fc_fault_versions(x.inject) : ~0u);
-        fc_sweep_draw(&s, x.W, versions, x.tested->features, x.inject, &c, &W, &ck);
+        fc_sweep_draw(&sw->draws, &c, &W, &ck);
         fc_case_result *r = &rep->cases[i];
         r->W = W;
         fc_sweep_case_spec(&c, &ck, r->spec, sizeof r->spec);
-        g_sweep.current = i;
-        fc_sweep_run_case(&x, &c, W, &ck, r);
+        sw->current = i;
+        fc_sweep_run_case(x, &c, W, &ck, r);
         r->index = i;
         rep->n = i + 1;
         if (r->v.failed) rep->n_failed++;
-        if (!quiet && x.rank == 0 && (tty || (i + 1) % 50 == 0 || r->v.failed || i + 1 == cases)) {
-            fprintf(stderr, "%s[%4d/%d] %5.1f s  passed %d  failed %d  (W=%d %s %s)%s", tty ? "\r" : "", i + 1, cases,
-                    fc_sweep_now() - t0, rep->n - rep->n_failed, rep->n_failed, W, fc_strategy_name(c.strategy),
-                    c.model.name, tty ? "   " : "\n");
-            fflush(stderr);
-        }
+        progress(sw, i, W, &c, tty);
         // With a fault injected, the failure the gate is after is the one the
         // catalogue expects to catch it: cases that fail only other
         // properties are counted, and the sweep goes on to one that fails it.
-        int decisive = x.expect ? (r->v.failed >> x.expect) & 1 : r->v.failed != 0;
+        int decisive = x->expect ? (r->v.failed >> x->expect) & 1 : r->v.failed != 0;
         if (decisive && failed_at < 0) failed_at = i;
-        if (decisive && !keep_going) break;
+        if (decisive && !sw->f.keep_going) break;
     }
-    if (!quiet && x.rank == 0 && tty) fputc('\n', stderr);
-    if (failed_at < 0 && x.expect && rep->n_failed) {
+    if (!sw->f.quiet && x->rank == 0 && tty) fputc('\n', stderr);
+    if (failed_at < 0 && x->expect && rep->n_failed) {
         // no case failed the expected property: shrink the first failure anyway
         for (int i = 0; i < rep->n && failed_at < 0; i++)
             if (rep->cases[i].v.failed) failed_at = i;
     }
-    if (failed_at >= 0) {
-        rep->have_shrunk = 1;
-        rep->shrunk = rep->cases[failed_at];
-        if (x.rank == 0) fprintf(stderr, "case %d failed (W=%d): %s\n  %s\n", failed_at, rep->shrunk.W,
-                                 rep->shrunk.spec, rep->shrunk.v.detail);
-        fc_sweep_shrink(&x, &rep->shrunk, quiet);
-        // an injected fault is caught by the property the catalogue expects, if that failed
-        rep->caught_by = x.expect && (rep->shrunk.v.failed >> x.expect) & 1 ? x.expect : fc_props_lowest(rep->shrunk.v.failed);
-        int n = snprintf(rep->repro, sizeof rep->repro, "mpiexec -n %d fsdpcheck sweep --replay '%s'", rep->shrunk.W,
-                         rep->shrunk.spec);
-        if (strcmp(impl, "reference")) n += snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --impl %s", impl);
-        if (x.inject) snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --inject %s", fc_fault_name(x.inject));
+    return failed_at;
+}
+
+// Shrinks the failure at failed_at and writes the line that reproduces it.
+static void shrink_failure(sweep_run *sw, int failed_at) {
+    const fc_sweep_ctx *x = &sw->x;
+    fc_sweep_report *rep = sw->rep;
+    rep->have_shrunk = 1;
+    rep->shrunk = rep->cases[failed_at];
+    if (x->rank == 0)
+        fprintf(stderr, "case %d failed (W=%d): %s\n  %s\n", failed_at, rep->shrunk.W, rep->shrunk.spec,
+                rep->shrunk.v.detail);
+    fc_sweep_shrink(x, &rep->shrunk, sw->f.quiet);
+    // an injected fault is caught by the property the catalogue expects, if that failed
+    unsigned failed = rep->shrunk.v.failed;
+    rep->caught_by = x->expect && (failed >> x->expect) & 1 ? x->expect : fc_props_lowest(failed);
+    int n = snprintf(rep->repro, sizeof rep->repro, "mpiexec -n %d fsdpcheck sweep --replay '%s'", rep->shrunk.W,
+                     rep->shrunk.spec);
+    const char *impl = sw->f.impl;
+    if (strcmp(impl, "reference")) n += snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --impl %s", impl);
+    if (x->inject) snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --inject %s", fc_fault_name(x->inject));
+}
+
+// Rank 0's summary lines and reports; returns rc, or FC_EXIT_USAGE when a report cannot be written.
+static int summarize(const sweep_run *sw, int rc) {
+    const fc_sweep_ctx *x = &sw->x;
+    const fc_sweep_report *rep = sw->rep;
+    const sweep_flags *f = &sw->f;
+    int fsdp2 = 0;
+    for (int i = 0; i < rep->n; i++) fsdp2 += rep->cases[i].cfg.fsdp_version == 2;
+    printf("fsdpcheck sweep: %d cases (%d FSDP2%s) over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed "
+           "(%.1f s, %d threads per rank)\n",
+           rep->n, fsdp2, x->tested->fsdp_versions & FC_IMPL_FSDP(2) ? "" : ": the implementation has FSDP1 only",
+           x->W, (unsigned long long)f->seed, f->impl, x->inject ? ", injected " : "",
+           x->inject ? fc_fault_name(x->inject) : "", rep->n - rep->n_failed, rep->n_failed, rep->seconds, f->threads);
+    if (rep->have_shrunk) {
+        printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);
+        printf("caught by P%d (%s)\n", rep->caught_by, fc_prop_name(rep->caught_by));
+        printf("failed properties:");
+        for (int p = FC_P1_LOCAL; p < FC_NPROP; p++)
+            if ((rep->shrunk.v.failed >> p) & 1) printf(" P%d", p);
+        if (x->expect) printf("; the fault catalogue expects P%d for %s", x->expect, fc_fault_name(x->inject));
+        printf("\n");
+        printf("reproduce: %s\n", rep->repro);
     }
-    if (report) memory_profile(&x, rep);
-    g_sweep.current = -1;  // a hang from here on is no case's
+    fc_error e;
+    if (f->report && fc_report_markdown(rep, f->report, &e))
+        fprintf(stderr, "fsdpcheck: --report: %s\n", e.msg), rc = FC_EXIT_USAGE;
+    if (f->junit && fc_report_junit(rep, f->junit, &e))
+        fprintf(stderr, "fsdpcheck: --junit: %s\n", e.msg), rc = FC_EXIT_USAGE;
+    fflush(stdout);
+    return rc;
+}
+
+static int run_sweep(sweep_run *sw) {
+    const fc_sweep_ctx *x = &sw->x;
+    fc_sweep_report *rep = sw->rep;
+    rep->cases = callocCheck((size_t)sw->f.cases, sizeof(fc_case_result));
+    fc_watchdog_on_timeout(on_timeout, sw);
+    int failed_at = run_cases(sw);
+    if (failed_at >= 0) shrink_failure(sw, failed_at);
+    if (sw->f.report) memory_profile(x, rep);
+    sw->current = -1;  // a hang from here on is no case's
     fc_watchdog_stop();
-    rep->seconds = fc_sweep_now() - t0;
+    rep->seconds = fc_sweep_now() - sw->t0;
     int rc = rep->n_failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
     char starved[200];
-    if (fc_sweep_draw_starved(starved, sizeof starved)) {  // every rank drew the same
+    if (fc_sweep_draw_starved(&sw->draws, starved, sizeof starved)) {  // every rank drew the same
         rc = FC_EXIT_FAIL;
-        if (x.rank == 0) printf("fsdpcheck sweep: FAIL: %s\n", starved);
+        if (x->rank == 0) printf("fsdpcheck sweep: FAIL: %s\n", starved);
     }
-    if (x.rank == 0) {
-        int fsdp2 = 0;
-        for (int i = 0; i < rep->n; i++) fsdp2 += rep->cases[i].cfg.fsdp_version == 2;
-        printf("fsdpcheck sweep: %d cases (%d FSDP2%s) over W=1..%d, seed %llu, impl %s%s%s: %d passed, %d failed "
-               "(%.1f s, %d threads per rank)\n",
-               rep->n, fsdp2, x.tested->fsdp_versions & FC_IMPL_FSDP(2) ? "" : ": the implementation has FSDP1 only", x.W, (unsigned long long)seed, impl, x.inject ? ", injected " : "",
-               x.inject ? fc_fault_name(x.inject) : "", rep->n - rep->n_failed, rep->n_failed, rep->seconds, threads);
-        if (rep->have_shrunk) {
-            printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);
-            printf("caught by P%d (%s)\n", rep->caught_by, fc_prop_name(rep->caught_by));
-            printf("failed properties:");
-            for (int p = 1; p < FC_NPROP; p++)
-                if ((rep->shrunk.v.failed >> p) & 1) printf(" P%d", p);
-            if (x.expect) printf("; the fault catalogue expects P%d for %s", x.expect, fc_fault_name(x.inject));
-            printf("\n");
-            printf("reproduce: %s\n", rep->repro);
-        }
-        if (report && fc_report_markdown(rep, report, &e)) fprintf(stderr, "fsdpcheck: --report: %s\n", e.msg), rc = FC_EXIT_USAGE;
-        if (junit && fc_report_junit(rep, junit, &e)) fprintf(stderr, "fsdpcheck: --junit: %s\n", e.msg), rc = FC_EXIT_USAGE;
-        fflush(stdout);
-    }
+    if (x->rank == 0) rc = summarize(sw, rc);
     fc_mpi_bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    free(rep->cases);
-    free(rep);
-    fc_sweep_subs_free(&x);
+    return rc;
+}
+
+int fc_cmd_sweep(int argc, char **argv) {
+    mpiCheck(MPI_Init(NULL, NULL));
+    sweep_run sw = {.current = -1};
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &sw.x.rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &sw.x.W));
+    if (parse_flags(argc, argv, sw.x.rank, &sw.f)) {
+        MPI_Finalize();
+        return FC_EXIT_PASS;
+    }
+    setup(&sw);
+    int rc = sw.f.replay ? run_replay(&sw) : run_sweep(&sw);
+    free(sw.rep->cases);
+    free(sw.rep);
+    fc_sweep_subs_free(&sw.x);
     MPI_Finalize();
     return rc;
 }

@@ -58,7 +58,7 @@ typedef struct {
     // caught it, and a one-line command that reproduces it
     int have_shrunk;
     fc_case_result shrunk;
-    int caught_by;                // property number
+    fc_prop caught_by;            // the property that caught it
     char repro[1024];
     // memory profile for the plot: model states per rank vs W
     char plot_model[64];          // the model of the profile

@@ -31,17 +31,6 @@
 #include "sweep_internal.h"
 #include "theory.h"
 
-// Compares run t (tested, config cfg at W) with run b (config bcfg at bW) under p.
-// same_compute: both ran the same per-rank arithmetic (only the reduction
-// tree, prefetch or offload differs), so the reduce_dtype bounds the noise.
-// lock: NULL, or b's implementation in lockstep with t (run_expected).
-static int judge(fc_case_result *res, int p, const fc_run_config *cfg, int W, const fc_run_config *bcfg, int bW,
-                 const fc_run_result *t, int t0, const fc_run_result *b, int b0, const fc_run_result *lock, int n,
-                 int bitwise, int same_compute, const char *against) {
-    fc_props_pair pair = {cfg, W, bcfg, same_compute, lock, bW};
-    return fc_props_compare(&res->v, p, &pair, t, t0, b, b0, n, bitwise, against);
-}
-
 // The expected side of a comparison with the tested run t. Judged within a
 // tolerance, it runs its first step on its own (both start from one init) and
 // every later step in lockstep, from t's own state after the step before
@@ -107,7 +96,7 @@ void fc_sweep_subs_free(fc_sweep_ctx *x) {
 // P10 and P11: every rank checks its own comm log and memory against the
 // theory; rank 0 learns the count and the lowest failing rank's first finding.
 
-static void check_theory(fc_case_result *res, int p, const fc_findings *mine, MPI_Comm sub) {
+static void check_theory(fc_case_result *res, fc_prop p, const fc_findings *mine, MPI_Comm sub) {
     int rank, W;
     mpiCheck(MPI_Comm_rank(sub, &rank));
     mpiCheck(MPI_Comm_size(sub, &W));
@@ -139,78 +128,252 @@ static void measurements(fc_case_result *res, const fc_run_result *t) {
 // k->strategy, train the rest; the result must equal the uninterrupted run t
 // (bitwise on the same reduction tree, else within tolerance). World-collective.
 
+typedef struct {
+    const fc_sweep_ctx *x;
+    const fc_run_config *cfg;  // the case
+    fc_run_config tc;          // as the tested implementation runs it (with the fault)
+    int W;
+    const fc_case_ckpt *k;
+    fc_state_dict kind;        // what is saved
+    char dir[64];              // where
+    const fc_run_result *t;    // the uninterrupted run
+    fc_case_result *res;
+} round_trip;
+
+// The loading run: another W and strategy, the steps after the save.
+static fc_run_config loading_config(const round_trip *rt) {
+    const fc_case_ckpt *k = rt->k;
+    fc_run_config lc = rt->tc;
+    lc.strategy = k->strategy;
+    lc.reshard_after_forward = 0;  // the loading run's own schedule
+    lc.shard_group = 0;
+    // FSDP2 has no no_shard: its checkpoint then loads into FSDP1's (DDP)
+    if (lc.strategy == FC_STRATEGY_NO_SHARD) lc.fsdp_version = 1, lc = no_prefetch(lc);
+    // a fault of the saver's layout (dcp_saved_offsets) is in the files, not in an FSDP1 loader
+    if (!(fc_fault_versions(lc.inject) & (1u << lc.fsdp_version))) lc.inject = FC_FAULT_NONE;
+    if (k->W == 1) lc.divide = FC_DIVIDE_PREPOST;
+    // FSDP2's divide factor scales with the world: the same multiple W / F of the mean gradient
+    if (lc.gradient_divide_factor > 0) lc.gradient_divide_factor *= (double)k->W / rt->W;
+    lc.steps = rt->cfg->steps - k->at;
+    return lc;
+}
+
+// Loads the saved checkpoint, trains the rest, and judges it against the uninterrupted run.
+static void resume_and_judge(const round_trip *rt) {
+    const fc_sweep_ctx *x = rt->x;
+    const fc_case_ckpt *k = rt->k;
+    fc_run_config lc = loading_config(rt);
+    fc_run_result r;
+    memset(&r, 0, sizeof r);
+    MPI_Comm sub = x->sub[k->W];
+    if (sub != MPI_COMM_NULL) fc_runner_resume(x->tested, &lc, sub, rt->dir, &r);
+    fc_mpi_barrier(MPI_COMM_WORLD);
+    int flat = !fc_strategy_hybrid(rt->cfg->strategy);
+    int same_tree = flat && k->W == rt->W && lc.divide == rt->cfg->divide;
+    int bitwise = x->tested_is_ref && same_tree;
+    // the uninterrupted run's steps after the first resumed one, in
+    // lockstep from the resumed run's state (world rank 0 holds it)
+    fc_run_result lock;
+    memset(&lock, 0, sizeof lock);
+    int r_ok = r.ok;
+    fc_mpi_bcast(&r_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!bitwise && r_ok && lc.steps > 1) {
+        fc_run_config uc = rt->tc;
+        uc.steps = lc.steps;
+        sub = x->sub[rt->W];
+        if (sub != MPI_COMM_NULL) fc_runner_lockstep(x->tested, &uc, sub, &r, 0, rt->t->first_step + k->at, &lock);
+        fc_mpi_barrier(MPI_COMM_WORLD);
+    }
+    if (x->rank == 0) {
+        char against[128];
+        snprintf(against, sizeof against, "uninterrupted (%s checkpoint at step %d, loaded at W=%d %s FSDP%d)",
+                 fc_state_dict_name(rt->kind), k->at, k->W, fc_strategy_name(k->strategy), lc.fsdp_version);
+        // the resumed run's steps 0.. are the uninterrupted run's steps at..
+        fc_judgement j = {.p = FC_P7_CHECKPOINT, .against = against, .tested = {&lc, k->W, &r, 0},
+                          .expected = {rt->cfg, rt->W, rt->t, k->at}, .n = lc.steps, .bitwise = bitwise,
+                          .lock = bitwise || lc.steps < 2 ? NULL : &lock};
+        fc_props_compare(&rt->res->v, &j);
+    }
+    fc_runner_free(&lock);
+    fc_runner_free(&r);
+}
+
 static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, const fc_case_ckpt *k,
                              const fc_run_result *t, fc_case_result *res) {
-    char dir[64] = "";
-    if (x->rank == 0 && !mkdtemp(strcpy(dir, "/tmp/fsdpcheck-sweep-XXXXXX"))) dir[0] = '\0';
-    fc_mpi_bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (!dir[0]) {
-        fc_props_record(&res->v, 7, 0, "cannot create a temporary checkpoint directory");
+    round_trip rt = {.x = x, .cfg = cfg, .tc = *cfg, .W = W, .k = k, .t = t, .res = res};
+    rt.tc.inject = x->inject;
+    if (x->rank == 0 && !mkdtemp(strcpy(rt.dir, "/tmp/fsdpcheck-sweep-XXXXXX"))) rt.dir[0] = '\0';
+    fc_mpi_bcast(rt.dir, sizeof rt.dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (!rt.dir[0]) {
+        fc_props_record(&res->v, FC_P7_CHECKPOINT, 0, "cannot create a temporary checkpoint directory");
         return;
     }
-    fc_run_config tc = *cfg;
-    tc.inject = x->inject;
-    fc_state_dict kind = k->sharded ? fc_ckpt_sharded_kind(cfg) : FC_STATE_DICT_FULL;  // FSDP2's is DCP's
+    rt.kind = k->sharded ? fc_ckpt_sharded_kind(cfg) : FC_STATE_DICT_FULL;  // FSDP2's is DCP's
     int saved = 1;
     fc_error e = {{0}};
     MPI_Comm sub = x->sub[W];
-    if (sub != MPI_COMM_NULL) {
-        saved = fc_runner_save(x->tested, &tc, sub, k->at, dir, kind, &e) == 0;
-    }
+    if (sub != MPI_COMM_NULL) saved = fc_runner_save(x->tested, &rt.tc, sub, k->at, rt.dir, rt.kind, &e) == 0;
     fc_mpi_barrier(MPI_COMM_WORLD);
     fc_mpi_bcast(&saved, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (!saved) {
-        if (x->rank == 0) fc_props_record(&res->v, 7, 0, "save after step %d failed: %s", k->at, e.msg);
-    } else {
-        fc_run_config lc = tc;  // the loading run: another W and strategy
-        lc.strategy = k->strategy;
-        lc.reshard_after_forward = 0;  // the loading run's own schedule
-        lc.shard_group = 0;
-        // FSDP2 has no no_shard: its checkpoint then loads into FSDP1's (DDP)
-        if (lc.strategy == FC_STRATEGY_NO_SHARD) lc.fsdp_version = 1, lc = no_prefetch(lc);
-        // a fault of the saver's layout (dcp_saved_offsets) is in the files, not in an FSDP1 loader
-        if (!(fc_fault_versions(lc.inject) & (1u << lc.fsdp_version))) lc.inject = FC_FAULT_NONE;
-        if (k->W == 1) lc.divide = FC_DIVIDE_PREPOST;
-        // FSDP2's divide factor scales with the world: the same multiple W / F of the mean gradient
-        if (lc.gradient_divide_factor > 0) lc.gradient_divide_factor *= (double)k->W / W;
-        lc.steps = cfg->steps - k->at;
-        fc_run_result r;
-        memset(&r, 0, sizeof r);
-        sub = x->sub[k->W];
-        if (sub != MPI_COMM_NULL) {
-            fc_runner_resume(x->tested, &lc, sub, dir, &r);
+    if (saved) resume_and_judge(&rt);
+    else if (x->rank == 0) fc_props_record(&res->v, FC_P7_CHECKPOINT, 0, "save after step %d failed: %s", k->at, e.msg);
+    if (x->rank == 0) fc_remove_flat_dir(rt.dir);
+}
+
+// ---------------------------------------------------------------------------
+// the case's checks on its W' ranks
+
+// What every check of one case shares.
+typedef struct {
+    const fc_sweep_ctx *x;
+    const fc_run_config *cfg;  // the case
+    fc_run_config tc;          // as the tested implementation runs it (with the fault)
+    int W;
+    MPI_Comm sub;              // its W' ranks
+    const fc_run_result *t;    // the tested run
+    fc_case_result *res;
+    int is0;                   // world rank 0, which judges
+    int exact;                 // the tested implementation is the reference: bitwise claims hold
+    int mixed;                 // a mixed-precision policy
+} case_ctx;
+
+// Judges the tested run against the expected run e of config ec at eW, over every step.
+static int judge(const case_ctx *cc, fc_prop p, const char *against, const fc_run_config *ec, int eW,
+                 const expected_run *e, int bitwise, int same_compute) {
+    fc_judgement j = {.p = p, .against = against, .tested = {cc->cfg, cc->W, cc->t, 0},
+                      .expected = {ec, eW, &e->run, 0}, .n = cc->cfg->steps, .bitwise = bitwise,
+                      .same_compute = same_compute, .lock = lock_of(e)};
+    return fc_props_compare(&cc->res->v, &j);
+}
+
+// P12: the same case again, bitwise (any implementation: DESIGN §8).
+static void check_determinism(const case_ctx *cc) {
+    fc_run_result again;
+    fc_runner_run(cc->x->tested, &cc->tc, cc->sub, &again);
+    fc_judgement j = {.p = FC_P12_DETERMINISM, .against = "itself", .tested = {cc->cfg, cc->W, &again, 0},
+                      .expected = {cc->cfg, cc->W, cc->t, 0}, .n = cc->cfg->steps, .bitwise = 1,
+                      .same_compute = 1};
+    if (cc->is0) fc_props_compare(&cc->res->v, &j);
+    fc_runner_free(&again);
+}
+
+// P1 (with P5, P6, P8): the local ground truth, for fp32 policies.
+static void check_local(const case_ctx *cc) {
+    const fc_run_config *cfg = cc->cfg;
+    int W = cc->W;
+    fc_run_config lc = fc_runner_local_of(*cfg, W);
+    expected_run e;
+    run_local_rank0(cc->x, &lc, cc->sub, cc->t, &e);
+    if (cc->is0) {
+        int ok = judge(cc, FC_P1_LOCAL, "local", &lc, 1, &e, 0, 0);
+        fc_model m;
+        fc_model_build_run(&m, cfg);
+        int uneven = 0;
+        for (int u = 0; u < m.n_units; u++) uneven |= m.units[u].numel % (size_t)W != 0;
+        fc_model_free(&m);
+        // the same comparison is the evidence for these: its detail is P1's
+        fc_props *v = &cc->res->v;
+        if (uneven && W > 1) fc_props_record(v, FC_P5_WORLD_SIZE, ok, "(uneven shards at W=%d) as P1", W);
+        if (cfg->clip_grad_norm > 0) fc_props_record(v, FC_P8_CLIP, ok, "(clipped) as P1");
+        if (cfg->grad_accum > 1) {  // P6: against local on the joined batch (K = 1)
+            fc_run_config l1c = lc;
+            l1c.grad_accum = 1;
+            expected_run l1;
+            run_expected(cc->x->ref, &l1c, MPI_COMM_SELF, cc->t, 0, &l1);
+            judge(cc, FC_P6_ACCUMULATION, "local with K=1", &l1c, 1, &l1, 0, 0);
+            free_expected(&l1);
         }
-        fc_mpi_barrier(MPI_COMM_WORLD);
-        int flat = !fc_strategy_hybrid(cfg->strategy);
-        int same_tree = flat && k->W == W && lc.divide == cfg->divide;
-        int bitwise = x->tested_is_ref && same_tree;
-        // the uninterrupted run's steps after the first resumed one, in
-        // lockstep from the resumed run's state (world rank 0 holds it)
-        fc_run_result lock;
-        memset(&lock, 0, sizeof lock);
-        int r_ok = r.ok;
-        fc_mpi_bcast(&r_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        if (!bitwise && r_ok && lc.steps > 1) {
-            fc_run_config uc = tc;
-            uc.steps = lc.steps;
-            sub = x->sub[W];
-            if (sub != MPI_COMM_NULL) {
-                fc_runner_lockstep(x->tested, &uc, sub, &r, 0, t->first_step + k->at, &lock);
-            }
-            fc_mpi_barrier(MPI_COMM_WORLD);
-        }
-        if (x->rank == 0) {
-            char against[128];
-            snprintf(against, sizeof against, "uninterrupted (%s checkpoint at step %d, loaded at W=%d %s FSDP%d)",
-                     fc_state_dict_name(kind), k->at, k->W, fc_strategy_name(k->strategy), lc.fsdp_version);
-            // the resumed run's steps 0.. are the uninterrupted run's steps at..
-            judge(res, 7, &lc, k->W, cfg, W, &r, 0, t, k->at, bitwise || lc.steps < 2 ? NULL : &lock, lc.steps, bitwise, 0,
-                  against);
-        }
-        fc_runner_free(&lock);
-        fc_runner_free(&r);
     }
-    if (x->rank == 0) fc_remove_flat_dir(dir);
+    free_expected(&e);
+    fc_mpi_barrier(cc->sub);
+}
+
+// P2 / P9: no_shard under the same policy at the same W'.
+static void check_no_shard(const case_ctx *cc) {
+    const fc_run_config *cfg = cc->cfg;
+    fc_run_config dc = no_prefetch(*cfg);
+    dc.strategy = FC_STRATEGY_NO_SHARD;
+    dc.fsdp_version = 1;  // DDP: FSDP2 has no no_shard
+    dc.reshard_after_forward = 0;
+    dc.shard_group = 0;
+    // the same reduction tree: a flat strategy, or a hybrid whose shard group is W'
+    int same_tree = !fc_strategy_hybrid(cfg->strategy) || (cfg->shard_group && cfg->shard_group == cc->W);
+    int bitwise = cc->exact && same_tree;
+    expected_run e;
+    run_expected(cc->x->ref, &dc, cc->sub, cc->t, bitwise, &e);
+    fc_prop p = cc->mixed ? FC_P9_MIXED_PRECISION : FC_P2_NO_SHARD;
+    if (cc->is0) judge(cc, p, "no_shard", &dc, cc->W, &e, bitwise, cc->exact);
+    free_expected(&e);
+}
+
+// P3: hybrid against full_shard / shard_grad_op over the whole world.
+static void check_hybrid(const case_ctx *cc) {
+    const fc_run_config *cfg = cc->cfg;
+    fc_run_config fcfg = *cfg;
+    fcfg.strategy = cfg->strategy == FC_STRATEGY_HYBRID_SHARD ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_SHARD_GRAD_OP;
+    fcfg.shard_group = 0;
+    int bitwise = cc->exact && cfg->shard_group == cc->W;
+    expected_run e;
+    run_expected(cc->x->ref, &fcfg, cc->sub, cc->t, bitwise, &e);
+    if (cc->is0) judge(cc, FC_P3_HYBRID, "full_shard", &fcfg, cc->W, &e, bitwise, cc->exact);
+    free_expected(&e);
+}
+
+// P4, P14, P15: the same implementation with one option off (vc).
+static void check_variant(const case_ctx *cc, fc_prop p, const char *against, const fc_run_config *vc,
+                          int bitwise) {
+    expected_run e;
+    run_expected(cc->x->tested, vc, cc->sub, cc->t, bitwise, &e);
+    if (cc->is0) judge(cc, p, against, vc, cc->W, &e, bitwise, 1);
+    free_expected(&e);
+}
+
+static void check_variants(const case_ctx *cc) {
+    const fc_run_config *cfg = cc->cfg;
+    if (cfg->forward_prefetch || cfg->backward_prefetch != FC_PREFETCH_NONE || cfg->backward_prefetch_depth) {
+        fc_run_config nc = no_prefetch(cc->tc);
+        check_variant(cc, FC_P4_PREFETCH, "no prefetch", &nc, cc->exact);
+    }
+    if (cfg->cpu_offload) {
+        fc_run_config oc = cc->tc;
+        oc.cpu_offload = 0;
+        check_variant(cc, FC_P14_CPU_OFFLOAD, "no offload", &oc, cc->exact);
+    }
+    // P15 is bitwise for any implementation: the recompute computes the same
+    // activations from the same parameters and micro-batch (DESIGN §5)
+    if (cfg->act_ckpt != FC_ACT_CKPT_NONE) {
+        fc_run_config ac = cc->tc;
+        ac.act_ckpt = FC_ACT_CKPT_NONE;
+        check_variant(cc, FC_P15_ACT_CKPT, "no checkpointing", &ac, 1);
+    }
+}
+
+// Runs the case on its W' ranks and checks every property that applies but P7;
+// t keeps the tested run for the round trip.
+static void check_on_sub(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, fc_run_result *t,
+                         fc_case_result *res) {
+    case_ctx cc = {.x = x, .cfg = cfg, .tc = *cfg, .W = W, .sub = x->sub[W], .t = t, .res = res,
+                   .is0 = x->rank == 0, .exact = x->tested_is_ref,
+                   .mixed = cfg->param_dtype != FC_PREC_FP32 || cfg->reduce_dtype != FC_PREC_FP32};
+    cc.tc.inject = x->inject;
+    fc_runner_run(x->tested, &cc.tc, cc.sub, t);
+    if (!t->ok) {
+        if (cc.is0) fc_props_record(&res->v, FC_P12_DETERMINISM, 0, "the case did not run: %s", t->error);
+        return;
+    }
+    check_determinism(&cc);
+    if (!cc.mixed) check_local(&cc);
+    if (cfg->strategy == FC_STRATEGY_FULL_SHARD || cfg->strategy == FC_STRATEGY_SHARD_GRAD_OP || cc.mixed)
+        check_no_shard(&cc);
+    if (fc_strategy_hybrid(cfg->strategy)) check_hybrid(&cc);
+    check_variants(&cc);
+    // P10, P11: every rank's own log and memory against the theory
+    fc_findings sched = {0}, mem = {0};
+    fc_theory_check_schedule(cfg, W, x->rank, &t->log, &sched);
+    fc_theory_check_memory(cfg, W, x->rank, &t->log, &t->mem, &mem);
+    check_theory(res, FC_P10_COMM_LOG, &sched, cc.sub);
+    check_theory(res, FC_P11_MEMORY, &mem, cc.sub);
+    if (cc.is0) measurements(res, t);
 }
 
 // ---------------------------------------------------------------------------
@@ -226,108 +389,7 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
     fc_sweep_case_spec(cfg, k, res->spec, sizeof res->spec);
     fc_run_result t;  // the tested run, kept for the round trip below
     memset(&t, 0, sizeof t);
-    MPI_Comm sub = x->sub[W];
-    if (sub != MPI_COMM_NULL) {
-        fc_run_config tc = *cfg;
-        tc.inject = x->inject;
-        int exact = x->tested_is_ref;
-        int n = cfg->steps;
-        fc_run_result again;
-        fc_runner_run(x->tested, &tc, sub, &t);
-        int is0 = x->rank == 0;
-        if (!t.ok && is0) fc_props_record(&res->v, 12, 0, "the case did not run: %s", t.error);
-        if (t.ok) {
-            // P12: the same case again, bitwise (any implementation: DESIGN §8)
-            fc_runner_run(x->tested, &tc, sub, &again);
-            if (is0) judge(res, 12, cfg, W, cfg, W, &again, 0, &t, 0, NULL, n, 1, 1, "itself");
-            fc_runner_free(&again);
-            int mixed = cfg->param_dtype != FC_PREC_FP32 || cfg->reduce_dtype != FC_PREC_FP32;
-            int hybrid = fc_strategy_hybrid(cfg->strategy);
-            expected_run e;
-            // P1 (with P5, P6, P8): the local ground truth, for fp32 policies
-            if (!mixed) {
-                fc_run_config lc = fc_runner_local_of(*cfg, W);
-                run_local_rank0(x, &lc, sub, &t, &e);
-                if (is0) {
-                    int ok = judge(res, 1, cfg, W, &lc, 1, &t, 0, &e.run, 0, lock_of(&e), n, 0, 0, "local");
-                    fc_model m;
-                    fc_model_build_run(&m, cfg);
-                    int uneven = 0;
-                    for (int u = 0; u < m.n_units; u++) uneven |= m.units[u].numel % (size_t)W != 0;
-                    fc_model_free(&m);
-                    // the same comparison is the evidence for these: its detail is P1's
-                    if (uneven && W > 1) fc_props_record(&res->v, 5, ok, "(uneven shards at W=%d) as P1", W);
-                    if (cfg->clip_grad_norm > 0) fc_props_record(&res->v, 8, ok, "(clipped) as P1");
-                    if (cfg->grad_accum > 1) {  // P6: against local on the joined batch (K = 1)
-                        fc_run_config l1c = lc;
-                        l1c.grad_accum = 1;
-                        expected_run l1;
-                        run_expected(x->ref, &l1c, MPI_COMM_SELF, &t, 0, &l1);
-                        judge(res, 6, cfg, W, &l1c, 1, &t, 0, &l1.run, 0, lock_of(&l1), n, 0, 0, "local with K=1");
-                        free_expected(&l1);
-                    }
-                }
-                free_expected(&e);
-                fc_mpi_barrier(sub);
-            }
-            // P2 / P9: no_shard under the same policy at the same W'
-            if (cfg->strategy == FC_STRATEGY_FULL_SHARD || cfg->strategy == FC_STRATEGY_SHARD_GRAD_OP || mixed) {
-                fc_run_config dc = no_prefetch(*cfg);
-                dc.strategy = FC_STRATEGY_NO_SHARD;
-                dc.fsdp_version = 1;  // DDP: FSDP2 has no no_shard
-                dc.reshard_after_forward = 0;
-                dc.shard_group = 0;
-                // the same reduction tree: a flat strategy, or a hybrid whose shard group is W'
-                int same_tree = !hybrid || (cfg->shard_group && cfg->shard_group == W);
-                int bitwise = exact && same_tree;
-                run_expected(x->ref, &dc, sub, &t, bitwise, &e);
-                if (is0) judge(res, mixed ? 9 : 2, cfg, W, &dc, W, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "no_shard");
-                free_expected(&e);
-            }
-            // P3: hybrid against full_shard / shard_grad_op over the whole world
-            if (hybrid) {
-                fc_run_config fcfg = *cfg;
-                fcfg.strategy = cfg->strategy == FC_STRATEGY_HYBRID_SHARD ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_SHARD_GRAD_OP;
-                fcfg.shard_group = 0;
-                int bitwise = exact && cfg->shard_group == W;
-                run_expected(x->ref, &fcfg, sub, &t, bitwise, &e);
-                if (is0) judge(res, 3, cfg, W, &fcfg, W, &t, 0, &e.run, 0, lock_of(&e), n, bitwise, exact, "full_shard");
-                free_expected(&e);
-            }
-            // P4: the same implementation without prefetch
-            if (cfg->forward_prefetch || cfg->backward_prefetch != FC_PREFETCH_NONE || cfg->backward_prefetch_depth) {
-                fc_run_config nc = no_prefetch(tc);
-                run_expected(x->tested, &nc, sub, &t, exact, &e);
-                if (is0) judge(res, 4, cfg, W, &nc, W, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no prefetch");
-                free_expected(&e);
-            }
-            // P14: the same implementation without offload
-            if (cfg->cpu_offload) {
-                fc_run_config oc = tc;
-                oc.cpu_offload = 0;
-                run_expected(x->tested, &oc, sub, &t, exact, &e);
-                if (is0) judge(res, 14, cfg, W, &oc, W, &t, 0, &e.run, 0, lock_of(&e), n, exact, 1, "no offload");
-                free_expected(&e);
-            }
-            // P15: the same implementation without activation checkpointing,
-            // bitwise for any implementation: the recompute computes the same
-            // activations from the same parameters and micro-batch (DESIGN §5)
-            if (cfg->act_ckpt != FC_ACT_CKPT_NONE) {
-                fc_run_config ac = tc;
-                ac.act_ckpt = FC_ACT_CKPT_NONE;
-                run_expected(x->tested, &ac, sub, &t, 1, &e);
-                if (is0) judge(res, 15, cfg, W, &ac, W, &t, 0, &e.run, 0, NULL, n, 1, 1, "no checkpointing");
-                free_expected(&e);
-            }
-            // P10, P11: every rank's own log and memory against the theory
-            fc_findings sched = {0}, mem = {0};
-            fc_theory_check_schedule(cfg, W, x->rank, &t.log, &sched);
-            fc_theory_check_memory(cfg, W, x->rank, &t.log, &t.mem, &mem);
-            check_theory(res, 10, &sched, sub);
-            check_theory(res, 11, &mem, sub);
-            if (is0) measurements(res, &t);
-        }
-    }
+    if (x->sub[W] != MPI_COMM_NULL) check_on_sub(x, cfg, W, &t, res);
     fc_mpi_barrier(MPI_COMM_WORLD);
     int t_ok = t.ok;
     fc_mpi_bcast(&t_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);

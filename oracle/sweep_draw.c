@@ -32,124 +32,145 @@ void fc_sweep_set_model(fc_run_config *c, const char *name) {
 
 void fc_sweep_set_batch(fc_run_config *c, int W, int m) { c->global_batch = W * c->grad_accum * m; }
 
-// Draws per strategy, and how many of them the config validator let through.
-// The draw redraws what the validator refuses, so a validator (or a rule it
-// asks, core/layout.c) wrong about one strategy would quietly take that
-// strategy out of the sweep; fc_sweep_draw_starved says so instead.
-static long g_drawn[FC_STRATEGY_COUNT], g_kept[FC_STRATEGY_COUNT];
-
-int fc_sweep_draw_starved(char *msg, size_t cap) {
+int fc_sweep_draw_starved(const fc_sweep_drawer *d, char *msg, size_t cap) {
     for (int i = 0; i < FC_STRATEGY_COUNT; i++)
-        if (g_drawn[i] >= FC_SWEEP_STARVED_DRAWS && g_kept[i] == 0) {
+        if (d->drawn[i] >= FC_SWEEP_STARVED_DRAWS && d->kept[i] == 0) {
             snprintf(msg, cap, "the config validator refused all %ld draws of strategy %s, so the sweep never tested it",
-                     g_drawn[i], fc_strategy_name((fc_strategy)i));
+                     d->drawn[i], fc_strategy_name((fc_strategy)i));
             return 1;
         }
     return 0;
 }
 
-void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_fault inject,
-                   fc_run_config *c, int *W, fc_case_ckpt *k) {
+// The strategy (FSDP1's prefetch and limiter with it) and a hybrid's shard group.
+static void draw_strategy(fc_sweep_drawer *d, fc_run_config *c, int W) {
+    uint64_t *s = &d->seed;
+    const fc_strategy strategies[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_FULL_SHARD,
+                                      FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_HYBRID_SHARD,
+                                      FC_STRATEGY_HYBRID_SHARD_ZERO2};
+    int fsdp1 = (d->fsdp_versions & FC_IMPL_FSDP(1)) != 0;
+    c->strategy = strategies[pick(s, 6)];
+    if (!fsdp1 && c->strategy == FC_STRATEGY_NO_SHARD) c->strategy = FC_STRATEGY_FULL_SHARD;  // FSDP2 has none
+    d->drawn[c->strategy]++;
+    int hybrid = c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
+    if (hybrid) {  // a proper divisor when there is one, so replicas exist
+        int divs[8], n = 0;
+        for (int F = 1; F < W; F++)
+            if (W % F == 0) divs[n++] = F;
+        c->shard_group = n ? divs[pick(s, n)] : W;
+    }
+    if (c->strategy != FC_STRATEGY_NO_SHARD) {
+        c->backward_prefetch = (fc_prefetch)pick(s, 3);
+        c->forward_prefetch = pick(s, 3) == 0;
+        c->limit_all_gathers = (c->forward_prefetch || c->backward_prefetch) && pick(s, 3) == 0;
+    }
+}
+
+// FSDP2, per-parameter rows: one sharded case in four, or all where only FSDP2 applies (an FSDP2 fault).
+static void draw_fsdp2(fc_sweep_drawer *d, fc_run_config *c, int W) {
+    uint64_t *s = &d->seed;
+    int fsdp1 = (d->fsdp_versions & FC_IMPL_FSDP(1)) != 0, fsdp2 = (d->fsdp_versions & FC_IMPL_FSDP(2)) != 0;
+    if (!(fsdp2 && c->strategy != FC_STRATEGY_NO_SHARD && (!fsdp1 || pick(s, 4) == 0))) return;
+    c->fsdp_version = 2;
+    c->backward_prefetch = FC_PREFETCH_NONE;  // its own: one unit ahead in backward, no limiter
+    c->limit_all_gathers = 0;                 // forward_prefetch stays: an explicit forward list
+    // an integer reshard_after_forward, where the shard group has a divisor between 1 and F
+    int F = c->shard_group ? c->shard_group : W, R = 0;
+    for (int q = 2; q < F && !R; q++)
+        if (F % q == 0) R = q;
+    int frees = c->strategy == FC_STRATEGY_FULL_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD;
+    if (R && frees && pick(s, 2)) c->reshard_after_forward = R;
+    // explicit prefetch lists of two units (set_modules_to_*_prefetch), and
+    // set_gradient_divide_factor F other than W (2W, or 1 at W > 1): the
+    // gradient W / F times the mean, which local and the round trip follow
+    if (c->forward_prefetch && pick(s, 2)) c->forward_prefetch = 2;
+    if (pick(s, 3) == 0) c->backward_prefetch_depth = 2;
+    if (pick(s, 4) == 0) c->gradient_divide_factor = W > 1 && pick(s, 2) ? 1 : 2.0 * W;
+}
+
+// Accumulation, clipping, precision, offload, the divide mode, the optimizer, the steps and the batch.
+static void draw_training(fc_sweep_drawer *d, fc_run_config *c, int W) {
+    uint64_t *s = &d->seed;
+    c->grad_accum = pick(s, 3) == 0 ? 2 : 1;
+    c->no_sync = c->grad_accum > 1 && pick(s, 2);
+    if (pick(s, 4) == 0) {
+        c->norm_type = (fc_norm_type)pick(s, 3);
+        c->clip_grad_norm = c->norm_type == FC_NORM_1 ? 0.5f : 0.05f;  // below typical norms: it clips
+    }
+    int mp = pick(s, 5);
+    if (mp == 0) c->param_dtype = FC_PREC_BF16, c->reduce_dtype = FC_PREC_FP32;
+    if (mp == 1) c->param_dtype = c->reduce_dtype = pick(s, 2) ? FC_PREC_BF16 : FC_PREC_FP16;
+    c->cpu_offload = pick(s, 6) == 0;
+    // the divide modes are one average with different roundings (DESIGN §4)
+    c->divide = fc_default_divide(c);
+    if (W > 1 && pick(s, 4) == 0) c->divide = pick(s, 2) ? FC_DIVIDE_AVG : FC_DIVIDE_SUM_THEN_DIVIDE;
+    if (pick(s, 4) == 0) {
+        c->optim.kind = FC_OPT_SGD;
+        c->optim.lr = 0.05;
+        c->optim.weight_decay = 0.0;
+    }
+    c->steps = 2;
+    c->seq_len = 8;
+    c->seed = rng_next(s) % 1000000;
+    fc_sweep_set_batch(c, W, 1 + pick(s, 2));
+}
+
+// A checkpoint round trip, loaded at another W and strategy (FSDP2's sharded
+// one is DCP's, and loads into FSDP1 where no_shard is drawn).
+static void draw_round_trip(fc_sweep_drawer *d, fc_run_config *c, fc_case_ckpt *k) {
+    uint64_t *s = &d->seed;
+    if (pick(s, 5) != 0) return;
+    const fc_strategy load[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
+    c->steps = 3;
+    k->on = 1;
+    k->sharded = pick(s, 2);
+    k->at = 1 + pick(s, 2);
+    k->strategy = load[pick(s, 3)];
+    do k->W = 1 + pick(s, d->world);
+    while (c->global_batch % (k->W * c->grad_accum) != 0);
+}
+
+// Activation checkpointing, frozen parameters and LoRA, where the implementation has them.
+static void draw_features(fc_sweep_drawer *d, fc_run_config *c) {
+    uint64_t *s = &d->seed;
+    unsigned features = d->features;
+    // activation checkpointing, inside or outside the unit (P15, and P10's recompute events)
+    if ((features & FC_IMPL_ACT_CKPT) && pick(s, 5) == 0)
+        c->act_ckpt = pick(s, 2) ? FC_ACT_CKPT_INSIDE : FC_ACT_CKPT_OUTSIDE;
+    // frozen parameters beside trainable ones in a unit (FSDP1 use_orig_params, FSDP2): the
+    // embedding, a part of every unit, or every parameter of one unit (the root's, layers.0):
+    // a unit that reduces nothing. No pattern has a '|' or a space: repro lines stay shell-safe.
+    // LoRA (r 2, alpha 4) on llama's attention or on every linear: the base model frozen
+    if ((features & FC_IMPL_FREEZE) && c->model.kind == FC_MODEL_LLAMA && pick(s, 4) == 0) {
+        fc_error le;
+        if (fc_model_config_set_lora(&c->model, pick(s, 2) ? "2:4:[qv]_proj" : "2:4:proj", &le))
+            fc_die(FC_EXIT_INTERNAL, "%s:%d: %s", __FILE__, __LINE__, le.msg);
+    } else if ((features & FC_IMPL_FREEZE) && pick(s, 5) == 0) {
+        static const char *freeze[3][3] = {{"bias", "weight", "layers[.]0[.]"},
+                                           {"wte", "ln_", "transformer[.][wl][tpn]"},
+                                           {"embed_tokens", "proj", "^model[.][en]"}};
+        snprintf(c->freeze, sizeof c->freeze, "%s", freeze[c->model.kind][pick(s, 3)]);
+    }
+}
+
+void fc_sweep_draw(fc_sweep_drawer *d, fc_run_config *c, int *W, fc_case_ckpt *k) {
     for (;;) {
         memset(k, 0, sizeof *k);
         fc_run_config_defaults(c);
-        *W = 1 + pick(s, world);
+        *W = 1 + pick(&d->seed, d->world);
         // llama's two (GQA; untied and tied heads) only for an implementation that has the model
         const char *models[] = {"mlp-tiny", "gpt2-tiny", "gpt2-tiny", "mlp-micro", "llama-tiny", "llama-micro"};
-        fc_sweep_set_model(c, models[pick(s, features & FC_IMPL_LLAMA ? 6 : 4)]);
-        const fc_strategy strategies[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_FULL_SHARD,
-                                          FC_STRATEGY_SHARD_GRAD_OP, FC_STRATEGY_HYBRID_SHARD,
-                                          FC_STRATEGY_HYBRID_SHARD_ZERO2};
-        int fsdp1 = (fsdp_versions & FC_IMPL_FSDP(1)) != 0, fsdp2 = (fsdp_versions & FC_IMPL_FSDP(2)) != 0;
-        c->strategy = strategies[pick(s, 6)];
-        if (!fsdp1 && c->strategy == FC_STRATEGY_NO_SHARD) c->strategy = FC_STRATEGY_FULL_SHARD;  // FSDP2 has none
-        g_drawn[c->strategy]++;
-        int hybrid = c->strategy == FC_STRATEGY_HYBRID_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD_ZERO2;
-        if (hybrid) {  // a proper divisor when there is one, so replicas exist
-            int divs[8], n = 0;
-            for (int F = 1; F < *W; F++)
-                if (*W % F == 0) divs[n++] = F;
-            c->shard_group = n ? divs[pick(s, n)] : *W;
-        }
-        if (c->strategy != FC_STRATEGY_NO_SHARD) {
-            c->backward_prefetch = (fc_prefetch)pick(s, 3);
-            c->forward_prefetch = pick(s, 3) == 0;
-            c->limit_all_gathers = (c->forward_prefetch || c->backward_prefetch) && pick(s, 3) == 0;
-        }
-        // FSDP2, per-parameter rows: one sharded case in four, or all where only FSDP2 applies (an FSDP2 fault)
-        if (fsdp2 && c->strategy != FC_STRATEGY_NO_SHARD && (!fsdp1 || pick(s, 4) == 0)) {
-            c->fsdp_version = 2;
-            c->backward_prefetch = FC_PREFETCH_NONE;  // its own: one unit ahead in backward, no limiter
-            c->limit_all_gathers = 0;                 // forward_prefetch stays: an explicit forward list
-            // an integer reshard_after_forward, where the shard group has a divisor between 1 and F
-            int F = c->shard_group ? c->shard_group : *W, R = 0;
-            for (int d = 2; d < F && !R; d++)
-                if (F % d == 0) R = d;
-            int frees = c->strategy == FC_STRATEGY_FULL_SHARD || c->strategy == FC_STRATEGY_HYBRID_SHARD;
-            if (R && frees && pick(s, 2)) c->reshard_after_forward = R;
-            // explicit prefetch lists of two units (set_modules_to_*_prefetch), and
-            // set_gradient_divide_factor F other than W (2W, or 1 at W > 1): the
-            // gradient W / F times the mean, which local and the round trip follow
-            if (c->forward_prefetch && pick(s, 2)) c->forward_prefetch = 2;
-            if (pick(s, 3) == 0) c->backward_prefetch_depth = 2;
-            if (pick(s, 4) == 0) c->gradient_divide_factor = *W > 1 && pick(s, 2) ? 1 : 2.0 * *W;
-        }
-        c->grad_accum = pick(s, 3) == 0 ? 2 : 1;
-        c->no_sync = c->grad_accum > 1 && pick(s, 2);
-        if (pick(s, 4) == 0) {
-            c->norm_type = (fc_norm_type)pick(s, 3);
-            c->clip_grad_norm = c->norm_type == FC_NORM_1 ? 0.5f : 0.05f;  // below typical norms: it clips
-        }
-        int mp = pick(s, 5);
-        if (mp == 0) c->param_dtype = FC_PREC_BF16, c->reduce_dtype = FC_PREC_FP32;
-        if (mp == 1) c->param_dtype = c->reduce_dtype = pick(s, 2) ? FC_PREC_BF16 : FC_PREC_FP16;
-        c->cpu_offload = pick(s, 6) == 0;
-        // the divide modes are one average with different roundings (DESIGN §4)
-        c->divide = fc_default_divide(c);
-        if (*W > 1 && pick(s, 4) == 0) c->divide = pick(s, 2) ? FC_DIVIDE_AVG : FC_DIVIDE_SUM_THEN_DIVIDE;
-        if (pick(s, 4) == 0) {
-            c->optim.kind = FC_OPT_SGD;
-            c->optim.lr = 0.05;
-            c->optim.weight_decay = 0.0;
-        }
-        c->steps = 2;
-        c->seq_len = 8;
-        c->seed = rng_next(s) % 1000000;
-        fc_sweep_set_batch(c, *W, 1 + pick(s, 2));
-        // a checkpoint round trip, loaded at another W and strategy (FSDP2's
-        // sharded one is DCP's, and loads into FSDP1 where no_shard is drawn)
-        if (pick(s, 5) == 0) {
-            const fc_strategy load[] = {FC_STRATEGY_NO_SHARD, FC_STRATEGY_FULL_SHARD, FC_STRATEGY_SHARD_GRAD_OP};
-            c->steps = 3;
-            k->on = 1;
-            k->sharded = pick(s, 2);
-            k->at = 1 + pick(s, 2);
-            k->strategy = load[pick(s, 3)];
-            do k->W = 1 + pick(s, world);
-            while (c->global_batch % (k->W * c->grad_accum) != 0);
-        }
-        // activation checkpointing, inside or outside the unit (P15, and P10's recompute events)
-        if ((features & FC_IMPL_ACT_CKPT) && pick(s, 5) == 0)
-            c->act_ckpt = pick(s, 2) ? FC_ACT_CKPT_INSIDE : FC_ACT_CKPT_OUTSIDE;
-        // frozen parameters beside trainable ones in a unit (FSDP1 use_orig_params, FSDP2): the
-        // embedding, a part of every unit, or every parameter of one unit (the root's, layers.0):
-        // a unit that reduces nothing. No pattern has a '|' or a space: repro lines stay shell-safe.
-        // LoRA (r 2, alpha 4) on llama's attention or on every linear: the base model frozen
-        if ((features & FC_IMPL_FREEZE) && c->model.kind == FC_MODEL_LLAMA && pick(s, 4) == 0) {
-            fc_error le;
-            if (fc_model_config_set_lora(&c->model, pick(s, 2) ? "2:4:[qv]_proj" : "2:4:proj", &le))
-                fc_die(FC_EXIT_INTERNAL, "%s:%d: %s", __FILE__, __LINE__, le.msg);
-        } else if ((features & FC_IMPL_FREEZE) && pick(s, 5) == 0) {
-            static const char *freeze[3][3] = {{"bias", "weight", "layers[.]0[.]"},
-                                               {"wte", "ln_", "transformer[.][wl][tpn]"},
-                                               {"embed_tokens", "proj", "^model[.][en]"}};
-            snprintf(c->freeze, sizeof c->freeze, "%s", freeze[c->model.kind][pick(s, 3)]);
-        }
+        fc_sweep_set_model(c, models[pick(&d->seed, d->features & FC_IMPL_LLAMA ? 6 : 4)]);
+        draw_strategy(d, c, *W);
+        draw_fsdp2(d, c, *W);
+        draw_training(d, c, *W);
+        draw_round_trip(d, c, k);
+        draw_features(d, c);
         fc_error e;
         fc_run_config run = *c;  // as the case will run: with the fault, which may not apply to it
-        run.inject = inject;
+        run.inject = d->inject;
         if (fc_run_config_validate(&run, &e) == 0 && fc_run_config_validate_world(&run, *W, &e) == 0) {
-            g_kept[c->strategy]++;
+            d->kept[c->strategy]++;
             return;
         }
     }

@@ -14,11 +14,11 @@ typedef struct {
     const fc_impl_ops *ref;      // the clean reference (baselines)
     int tested_is_ref;           // bitwise properties apply
     fc_fault inject;             // injected into the tested implementation (the fault catalogue build)
-    int expect;                  // the property the catalogue expects to catch it (core/faults.h), 0 if none
+    fc_prop expect;              // the property the catalogue expects to catch it (fc_fault_property), 0 if none
     int rank, W;
     // sub[w], w = 1..W: world ranks 0..w-1, MPI_COMM_NULL on the others. Made
     // once per job: MPI_Comm_split is the costliest collective there is under
-    // MPICH when ranks outnumber cores (80% of a W=3 sweep's time, split per run)
+    // MPICH when ranks outnumber cores.
     MPI_Comm *sub;
 } fc_sweep_ctx;
 
@@ -28,19 +28,28 @@ void fc_sweep_subs_free(fc_sweep_ctx *x);
 
 double fc_sweep_now(void);
 
-// Cases (sweep_draw.c): a seeded random case at a world size W' <= world.
-// fsdp_versions, features: the tested implementation's (core/impl.h), the
-// versions narrowed to an injected fault's (fc_fault_versions); FSDP2 and
-// activation checkpointing are drawn only when it has them, FSDP1 only when
-// it is among the versions. inject: the fault the case will run with
-// (FC_FAULT_NONE for none): a case it does not apply to (its model, its
-// layout) is redrawn, as the validator refuses it. c->inject stays NONE.
-void fc_sweep_draw(uint64_t *s, int world, unsigned fsdp_versions, unsigned features, fc_fault inject,
-                   fc_run_config *c, int *W, fc_case_ckpt *k);
+// Cases (sweep_draw.c): what the draws of one sweep share. The draw redraws
+// what the validator refuses, so a validator (or a rule it asks, core/layout.c)
+// wrong about one strategy would quietly take that strategy out of the sweep:
+// drawn and kept count the draws per strategy, and fc_sweep_draw_starved says so.
+typedef struct {
+    uint64_t seed;                 // the seeded stream's state
+    int world;                     // cases are drawn at W' = 1..world
+    unsigned fsdp_versions;        // the tested implementation's (core/impl.h), narrowed to an injected
+                                   // fault's (fc_fault_versions): FSDP1 and FSDP2 are drawn only among them
+    unsigned features;             // the tested implementation's: activation checkpointing, llama, freezing
+    fc_fault inject;               // the fault the cases run with (FC_FAULT_NONE for none): a case it
+                                   // does not apply to is redrawn, as the validator refuses it
+    long drawn[FC_STRATEGY_COUNT]; // draws per strategy
+    long kept[FC_STRATEGY_COUNT];  // of them, those the config validator let through
+} fc_sweep_drawer;
+
+// A seeded random case at a world size W' <= d->world; c->inject stays NONE.
+void fc_sweep_draw(fc_sweep_drawer *d, fc_run_config *c, int *W, fc_case_ckpt *k);
 // After the draws: 1, with msg saying which, when a strategy was drawn at least
 // FC_SWEEP_STARVED_DRAWS times and the config validator refused every draw.
 #define FC_SWEEP_STARVED_DRAWS 20
-int fc_sweep_draw_starved(char *msg, size_t cap);
+int fc_sweep_draw_starved(const fc_sweep_drawer *d, char *msg, size_t cap);
 // The case as `run` flags (replayable with `sweep --replay`), what reports name it by.
 void fc_sweep_case_spec(const fc_run_config *c, const fc_case_ckpt *k, char *out, size_t cap);
 void fc_sweep_set_model(fc_run_config *c, const char *name);

@@ -9,135 +9,163 @@
 
 #include "sweep_internal.h"
 
-// Applies simplification k to (c, W); returns 0 if it does not apply.
-static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
-    int m = c->global_batch / (*W * c->grad_accum);  // samples per micro-batch
+// Simplification 0: a smaller world, down to 2 (faults that need peers), then 1.
+static int smaller_world(fc_run_config *c, int *W) {
+    if (*W <= 1) return 0;
+    // FSDP2's divide factor keeps its ratio to the world (the same multiple of the mean)
+    if (c->gradient_divide_factor > 0) c->gradient_divide_factor *= (double)(*W > 2 ? *W - 1 : 1) / *W;
+    *W = *W > 2 ? *W - 1 : 1;
+    c->reshard_after_forward = 0;  // it divides the old shard group only
+    if (c->shard_group && *W % c->shard_group) c->shard_group = 0;
+    if (c->shard_group == *W) c->shard_group = 0;
+    if (*W == 1) c->divide = FC_DIVIDE_PREPOST;  // one rank divides nothing
+    return 1;
+}
+
+// Simplifications 10 and 11: fewer layers and smaller dims (the same LoRA), an MLP.
+static int smaller_model(int k, fc_run_config *c) {
+    if (k == 11) {
+        if (fc_model_has_tokens(&c->model)) return 0;  // some faults live in the tied embedding or the sequence
+        if (!strcmp(c->model.name, "mlp-micro")) return 0;
+        fc_sweep_set_model(c, "mlp-micro");
+        return 1;
+    }
+    fc_model_config was = c->model;
+    if (!strcmp(c->model.name, "gpt2-tiny")) fc_sweep_set_model(c, "gpt2-micro");
+    else if (!strcmp(c->model.name, "mlp-tiny")) fc_sweep_set_model(c, "mlp-micro");
+    else if (!strcmp(c->model.name, "llama-tiny")) fc_sweep_set_model(c, "llama-micro");
+    else return 0;
+    c->model.lora_r = was.lora_r, c->model.lora_alpha = was.lora_alpha;
+    memcpy(c->model.lora_target, was.lora_target, sizeof c->model.lora_target);
+    return 1;
+}
+
+// Simplification 16: the checkpoint round trip at the case's own world size, then none.
+static int simpler_round_trip(fc_run_config *c, int W, fc_case_ckpt *ck) {
+    if (!ck->on) return 0;
+    if (ck->W != W) {
+        ck->W = W;
+    } else {
+        ck->on = 0;
+        c->steps = 2;
+    }
+    return 1;
+}
+
+// Simplifications of the schedule: no clipping, accumulation, no_sync,
+// offload, limiter, prefetch, integer reshard_after_forward or divide factor.
+static int drop_schedule_option(int k, fc_run_config *c) {
     switch (k) {
-    case 0:  // a smaller world, down to 2 (faults that need peers), then 1
-        if (*W <= 1) return 0;
-        // FSDP2's divide factor keeps its ratio to the world (the same multiple of the mean)
-        if (c->gradient_divide_factor > 0) c->gradient_divide_factor *= (double)(*W > 2 ? *W - 1 : 1) / *W;
-        *W = *W > 2 ? *W - 1 : 1;
-        c->reshard_after_forward = 0;  // it divides the old shard group only
-        if (c->shard_group && *W % c->shard_group) c->shard_group = 0;
-        if (c->shard_group == *W) c->shard_group = 0;
-        if (*W == 1) c->divide = FC_DIVIDE_PREPOST;  // one rank divides nothing
-        break;
     case 1:
         if (c->clip_grad_norm == 0) return 0;
         c->clip_grad_norm = 0, c->norm_type = FC_NORM_2;
-        break;
+        return 1;
     case 2:
         if (c->grad_accum == 1) return 0;
         c->grad_accum = 1, c->no_sync = 0;
-        break;
+        return 1;
     case 3:
         if (!c->no_sync) return 0;
         c->no_sync = 0;
-        break;
+        return 1;
     case 4:
         if (!c->cpu_offload) return 0;
         c->cpu_offload = 0;
-        break;
+        return 1;
     case 5:
         if (!c->limit_all_gathers) return 0;
         c->limit_all_gathers = 0;
-        break;
+        return 1;
     case 6:
         if (!c->forward_prefetch) return 0;
         c->forward_prefetch = 0;
-        break;
+        return 1;
     case 7:
         if (c->backward_prefetch == FC_PREFETCH_NONE) return 0;
         c->backward_prefetch = FC_PREFETCH_NONE;
         c->limit_all_gathers = c->limit_all_gathers && c->forward_prefetch;
-        break;
-    case 8:
-        if (c->param_dtype == FC_PREC_FP32 && c->reduce_dtype == FC_PREC_FP32) return 0;
-        c->param_dtype = c->reduce_dtype = FC_PREC_FP32;
-        break;
-    case 9:
-        if (c->strategy != FC_STRATEGY_HYBRID_SHARD_ZERO2 && c->strategy != FC_STRATEGY_SHARD_GRAD_OP) return 0;
-        c->strategy = c->strategy == FC_STRATEGY_SHARD_GRAD_OP ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_HYBRID_SHARD;
-        break;
-    case 10: {  // fewer layers and smaller dims, the same LoRA
-        fc_model_config was = c->model;
-        if (!strcmp(c->model.name, "gpt2-tiny")) fc_sweep_set_model(c, "gpt2-micro");
-        else if (!strcmp(c->model.name, "mlp-tiny")) fc_sweep_set_model(c, "mlp-micro");
-        else if (!strcmp(c->model.name, "llama-tiny")) fc_sweep_set_model(c, "llama-micro");
-        else return 0;
-        c->model.lora_r = was.lora_r, c->model.lora_alpha = was.lora_alpha;
-        memcpy(c->model.lora_target, was.lora_target, sizeof c->model.lora_target);
-        break;
-    }
-    case 11:
-        if (fc_model_has_tokens(&c->model)) return 0;  // some faults live in the tied embedding or the sequence
-        if (!strcmp(c->model.name, "mlp-micro")) return 0;
-        fc_sweep_set_model(c, "mlp-micro");
-        break;
-    case 12:
-        if (c->steps <= 1) return 0;
-        c->steps--;
-        break;
-    case 13:
-        if (!fc_model_has_tokens(&c->model) || c->seq_len <= 2) return 0;
-        c->seq_len /= 2;
-        break;
-    case 14:
-        if (c->optim.kind == FC_OPT_ADAMW) return 0;
-        c->optim = (fc_optim_config){0};
-        {
-            fc_run_config d;
-            fc_run_config_defaults(&d);
-            c->optim = d.optim;
-        }
-        break;
-    case 15:
-        if (m <= 1) return 0;
-        m = 1;
-        break;
-    case 17:
-        if (c->divide == FC_DIVIDE_PREPOST) return 0;
-        c->divide = FC_DIVIDE_PREPOST;
-        break;
-    case 18:
-        if (c->act_ckpt == FC_ACT_CKPT_NONE) return 0;
-        c->act_ckpt = FC_ACT_CKPT_NONE;
-        break;
+        return 1;
     case 19:
         if (!c->reshard_after_forward) return 0;
         c->reshard_after_forward = 0;
-        break;
+        return 1;
+    case 22:
+        if (!c->backward_prefetch_depth) return 0;
+        c->backward_prefetch_depth = 0;
+        return 1;
+    case 23:
+        if (c->gradient_divide_factor == 0) return 0;
+        c->gradient_divide_factor = 0;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+// Simplifications of the rest: fp32, full_shard, fewer steps, a shorter
+// sequence, the default optimizer and divide mode, no activation
+// checkpointing, freezing or LoRA.
+static int simpler_setting(int k, fc_run_config *c) {
+    switch (k) {
+    case 8:
+        if (c->param_dtype == FC_PREC_FP32 && c->reduce_dtype == FC_PREC_FP32) return 0;
+        c->param_dtype = c->reduce_dtype = FC_PREC_FP32;
+        return 1;
+    case 9:
+        if (c->strategy != FC_STRATEGY_HYBRID_SHARD_ZERO2 && c->strategy != FC_STRATEGY_SHARD_GRAD_OP) return 0;
+        c->strategy = c->strategy == FC_STRATEGY_SHARD_GRAD_OP ? FC_STRATEGY_FULL_SHARD : FC_STRATEGY_HYBRID_SHARD;
+        return 1;
+    case 12:
+        if (c->steps <= 1) return 0;
+        c->steps--;
+        return 1;
+    case 13:
+        if (!fc_model_has_tokens(&c->model) || c->seq_len <= 2) return 0;
+        c->seq_len /= 2;
+        return 1;
+    case 14: {
+        if (c->optim.kind == FC_OPT_ADAMW) return 0;
+        fc_run_config d;
+        fc_run_config_defaults(&d);
+        c->optim = d.optim;
+        return 1;
+    }
+    case 17:
+        if (c->divide == FC_DIVIDE_PREPOST) return 0;
+        c->divide = FC_DIVIDE_PREPOST;
+        return 1;
+    case 18:
+        if (c->act_ckpt == FC_ACT_CKPT_NONE) return 0;
+        c->act_ckpt = FC_ACT_CKPT_NONE;
+        return 1;
     case 20:
         if (!c->freeze[0]) return 0;
         c->freeze[0] = '\0';
-        break;
+        return 1;
     case 21:
         if (!c->model.lora_r) return 0;
         c->model.lora_r = 0;
         c->model.lora_alpha = 0;
         c->model.lora_target[0] = '\0';
-        break;
-    case 22:
-        if (!c->backward_prefetch_depth) return 0;
-        c->backward_prefetch_depth = 0;
-        break;
-    case 23:
-        if (c->gradient_divide_factor == 0) return 0;
-        c->gradient_divide_factor = 0;
-        break;
-    case 16:  // the checkpoint round trip, or its other world size
-        if (!ck->on) return 0;
-        if (ck->W != *W) {
-            ck->W = *W;
-        } else {
-            ck->on = 0;
-            c->steps = 2;
-        }
-        break;
+        return 1;
     default:
         return 0;
     }
+}
+
+// Applies simplification k to (c, W); returns 0 if it does not apply.
+static int simplify(int k, fc_run_config *c, int *W, fc_case_ckpt *ck) {
+    int m = c->global_batch / (*W * c->grad_accum);  // samples per micro-batch
+    int applies;
+    if (k == 0) applies = smaller_world(c, W);
+    else if (k == 10 || k == 11) applies = smaller_model(k, c);
+    else if (k == 15) {  // one sample per micro-batch
+        applies = m > 1;
+        m = 1;
+    }
+    else if (k == 16) applies = simpler_round_trip(c, *W, ck);
+    else applies = drop_schedule_option(k, c) || simpler_setting(k, c);
+    if (!applies) return 0;
     fc_sweep_set_batch(c, *W, m);
     fc_error e;
     return fc_run_config_validate(c, &e) == 0 && fc_run_config_validate_world(c, *W, &e) == 0;

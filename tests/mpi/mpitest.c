@@ -123,11 +123,19 @@ int mt_run_ref(const fc_run_config *cfg, MPI_Comm comm, mt_result *r) {
 
 void mt_result_free(mt_result *r) { fc_runner_free(r); }
 
-static int compare(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
-                   const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
-                   int same_compute, fc_props *v) {
+// The steps both sides are judged over: n, or every step of both.
+static int steps_of(const mt_judgement *j) {
+    if (j->n) return j->n;
+    const mt_result *t = j->tested.run, *e = j->expected.run;
+    MT_CHECK(!t->ok || !e->ok || t->steps == e->steps, "%s: %d steps against %d", j->what, t->steps, e->steps);
+    return t->steps < e->steps ? t->steps : e->steps;
+}
+
+static int compare(const mt_judgement *j, fc_props *v) {
     memset(v, 0, sizeof *v);
-    int exact = bitwise == MT_BITWISE_ANY || (bitwise == MT_BITWISE_REF && mt_tested_is_ref());
+    const mt_result *tested = j->tested.run, *expected = j->expected.run;
+    int n = steps_of(j);
+    int exact = j->bitwise == MT_BITWISE_ANY || (j->bitwise == MT_BITWISE_REF && mt_tested_is_ref());
     // Against the local ground truth (the reference on this rank alone,
     // mt_run_ref), every step after the first is judged in lockstep: the
     // reference re-runs it from the tested run's own state after the step
@@ -136,44 +144,41 @@ static int compare(int p, const char *what, const fc_run_config *cfg, int W, con
     // (collective on every rank), are judged whole.
     fc_run_result lock;
     memset(&lock, 0, sizeof lock);
-    int locked = !exact && n > 1 && against->strategy == FC_STRATEGY_LOCAL && tested->ok && expected->ok &&
+    int locked = !exact && n > 1 && j->expected.cfg->strategy == FC_STRATEGY_LOCAL && tested->ok && expected->ok &&
                  mt_rank() == 0;  // the tested run's tensors are on rank 0
     if (locked) {
-        fc_run_config lc = *against;
+        fc_run_config lc = *j->expected.cfg;
         lc.steps = n;
-        fc_runner_lockstep(fc_reference_impl(), &lc, MPI_COMM_SELF, tested, t0, expected->first_step + e0, &lock);
+        fc_runner_lockstep(fc_reference_impl(), &lc, MPI_COMM_SELF, tested, j->tested.at,
+                           expected->first_step + j->expected.at, &lock);
     }
-    fc_props_pair pair = {cfg, W, against, same_compute, locked ? &lock : NULL, 0};
-    int ok = fc_props_compare(v, p, &pair, tested, t0, expected, e0, n, exact, what);
+    fc_judgement fj = {.p = j->p,
+                       .against = j->what,
+                       .tested = {j->tested.cfg, j->tested.W, tested, j->tested.at},
+                       .expected = {j->expected.cfg, 0, expected, j->expected.at},
+                       .n = n,
+                       .bitwise = exact,
+                       .same_compute = j->same_compute,
+                       .lock = locked ? &lock : NULL};
+    int ok = fc_props_compare(v, &fj);
     fc_runner_free(&lock);
     if (g_verbose)
-        printf("  P%-2d %-60.60s %s%s: max err/scale %.3g, %.3g ULP at scale, %.3g of tolerance\n", p, what,
-               exact ? "bitwise" : "policy", locked ? " (lockstep)" : "", v->max_scaled[p], v->max_ulp[p], v->headroom[p]);
+        printf("  P%-2d %-60.60s %s%s: max err/scale %.3g, %.3g ULP at scale, %.3g of tolerance\n", (int)j->p, j->what,
+               exact ? "bitwise" : "policy", locked ? " (lockstep)" : "", v->max_scaled[j->p], v->max_ulp[j->p],
+               v->headroom[j->p]);
     return ok;
 }
 
-int mt_judge(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
-             const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
-             int same_compute) {
+int mt_judge(const mt_judgement *j) {
     fc_props v;
-    int ok = compare(p, what, cfg, W, tested, t0, against, expected, e0, n, bitwise, same_compute, &v);
-    MT_CHECK(ok, "[%s] %s", cfg->model.name, v.detail);
+    int ok = compare(j, &v);
+    MT_CHECK(ok, "[%s] %s", j->tested.cfg->model.name, v.detail);
     return ok;
 }
 
-int mt_judge_all(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested,
-                 const fc_run_config *against, const mt_result *expected, int bitwise, int same_compute) {
-    int n = tested->steps < expected->steps ? tested->steps : expected->steps;
-    MT_CHECK(!tested->ok || !expected->ok || tested->steps == expected->steps,
-             "%s: %d steps against %d", what, tested->steps, expected->steps);
-    return mt_judge(p, what, cfg, W, tested, 0, against, expected, 0, n, bitwise, same_compute);
-}
-
-int mt_agrees(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
-              const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
-              int same_compute, char *detail, size_t cap) {
+int mt_agrees(const mt_judgement *j, char *detail, size_t cap) {
     fc_props v;
-    int ok = compare(p, what, cfg, W, tested, t0, against, expected, e0, n, bitwise, same_compute, &v);
+    int ok = compare(j, &v);
     if (detail && cap) snprintf(detail, cap, "%s", v.detail);
     return ok;
 }

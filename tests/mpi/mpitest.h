@@ -78,22 +78,34 @@ fc_run_config mt_config(const char *model, fc_strategy s, int W, int steps);
 // the default policy); bitwise for every implementation (P12, determinism).
 enum { MT_POLICY = 0, MT_BITWISE_REF = 1, MT_BITWISE_ANY = 2 };
 
-// Judges property p through the engine: the tested run (config cfg at world
-// size W, steps [t0, t0+n)) against the expected run (config against, steps
-// [e0, e0+n)). bitwise: MT_POLICY, MT_BITWISE_REF or MT_BITWISE_ANY. same_compute: both runs share their per-rank
-// arithmetic (fc_cmp_policy_same_compute). On failure, one MT_CHECK error
-// naming `what` with the props detail. Call on the rank holding both runs'
-// full tensors (rank 0 of their communicators). Returns 1 if they agree.
-int mt_judge(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
-             const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
-             int same_compute);
-// The same over every step of both runs (t0 = e0 = 0, n = the tested run's steps).
-int mt_judge_all(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested,
-                 const fc_run_config *against, const mt_result *expected, int bitwise, int same_compute);
+// One side of a judgement: a run, its config and world size, and the first of
+// its steps judged.
+typedef struct {
+    const fc_run_config *cfg;
+    int W;
+    const mt_result *run;
+    int at;
+} mt_side;
+
+// Property p through the engine: the tested run against the expected run, n
+// steps from each side's `at` (n 0: every step of both, which must have as
+// many). bitwise: MT_POLICY, MT_BITWISE_REF or MT_BITWISE_ANY. same_compute:
+// both runs share their per-rank arithmetic (fc_cmp_policy_same_compute).
+typedef struct {
+    fc_prop p;
+    const char *what;  // what the tested run is compared against, for the detail
+    mt_side tested, expected;
+    int n;
+    int bitwise;
+    int same_compute;
+} mt_judgement;
+
+// Judges j: on failure, one MT_CHECK error naming j->what with the props
+// detail. Call on the rank holding both runs' full tensors (rank 0 of their
+// communicators). Returns 1 if they agree.
+int mt_judge(const mt_judgement *j);
 // The same comparison without counting anything: 1 if they agree; the detail
 // (or "") in detail. For tests that must see a comparison fail.
-int mt_agrees(int p, const char *what, const fc_run_config *cfg, int W, const mt_result *tested, int t0,
-              const fc_run_config *against, const mt_result *expected, int e0, int n, int bitwise,
-              int same_compute, char *detail, size_t cap);
+int mt_agrees(const mt_judgement *j, char *detail, size_t cap);
 
 #endif

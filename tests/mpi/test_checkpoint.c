@@ -99,7 +99,9 @@ static void judge_resumed(const char *what, const fc_run_config *lc, int w, cons
              c->model.name, got->first_step, K_STEPS);
     char against[256];
     snprintf(against, sizeof against, "uninterrupted (%s, %s)", what, fc_opt_name(c->optim.kind));
-    mt_judge(7, against, lc, w, got, 0, c, want, K_STEPS, N_STEPS, bitwise, same_compute);
+    mt_judge(&(mt_judgement){.p = FC_P7_CHECKPOINT, .what = against, .tested = {lc, w, got, 0},
+                             .expected = {c, 0, want, K_STEPS}, .n = N_STEPS, .bitwise = bitwise,
+                             .same_compute = same_compute});
 }
 
 // A broken load must be caught: P7 fails under the default policy (not only
@@ -111,7 +113,9 @@ static void expect_caught(const char *what, const fc_run_config *lc, const mt_re
     MT_CHECK(got->ok, "%s: the resumed run failed: %s", what, got->error);
     if (!got->ok) return;
     char detail[800] = "";
-    int agrees = mt_agrees(7, what, lc, W, got, 0, c, want, K_STEPS, N_STEPS, MT_POLICY, 0, detail, sizeof detail);
+    mt_judgement j = {.p = FC_P7_CHECKPOINT, .what = what, .tested = {lc, W, got, 0},
+                      .expected = {c, 0, want, K_STEPS}, .n = N_STEPS, .bitwise = MT_POLICY};
+    int agrees = mt_agrees(&j, detail, sizeof detail);
     MT_CHECK(!agrees || got->first_step != K_STEPS,
              "P7 cannot fail: %s [%s %s] passed against the uninterrupted run (steps_done() %ld)", what, c->model.name,
              fc_opt_name(c->optim.kind), got->first_step);

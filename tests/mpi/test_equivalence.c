@@ -50,10 +50,11 @@ static void run(const fc_run_config *cfg, mt_result *r) { mt_run(cfg, MPI_COMM_W
 
 // Judges on rank 0 only: tested t (config tc) against expected e (config ec)
 // over every step.
-static void judge(int p, const char *what, const fc_run_config *tc, const mt_result *t, const fc_run_config *ec,
+static void judge(fc_prop p, const char *what, const fc_run_config *tc, const mt_result *t, const fc_run_config *ec,
                   const mt_result *e, int bitwise, int same_compute) {
     if (rank != 0) return;
-    mt_judge_all(p, what, tc, W, t, ec, e, bitwise, same_compute);
+    mt_judge(&(mt_judgement){.p = p, .what = what, .tested = {tc, W, t, 0}, .expected = {ec, 0, e, 0},
+                             .bitwise = bitwise, .same_compute = same_compute});
 }
 
 // P1 and P2, both optimizers
@@ -76,11 +77,11 @@ static void check_strategies(const char *model) {
         run(&c2, &zero2);
         char what[160];
         snprintf(what, sizeof what, "local (no_shard W=%d, %s)", W, o);
-        judge(1, what, &c, &ddp, &lc, &local, MT_POLICY, 0);
+        judge(FC_P1_LOCAL, what, &c, &ddp, &lc, &local, MT_POLICY, 0);
         snprintf(what, sizeof what, "no_shard (full_shard W=%d, %s)", W, o);
-        judge(2, what, &c3, &zero3, &c, &ddp, MT_BITWISE_REF, 1);
+        judge(FC_P2_NO_SHARD, what, &c3, &zero3, &c, &ddp, MT_BITWISE_REF, 1);
         snprintf(what, sizeof what, "no_shard (shard_grad_op W=%d, %s)", W, o);
-        judge(2, what, &c2, &zero2, &c, &ddp, MT_BITWISE_REF, 1);
+        judge(FC_P2_NO_SHARD, what, &c2, &zero2, &c, &ddp, MT_BITWISE_REF, 1);
         mt_result_free(&local), mt_result_free(&ddp), mt_result_free(&zero3), mt_result_free(&zero2);
     }
 }
@@ -109,7 +110,7 @@ static void check_frozen(const char *model, const char *freeze, const char *lora
         char what[200];
         const char *flag = lora ? "--lora" : "--freeze";
         snprintf(what, sizeof what, "local (no_shard W=%d, %s, %s %s)", W, fc_opt_name(d.optim.kind), flag, freeze);
-        judge(1, what, &d, &ddp, &lc, &local, MT_POLICY, 0);
+        judge(FC_P1_LOCAL, what, &d, &ddp, &lc, &local, MT_POLICY, 0);
         d.divide = FC_DIVIDE_AVG;  // FSDP2's: one divide for both layouts, so they agree bit for bit
         mt_result_free(&ddp);
         run(&d, &ddp);
@@ -123,7 +124,7 @@ static void check_frozen(const char *model, const char *freeze, const char *lora
                 run(&c, &r);
                 snprintf(what, sizeof what, "no_shard (FSDP%d %s W=%d, %s, %s %s)", v, fc_strategy_name(c.strategy), W,
                          fc_opt_name(d.optim.kind), flag, freeze);
-                judge(2, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
+                judge(FC_P2_NO_SHARD, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
                 mt_result_free(&r);
             }
         mt_result_free(&local), mt_result_free(&ddp);
@@ -167,7 +168,7 @@ static void check_fsdp2(const char *model) {
             run(&c, &r);
             snprintf(what, sizeof what, "no_shard (FSDP2 %s%s W=%d, %s)", fc_strategy_name(c.strategy),
                      si == 2 ? " forward prefetch list" : si == 3 ? " prefetch lists of 2" : "", W, pd);
-            judge(2, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
+            judge(FC_P2_NO_SHARD, what, &c, &r, &d, &ddp, MT_BITWISE_REF, 1);
             mt_result_free(&r);
         }
         // an integer reshard_after_forward R: backward rebuilds each unit from
@@ -222,19 +223,21 @@ static void check_gradient_divide_factor(const char *model) {
             char what[160];
             snprintf(what, sizeof what, "no_shard with the same factor (FSDP2 full_shard W=%d F=%g --divide %s, %s)", W,
                      c.gradient_divide_factor, fc_divide_name(c.divide), fc_prec_name(c.param_dtype));
-            judge(2, what, &c, &r, &dc, &ddp, MT_BITWISE_REF, 1);
+            judge(FC_P2_NO_SHARD, what, &c, &r, &dc, &ddp, MT_BITWISE_REF, 1);
             if (mode != 2) {
                 run_local(&c, &lc, &local);
                 snprintf(what, sizeof what, "local with F / W = %g (FSDP2 full_shard W=%d F=%g --divide %s)",
                          lc.gradient_divide_factor, W, c.gradient_divide_factor, fc_divide_name(c.divide));
-                judge(1, what, &c, &r, &lc, &local, MT_POLICY, 0);
+                judge(FC_P1_LOCAL, what, &c, &r, &lc, &local, MT_POLICY, 0);
                 if (rank == 0) {
                     fc_run_config plain = lc;
                     plain.gradient_divide_factor = 0;
                     mt_result unscaled;
                     mt_run_ref(&plain, MPI_COMM_SELF, &unscaled);
                     char detail[400];
-                    MT_CHECK(!mt_agrees(1, what, &c, W, &r, 0, &plain, &unscaled, 0, 1, MT_POLICY, 0, detail, sizeof detail),
+                    mt_judgement j = {.p = FC_P1_LOCAL, .what = what, .tested = {&c, W, &r, 0},
+                                      .expected = {&plain, 0, &unscaled, 0}, .n = 1, .bitwise = MT_POLICY};
+                    MT_CHECK(!mt_agrees(&j, detail, sizeof detail),
                              "FSDP2 W=%d F=%g agrees with local without the factor: the factor changed nothing", W,
                              c.gradient_divide_factor);
                     mt_result_free(&unscaled);
@@ -267,9 +270,9 @@ static void check_hybrid(const char *model) {
         char what[128];
         snprintf(what, sizeof what, "full_shard (hybrid_shard F=%d W=%d)", F, W);
         // F = W is full_shard's reduction exactly
-        judge(3, what, &h, &hs, &c, &zero3, F == W ? MT_BITWISE_REF : MT_POLICY, 1);
+        judge(FC_P3_HYBRID, what, &h, &hs, &c, &zero3, F == W ? MT_BITWISE_REF : MT_POLICY, 1);
         snprintf(what, sizeof what, "hybrid_shard (hybrid_shard_zero2 F=%d W=%d)", F, W);
-        judge(3, what, &h2, &hs2, &h, &hs, MT_BITWISE_REF, 1);
+        judge(FC_P3_HYBRID, what, &h2, &hs2, &h, &hs, MT_BITWISE_REF, 1);
         mt_result_free(&hs), mt_result_free(&hs2);
     }
     MT_CHECK(n >= 1, "P3: no shard group checked at W=%d", W);
@@ -305,7 +308,7 @@ static void check_prefetch(const char *model) {
                     char what[160];
                     snprintf(what, sizeof what, "no prefetch (%s W=%d backward_prefetch=%s forward_prefetch=%d limit=%d)",
                              fc_strategy_name(p.strategy), W, fc_prefetch_name(p.backward_prefetch), fp, lim);
-                    judge(4, what, &p, &r, &c, &base, MT_BITWISE_REF, 1);
+                    judge(FC_P4_PREFETCH, what, &p, &r, &c, &base, MT_BITWISE_REF, 1);
                     mt_result_free(&r);
                 }
         mt_result_free(&base);
@@ -330,11 +333,11 @@ static void check_accumulation(const char *model) {
         const char *tag = ns ? " no_sync" : "";
         char what[128];
         snprintf(what, sizeof what, "K=1 (full_shard W=%d K=2%s)", W, tag);
-        judge(6, what, &a, &acc, &c, &one, MT_POLICY, 0);
+        judge(FC_P6_ACCUMULATION, what, &a, &acc, &c, &one, MT_POLICY, 0);
         snprintf(what, sizeof what, "local K=2 (full_shard W=%d K=2%s)", W, tag);
-        judge(6, what, &a, &acc, &lc2, &local2, MT_POLICY, 0);
+        judge(FC_P6_ACCUMULATION, what, &a, &acc, &lc2, &local2, MT_POLICY, 0);
         snprintf(what, sizeof what, "no_shard K=2%s (full_shard W=%d K=2%s)", tag, W, tag);
-        judge(2, what, &a, &acc, &d, &acc_ddp, MT_BITWISE_REF, 1);
+        judge(FC_P2_NO_SHARD, what, &a, &acc, &d, &acc_ddp, MT_BITWISE_REF, 1);
         mt_result_free(&acc), mt_result_free(&acc_ddp);
     }
     mt_result_free(&one), mt_result_free(&local2);
@@ -355,9 +358,9 @@ static void check_clip(const char *model) {
         run(&d, &ddp);
         char what[128];
         snprintf(what, sizeof what, "local (clip norm_type=%s, full_shard W=%d)", fc_norm_name(c.norm_type), W);
-        judge(8, what, &c, &zero3, &lc, &local, MT_POLICY, 0);
+        judge(FC_P8_CLIP, what, &c, &zero3, &lc, &local, MT_POLICY, 0);
         snprintf(what, sizeof what, "no_shard (clip norm_type=%s, full_shard W=%d)", fc_norm_name(c.norm_type), W);
-        judge(8, what, &c, &zero3, &d, &ddp, MT_BITWISE_REF, 1);
+        judge(FC_P8_CLIP, what, &c, &zero3, &d, &ddp, MT_BITWISE_REF, 1);
         if (rank == 0 && local.ok)
             for (int t = 0; t < c.steps; t++)
                 MT_CHECK(local.step[t].norm > c.clip_grad_norm,
@@ -387,10 +390,10 @@ static void check_mixed_precision(const char *model) {
         char what[128];
         snprintf(what, sizeof what, "no_shard (full_shard W=%d param=%s reduce=%s)", W, fc_prec_name(d.param_dtype),
                  fc_prec_name(d.reduce_dtype));
-        judge(9, what, &f3, &zero3, &d, &ddp, MT_BITWISE_REF, 1);
+        judge(FC_P9_MIXED_PRECISION, what, &f3, &zero3, &d, &ddp, MT_BITWISE_REF, 1);
         snprintf(what, sizeof what, "no_shard (shard_grad_op W=%d param=%s reduce=%s)", W,
                  fc_prec_name(d.param_dtype), fc_prec_name(d.reduce_dtype));
-        judge(9, what, &f2, &zero2, &d, &ddp, MT_BITWISE_REF, 1);
+        judge(FC_P9_MIXED_PRECISION, what, &f2, &zero2, &d, &ddp, MT_BITWISE_REF, 1);
         if (rank == 0 && ddp.ok && fp32.ok) {  // the policy must change the numbers, or the flag did nothing
             int last = ddp.steps - 1;
             int differs = memcmp(ddp.step[last].params, fp32.step[last].params, ddp.numel * sizeof(float)) != 0;
@@ -411,7 +414,10 @@ static void check_determinism_offload(const char *model) {
     run(&c, &a);
     run(&c, &b);
     // determinism is bitwise for any implementation (DESIGN §8), as in the sweep
-    if (rank == 0) mt_judge_all(12, "itself (full_shard, prefetch)", &c, W, &b, &c, &a, MT_BITWISE_ANY, 1);
+    if (rank == 0)
+        mt_judge(&(mt_judgement){.p = FC_P12_DETERMINISM, .what = "itself (full_shard, prefetch)",
+                                 .tested = {&c, W, &b, 0}, .expected = {&c, 0, &a, 0},
+                                 .bitwise = MT_BITWISE_ANY, .same_compute = 1});
     // offload under accumulation and clipping too, where the optimizer and the
     // reduced gradient shards live on the host
     fc_run_config on = c, off;
@@ -424,7 +430,7 @@ static void check_determinism_offload(const char *model) {
     run(&off, &roff);
     char what[96];
     snprintf(what, sizeof what, "no offload (cpu_offload, full_shard W=%d K=2 clipped)", W);
-    judge(14, what, &off, &roff, &on, &ron, MT_BITWISE_REF, 1);
+    judge(FC_P14_CPU_OFFLOAD, what, &off, &roff, &on, &ron, MT_BITWISE_REF, 1);
     mt_result_free(&ron);
     MT_CHECK(roff.mem.peak[FC_LOC_DEVICE][FC_MEM_PARAM_SHARD] == 0 &&
                  roff.mem.peak[FC_LOC_HOST][FC_MEM_PARAM_SHARD] == a.mem.peak[FC_LOC_DEVICE][FC_MEM_PARAM_SHARD],
@@ -467,7 +473,10 @@ static void check_act_ckpt(const char *model) {
                 snprintf(what, sizeof what, "no checkpointing (%s, FSDP%d %s W=%d K=2, %s)",
                          fc_act_ckpt_name(ca.act_ckpt), c.fsdp_version, fc_strategy_name(c.strategy), W,
                          fc_prec_name(c.param_dtype));
-                if (rank == 0) mt_judge_all(15, what, &ca, W, &r, &c, &none, MT_BITWISE_ANY, 1);
+                if (rank == 0)
+                    mt_judge(&(mt_judgement){.p = FC_P15_ACT_CKPT, .what = what, .tested = {&ca, W, &r, 0},
+                                             .expected = {&c, 0, &none, 0}, .bitwise = MT_BITWISE_ANY,
+                                             .same_compute = 1});
                 mt_result_free(&r);
             }
             mt_result_free(&none);
@@ -529,14 +538,14 @@ static void check_divide_modes(const char *model) {
             char what[128];
             snprintf(what, sizeof what, "local (%s W=%d --divide %s)", fc_strategy_name(c[d].strategy), W,
                      fc_divide_name(c[d].divide));
-            judge(1, what, &c[d], &r[d], &lc, &local, MT_POLICY, 0);
+            judge(FC_P1_LOCAL, what, &c[d], &r[d], &lc, &local, MT_POLICY, 0);
         }
         for (int d = 1; d < 3; d++) {
             char what[128];
             snprintf(what, sizeof what, "--divide prepost (%s W=%d --divide %s)", fc_strategy_name(c[d].strategy), W,
                      fc_divide_name(c[d].divide));
             // at W = 1 every factor is 1: the same bits
-            judge(1, what, &c[d], &r[d], &c[0], &r[0], W == 1 ? MT_BITWISE_REF : MT_POLICY, 1);
+            judge(FC_P1_LOCAL, what, &c[d], &r[d], &c[0], &r[0], W == 1 ? MT_BITWISE_REF : MT_POLICY, 1);
         }
         for (int d = 0; d < 3; d++) mt_result_free(&r[d]);
     }
@@ -588,7 +597,8 @@ static void check_world_sizes(const fc_model_config *mc) {
             if (rank == 0) {
                 char what[96];
                 snprintf(what, sizeof what, "local (full_shard W'=%d B=%d)", w, B);
-                mt_judge_all(5, what, &c, w, &r, &lc, &local, MT_POLICY, 0);
+                mt_judge(&(mt_judgement){.p = FC_P5_WORLD_SIZE, .what = what, .tested = {&c, w, &r, 0},
+                                         .expected = {&lc, 0, &local, 0}, .bitwise = MT_POLICY});
             }
             mt_result_free(&r);
             mpiCheck(MPI_Comm_free(&sub));

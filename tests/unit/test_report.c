@@ -1,12 +1,15 @@
-// tests/unit/test_report.c — the sweep's reports (oracle/report.c): Markdown
+// tests/unit/test_report.c — the sweep's reports (oracle/report*.c): Markdown
 // with its SVG plot, and JUnit XML.
 //
-// oracle/ is not a library, so report.c is compiled into this test directly.
+// oracle/ is not a library, so report*.c are compiled into this test directly.
 // Every test builds an fc_sweep_report by hand, writes the files into a
 // mkdtemp directory and reads them back as text: table cells are located by
 // their column header, XML is checked by a small well-formedness checker
 // written here, and the ZeRO formula values are computed here on their own.
 #include "../../oracle/report.c"
+#include "../../oracle/report_junit.c"
+#include "../../oracle/report_md.c"
+#include "../../oracle/report_svg.c"
 #include "../../oracle/sweep.h"
 
 #include <criterion/criterion.h>

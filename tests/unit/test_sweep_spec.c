@@ -27,14 +27,14 @@ static int parse_spec(const char *spec, fc_run_args *ra, fc_error *e) {
 }
 
 Test(sweep_spec, every_drawn_case_replays_as_itself) {
-    uint64_t s = 20261123;
+    fc_sweep_drawer d = {.seed = 20261123, .world = 4, .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),
+                         .features = FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA | FC_IMPL_FREEZE};
     int sgd = 0, act_ckpt[3] = {0}, rf = 0, frozen[3] = {0}, lora = 0, fwd2 = 0, bwd2 = 0, gdf = 0;
     for (int i = 0; i < 5000; i++) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA | FC_IMPL_FREEZE,
-                      FC_FAULT_NONE, &c, &W, &k);
+        fc_sweep_draw(&d, &c, &W, &k);
         char spec[1024], again[1024];
         fc_sweep_case_spec(&c, &k, spec, sizeof spec);
         fc_run_args ra;
@@ -86,12 +86,12 @@ Test(sweep_spec, every_drawn_case_replays_as_itself) {
 // A port without activation checkpointing (core/impl.h features) is never
 // drawn a case that asks for it.
 Test(sweep_spec, no_checkpointing_case_for_a_port_without_it) {
-    uint64_t s = 7;
+    fc_sweep_drawer d = {.seed = 7, .world = 4, .fsdp_versions = FC_IMPL_FSDP(1)};
     for (int i = 0; i < 2000; i++) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, FC_IMPL_FSDP(1), 0, FC_FAULT_NONE, &c, &W, &k);
+        fc_sweep_draw(&d, &c, &W, &k);
         cr_assert_eq(c.act_ckpt, FC_ACT_CKPT_NONE, "case %d", i);
         cr_assert_eq(c.fsdp_version, 1, "case %d", i);
         cr_assert_neq(c.model.kind, FC_MODEL_LLAMA, "case %d: a port without FC_IMPL_LLAMA", i);
@@ -105,23 +105,28 @@ Test(sweep_spec, no_checkpointing_case_for_a_port_without_it) {
 // without one, all the models are drawn.
 Test(sweep_spec, a_fault_sweep_draws_only_cases_of_the_fault) {
     const unsigned all = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2), feat = FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA | FC_IMPL_FREEZE;
-    uint64_t s = 11;
+    fc_sweep_drawer d = {.seed = 11, .world = 4, .fsdp_versions = all, .features = feat};
     int kinds[3] = {0};
     for (int i = 0; i < 600; i++) {
         fc_run_config c;
         fc_case_ckpt k;
         int W;
-        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_ROPE_HALF, &c, &W, &k);
+        d.inject = FC_FAULT_ROPE_HALF;
+        fc_sweep_draw(&d, &c, &W, &k);
         cr_assert_eq(c.model.kind, FC_MODEL_LLAMA, "rope_half case %d: %s", i, c.model.name);
         cr_assert_eq(c.inject, FC_FAULT_NONE);
-        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_TIED_UNTIED, &c, &W, &k);
+        d.inject = FC_FAULT_TIED_UNTIED;
+        fc_sweep_draw(&d, &c, &W, &k);
         cr_assert(fc_model_tied(&c.model), "tied_untied case %d: %s", i, c.model.name);
-        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_FROZEN_DECAY, &c, &W, &k);
+        d.inject = FC_FAULT_FROZEN_DECAY;
+        fc_sweep_draw(&d, &c, &W, &k);
         cr_assert((c.freeze[0] || c.model.lora_r) && c.optim.weight_decay > 0, "frozen_decay case %d: '%s', decay %g",
                   i, c.freeze, c.optim.weight_decay);
-        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_LORA_ALPHA, &c, &W, &k);
+        d.inject = FC_FAULT_LORA_ALPHA;
+        fc_sweep_draw(&d, &c, &W, &k);
         cr_assert(c.model.lora_r > 1, "lora_alpha case %d: %s", i, c.model.name);
-        fc_sweep_draw(&s, 4, all, feat, FC_FAULT_NONE, &c, &W, &k);
+        d.inject = FC_FAULT_NONE;
+        fc_sweep_draw(&d, &c, &W, &k);
         kinds[c.model.kind]++;
     }
     cr_expect(kinds[FC_MODEL_MLP] > 100 && kinds[FC_MODEL_GPT2] > 100 && kinds[FC_MODEL_LLAMA] > 100,
