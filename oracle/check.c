@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "compare.h"
+#include "flags.h"
 #include "rerun.h"
 #include "mpicheck.h"
 #include "optim.h"
@@ -48,183 +49,203 @@ static void export_all(const fc_impl_ops *ops, fc_impl *im, int n_state, full_se
         if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, s->state[i], 0, &e)) die_all(rank, e.msg);
 }
 
-int fc_cmd_check(int argc, char **argv) {
-    mpiCheck(MPI_Init(NULL, NULL));
+// One check: the two implementations side by side and what judges them.
+typedef struct {
     int rank, W;
-    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &W));
-    // check's own flags; the rest are run flags
-    const char *impl = NULL, *against = "reference";
-    int bitwise = 0;
+    fc_run_args a;
+    int bitwise;
+    const fc_impl_ops *tested, *expected;
+    fc_run_config tcfg, ecfg;  // the tested one's (with --inject) and the expected one's
+    fc_impl *ti, *ei;
+    fc_model m;
+    const char *names[2];
+    int n_state;
+    full_set ts, es;  // on rank 0
+    fc_cmp_policy policy;
+    fc_cmp_ctx ctx;
+    fc_rerun mag;      // 16 bits: the magnitude pass of each step, on rank 0 (compare.h)
+    float *mag_buf;    // [numel] or NULL
+    char dir[256];     // the lockstep state handover's directory, "" for one step
+    long first;        // the first step's number (after a --load)
+} check_run;
+
+// check's own flags (--impl, --against, --bitwise); the rest are run's flags.
+static void parse_args(check_run *c, int argc, char **argv, const char **impl, const char **against) {
+    enum { IMPL, AGAINST, BITWISE };
+    static const fc_flag flags[] = {[IMPL] = {"--impl", FC_FLAG_VALUE}, [AGAINST] = {"--against", FC_FLAG_VALUE},
+                                    [BITWISE] = {"--bitwise", FC_FLAG_SWITCH}};
+    static const fc_flag_words words = {"", "", "", ""};  // FC_FLAGS_PASS: never used
     char **rest = callocCheck((size_t)argc + 1, sizeof *rest);
     int n = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--impl") && i + 1 < argc)
-            impl = argv[++i];
-        else if (!strcmp(argv[i], "--against") && i + 1 < argc)
-            against = argv[++i];
-        else if (!strcmp(argv[i], "--bitwise"))
-            bitwise = 1;
-        else
-            rest[n++] = argv[i];
+    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), &words, FC_FLAGS_PASS);
+    for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
+        if (id == IMPL && it.value) *impl = it.value;
+        else if (id == AGAINST && it.value) *against = it.value;
+        else if (id == BITWISE) c->bitwise = 1;
+        else rest[n++] = (char *)it.arg;  // run's parser says what is wrong with a value flag left without one
     }
-    if (!impl) die_all(rank, "check: --impl X is required (reference, or a port's PATH.so)");
-    fc_run_args a;
+    if (!*impl) die_all(c->rank, "check: --impl X is required (reference, or a port's PATH.so)");
     fc_error e;
-    int rc = fc_cli_parse_run(n, rest, &a, &e);
+    int rc = fc_cli_parse_run(n, rest, &c->a, &e);
     free(rest);
-    if (rc == 1) die_all(rank, "check: see fsdpcheck run --help for the config flags");
-    if (rc) die_all(rank, e.msg);
-    if (fc_run_config_validate_world(&a.cfg, W, &e)) die_all(rank, e.msg);
+    if (rc == 1) die_all(c->rank, "check: see fsdpcheck run --help for the config flags");
+    if (rc) die_all(c->rank, e.msg);
+    if (fc_run_config_validate_world(&c->a.cfg, c->W, &e)) die_all(c->rank, e.msg);
     // check compares in memory and writes nothing: run's output flags would
     // change nothing here, so they are refused rather than ignored
-    const char *writes = a.trace_dir[0] ? "--trace" : a.comm_log[0] ? "--comm-log" : a.save_dir[0] ? "--save" : NULL;
+    const fc_run_args *a = &c->a;
+    const char *writes = a->trace_dir[0] ? "--trace" : a->comm_log[0] ? "--comm-log" : a->save_dir[0] ? "--save" : NULL;
     if (writes) {
         char msg[256];
         snprintf(msg, sizeof msg, "check: %s is run's (check compares in memory and writes nothing): use "
                  "fsdpcheck run %s", writes, writes);
-        die_all(rank, msg);
+        die_all(c->rank, msg);
     }
-    if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) die_all(rank, e.msg);
-    fc_threads_setup(a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
-    const fc_impl_ops *tested = fc_impl_resolve(impl, &e);
-    if (tested) tested = fc_impl_for(tested, &a.cfg, &e);
-    if (!tested) die_all(rank, e.msg);
-    const fc_impl_ops *expected = fc_impl_resolve(against, &e);
-    if (!expected) die_all(rank, e.msg);
+}
 
-    fc_run_config tcfg = a.cfg, ecfg = a.cfg;
-    ecfg.inject = FC_FAULT_NONE;
-    fc_impl *ti = tested->create(&tcfg, MPI_COMM_WORLD, &e);
-    if (!ti) die_all(rank, e.msg);
-    fc_impl *ei = expected->create(&ecfg, MPI_COMM_WORLD, &e);
-    if (!ei) {
-        tested->destroy(ti);
-        die_all(rank, e.msg);
+// --load: both start from the checkpoint (parameters, optimizer state, the
+// step and so the data position), and the steps judged continue from it.
+static void load_both(check_run *c) {
+    fc_error e;
+    fc_watchdog_mark(0, "load");
+    const fc_impl_ops *ops[2] = {c->tested, c->expected};
+    fc_impl *ims[2] = {c->ti, c->ei};
+    for (int k = 0; k < 2; k++) {
+        if (!ops[k]->load || !ops[k]->steps_done)
+            fc_fail(&e, "implementation %s does not load checkpoints", ops[k]->name);
+        else if (ops[k]->load(ims[k], c->a.load_dir, &e) == 0)
+            continue;
+        char msg[sizeof e.msg + 32];
+        snprintf(msg, sizeof msg, "--load: %s", e.msg);  // the same on every rank
+        c->tested->destroy(c->ti);  // refused: what the two created is released before MPI ends
+        c->expected->destroy(c->ei);
+        die_all(c->rank, msg);
     }
-    // --load: both start from the checkpoint (parameters, optimizer state, the
-    // step and so the data position), and the steps judged continue from it
-    if (a.load_dir[0]) {
-        fc_watchdog_mark(0, "load");
-        const fc_impl_ops *ops[2] = {tested, expected};
-        fc_impl *ims[2] = {ti, ei};
+}
+
+// The watchdog, the threads, and both implementations created (and loaded).
+static void start(check_run *c, const char *impl, const char *against) {
+    fc_error e;
+    if (fc_watchdog_start(MPI_COMM_WORLD, c->a.timeout, &e)) die_all(c->rank, e.msg);
+    fc_threads_setup(c->a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
+    c->tested = fc_impl_resolve(impl, &e);
+    if (c->tested) c->tested = fc_impl_for(c->tested, &c->a.cfg, &e);
+    if (!c->tested) die_all(c->rank, e.msg);
+    c->expected = fc_impl_resolve(against, &e);
+    if (!c->expected) die_all(c->rank, e.msg);
+    c->tcfg = c->ecfg = c->a.cfg;
+    c->ecfg.inject = FC_FAULT_NONE;
+    c->ti = c->tested->create(&c->tcfg, MPI_COMM_WORLD, &e);
+    if (!c->ti) die_all(c->rank, e.msg);
+    c->ei = c->expected->create(&c->ecfg, MPI_COMM_WORLD, &e);
+    if (!c->ei) {
+        c->tested->destroy(c->ti);
+        die_all(c->rank, e.msg);
+    }
+    if (c->a.load_dir[0]) load_both(c);
+}
+
+// Rank 0's full sets, the policy and the context that judge every step.
+static void prepare_judging(check_run *c) {
+    fc_error e;
+    fc_model_build_run(&c->m, &c->a.cfg);
+    c->n_state = fc_optim_state_names(&c->a.cfg.optim, c->names);
+    if (c->rank == 0) {
+        full_set *sets[2] = {&c->ts, &c->es};
         for (int k = 0; k < 2; k++) {
-            if (!ops[k]->load || !ops[k]->steps_done)
-                fc_fail(&e, "implementation %s does not load checkpoints", ops[k]->name);
-            else if (ops[k]->load(ims[k], a.load_dir, &e) == 0)
-                continue;
-            char msg[sizeof e.msg + 32];
-            snprintf(msg, sizeof msg, "--load: %s", e.msg);  // the same on every rank
-            tested->destroy(ti);  // refused: what the two created is released before MPI ends
-            expected->destroy(ei);
-            die_all(rank, msg);
+            sets[k]->params = mallocCheck(c->m.numel * sizeof(float));
+            sets[k]->prev = mallocCheck(c->m.numel * sizeof(float));
+            sets[k]->grads = mallocCheck(c->m.numel * sizeof(float));
+            for (int i = 0; i < c->n_state; i++) sets[k]->state[i] = mallocCheck(c->m.numel * sizeof(float));
         }
     }
-
-    fc_model m;
-    fc_model_build_run(&m, &a.cfg);
-    const char *names[2];
-    int n_state = fc_optim_state_names(&a.cfg.optim, names);
-    full_set ts = {0}, es = {0};
-    if (rank == 0) {
-        full_set *sets[2] = {&ts, &es};
-        for (int k = 0; k < 2; k++) {
-            sets[k]->params = mallocCheck(m.numel * sizeof(float));
-            sets[k]->prev = mallocCheck(m.numel * sizeof(float));
-            sets[k]->grads = mallocCheck(m.numel * sizeof(float));
-            for (int i = 0; i < n_state; i++) sets[k]->state[i] = mallocCheck(m.numel * sizeof(float));
-        }
-    }
-    fc_cmp_policy policy;
-    fc_cmp_policy_defaults(&policy, fc_cmp_precision(&ecfg, &tcfg));
-    if (bitwise) fc_cmp_policy_bitwise(&policy);
-    fc_cmp_ctx ctx = {&m, &policy, &tcfg, W, &ecfg.optim, &ecfg, W, fc_runner_act32(expected), fc_runner_act32(tested), 0, 0};
-    // 16 bits: the magnitude pass of each step, on rank 0 (compare.h)
-    fc_rerun mag;
-    memset(&mag, 0, sizeof mag);
-    float *mag_buf = NULL;
-    if (rank == 0 && fc_cmp_policy_magnitudes(&policy)) {
-        if (fc_magnitude_open(&mag, &ecfg, W, NULL, &e)) fc_die(FC_EXIT_USAGE, "check: the magnitude pass: %s", e.msg);
-        mag_buf = mallocCheck(m.numel * sizeof(float));
+    fc_cmp_policy_defaults(&c->policy, fc_cmp_precision(&c->ecfg, &c->tcfg));
+    if (c->bitwise) fc_cmp_policy_bitwise(&c->policy);
+    c->ctx = (fc_cmp_ctx){&c->m, &c->policy, &c->tcfg, c->W, &c->ecfg.optim, &c->ecfg, c->W,
+                          fc_runner_act32(c->expected), fc_runner_act32(c->tested), 0, 0};
+    if (c->rank == 0 && fc_cmp_policy_magnitudes(&c->policy)) {
+        if (fc_magnitude_open(&c->mag, &c->ecfg, c->W, NULL, &e))
+            fc_die(FC_EXIT_USAGE, "check: the magnitude pass: %s", e.msg);
+        c->mag_buf = mallocCheck(c->m.numel * sizeof(float));
     }
     // the parameters both start from (initial, or loaded)
-    if (tested->export_full(ti, FC_EXPORT_PARAMS, ts.prev, 0, &e) || expected->export_full(ei, FC_EXPORT_PARAMS, es.prev, 0, &e))
-        die_all(rank, e.msg);
-    if (rank == 0 && !a.quiet)
-        printf("fsdpcheck check: %s against %s, model %s, strategy %s (FSDP%d), W=%d, %d steps, each from the "
-               "tested state (lockstep)\n", tested->name, expected->name, m.cfg.name, fc_strategy_name(a.cfg.strategy),
-               a.cfg.fsdp_version, W,
-               a.cfg.steps);
-    char dir[256] = "";
-    if (a.cfg.steps > 1) {
-        fc_lockstep_dir(MPI_COMM_WORLD, dir, sizeof dir);
-        if (!dir[0]) die_all(rank, "check: cannot create a directory for the lockstep state handover");
+    if (c->tested->export_full(c->ti, FC_EXPORT_PARAMS, c->ts.prev, 0, &e) ||
+        c->expected->export_full(c->ei, FC_EXPORT_PARAMS, c->es.prev, 0, &e))
+        die_all(c->rank, e.msg);
+}
+
+// Rank 0 judges step t from both implementations' exported sets: the verdict.
+static int judge_step(check_run *c, long step, const fc_step_info *ti_info, const fc_step_info *ei_info) {
+    full_set *ts = &c->ts, *es = &c->es;
+    fc_trace_step sa = {.step = step, .loss = ei_info->loss, .has_norm = 1, .grad_norm = ei_info->grad_norm,
+                        .grads = es->grads, .params = es->params, .prev_params = es->prev, .n_state = c->n_state};
+    fc_trace_step sb = {.step = step, .loss = ti_info->loss, .has_norm = 1, .grad_norm = ti_info->grad_norm,
+                        .grads = ts->grads, .params = ts->params, .prev_params = ts->prev, .n_state = c->n_state};
+    for (int i = 0; i < c->n_state; i++) {
+        sa.state_names[i] = sb.state_names[i] = c->names[i];
+        sa.state[i] = es->state[i];
+        sb.state[i] = ts->state[i];
     }
-    long first = expected->steps_done ? expected->steps_done(ei) : 0;
+    fc_error e;
+    if (c->mag_buf) {
+        if (fc_magnitude_step(&c->mag, step, es->prev, (const float *const *)sa.state, c->mag_buf, &e))
+            fc_die(FC_EXIT_USAGE, "check: the magnitude pass of step %ld: %s", step, e.msg);
+        sa.grad_mag = c->mag_buf;
+    }
+    fc_cmp_result r;
+    fc_cmp_result_init(&r, step);
+    fc_compare_add(&c->ctx, &sa, &sb, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &r);
+    if (!c->a.quiet || !r.pass)  // --quiet: the failing step and the verdict only
+        printf("step %ld: loss %.6f vs %.6f  %s\n", step, (double)ti_info->loss, (double)ei_info->loss,
+               r.pass ? "pass" : "FAIL");
     int verdict = FC_EXIT_PASS;
-    for (int t = 0; t < a.cfg.steps && verdict == FC_EXIT_PASS; t++) {
-        fc_step_info ti_info, ei_info;
-        fc_watchdog_mark(first + t, "step");
-        if (tested->step(ti, &ti_info, &e)) die_all(rank, e.msg);
-        if (t > 0) {  // the expected step starts from the tested state after step t - 1
-            fc_watchdog_mark(first + t, "lockstep load");
-            const float *const state[2] = {ts.state[0], ts.state[1]};
-            if (fc_lockstep_handover(expected, ei, &ecfg, ts.prev, state, first + t, dir, MPI_COMM_WORLD, &e))
-                die_all(rank, e.msg);
-            if (rank == 0) memcpy(es.prev, ts.prev, m.numel * sizeof(float));
-        }
-        if (expected->step(ei, &ei_info, &e)) die_all(rank, e.msg);
-        fc_watchdog_mark(first + t, "export");
-        export_all(tested, ti, n_state, &ts, rank);
-        export_all(expected, ei, n_state, &es, rank);
-        if (rank == 0) {
-            fc_trace_step sa = {.step = first + t, .loss = ei_info.loss, .has_norm = 1, .grad_norm = ei_info.grad_norm,
-                                .grads = es.grads, .params = es.params, .prev_params = es.prev, .n_state = n_state};
-            fc_trace_step sb = {.step = first + t, .loss = ti_info.loss, .has_norm = 1, .grad_norm = ti_info.grad_norm,
-                                .grads = ts.grads, .params = ts.params, .prev_params = ts.prev, .n_state = n_state};
-            for (int i = 0; i < n_state; i++) {
-                sa.state_names[i] = sb.state_names[i] = names[i];
-                sa.state[i] = es.state[i];
-                sb.state[i] = ts.state[i];
-            }
-            if (mag_buf) {
-                if (fc_magnitude_step(&mag, first + t, es.prev, (const float *const *)sa.state, mag_buf, &e))
-                    fc_die(FC_EXIT_USAGE, "check: the magnitude pass of step %ld: %s", first + t, e.msg);
-                sa.grad_mag = mag_buf;
-            }
-            fc_cmp_result r;
-            fc_cmp_result_init(&r, first + t);
-            fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL & ~FC_CMP_MASK(FC_CMP_BATCH), &r);
-            if (!a.quiet || !r.pass)  // --quiet: the failing step and the verdict only
-                printf("step %ld: loss %.6f vs %.6f  %s\n", first + t, (double)ti_info.loss, (double)ei_info.loss,
-                       r.pass ? "pass" : "FAIL");
-            if (!r.pass) {
-                fc_cmp_print_policy(stdout, &policy);
-                fc_cmp_print_header(stdout);
-                fc_cmp_print_rows(stdout, &r);
-                fc_cmp_print_divergence(stdout, &r.first);
-                verdict = FC_EXIT_FAIL;
-            }
-            fc_cmp_result_free(&r);
-            for (int k = 0; k < 2; k++) {  // this step's parameters are the next one's previous
-                full_set *fs = k ? &ts : &es;
-                float *tmp = fs->prev;
-                fs->prev = fs->params;
-                fs->params = tmp;
-            }
-        }
-        mpiCheck(MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD));  // stop together
+    if (!r.pass) {
+        fc_cmp_print_policy(stdout, &c->policy);
+        fc_cmp_print_header(stdout);
+        fc_cmp_print_rows(stdout, &r);
+        fc_cmp_print_divergence(stdout, &r.first);
+        verdict = FC_EXIT_FAIL;
     }
-    if (rank == 0) {
-        printf("fsdpcheck check: %s\n", verdict == FC_EXIT_PASS ? "pass" : "FAIL (stopped at the first failing step)");
-        fflush(stdout);
+    fc_cmp_result_free(&r);
+    for (int k = 0; k < 2; k++) {  // this step's parameters are the next one's previous
+        full_set *fs = k ? ts : es;
+        float *tmp = fs->prev;
+        fs->prev = fs->params;
+        fs->params = tmp;
     }
-    tested->destroy(ti);
-    expected->destroy(ei);
-    if (dir[0] && rank == 0) fc_remove_flat_dir(dir);
-    free(mag_buf);
-    fc_rerun_close(&mag);
-    full_set *sets[2] = {&ts, &es};
+    return verdict;
+}
+
+// Step t of both, the expected one from the tested state after step t - 1: the verdict, on every rank.
+static int run_step(check_run *c, int t) {
+    fc_step_info ti_info, ei_info;
+    fc_error e;
+    long step = c->first + t;
+    fc_watchdog_mark(step, "step");
+    if (c->tested->step(c->ti, &ti_info, &e)) die_all(c->rank, e.msg);
+    if (t > 0) {
+        fc_watchdog_mark(step, "lockstep load");
+        const float *const state[2] = {c->ts.state[0], c->ts.state[1]};
+        if (fc_lockstep_handover(c->expected, c->ei, &c->ecfg, c->ts.prev, state, step, c->dir, MPI_COMM_WORLD, &e))
+            die_all(c->rank, e.msg);
+        if (c->rank == 0) memcpy(c->es.prev, c->ts.prev, c->m.numel * sizeof(float));
+    }
+    if (c->expected->step(c->ei, &ei_info, &e)) die_all(c->rank, e.msg);
+    fc_watchdog_mark(step, "export");
+    export_all(c->tested, c->ti, c->n_state, &c->ts, c->rank);
+    export_all(c->expected, c->ei, c->n_state, &c->es, c->rank);
+    int verdict = c->rank == 0 ? judge_step(c, step, &ti_info, &ei_info) : FC_EXIT_PASS;
+    mpiCheck(MPI_Bcast(&verdict, 1, MPI_INT, 0, MPI_COMM_WORLD));  // stop together
+    return verdict;
+}
+
+static void finish(check_run *c) {
+    c->tested->destroy(c->ti);
+    c->expected->destroy(c->ei);
+    if (c->dir[0] && c->rank == 0) fc_remove_flat_dir(c->dir);
+    free(c->mag_buf);
+    fc_rerun_close(&c->mag);
+    full_set *sets[2] = {&c->ts, &c->es};
     for (int k = 0; k < 2; k++) {
         free(sets[k]->params);
         free(sets[k]->prev);
@@ -232,8 +253,36 @@ int fc_cmd_check(int argc, char **argv) {
         free(sets[k]->state[0]);
         free(sets[k]->state[1]);
     }
-    fc_model_free(&m);
+    fc_model_free(&c->m);
     fc_watchdog_stop();
     MPI_Finalize();
+}
+
+int fc_cmd_check(int argc, char **argv) {
+    mpiCheck(MPI_Init(NULL, NULL));
+    check_run run = {0}, *c = &run;
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &c->W));
+    const char *impl = NULL, *against = "reference";
+    parse_args(c, argc, argv, &impl, &against);
+    start(c, impl, against);
+    prepare_judging(c);
+    const fc_run_config *cfg = &c->a.cfg;
+    if (c->rank == 0 && !c->a.quiet)
+        printf("fsdpcheck check: %s against %s, model %s, strategy %s (FSDP%d), W=%d, %d steps, each from the "
+               "tested state (lockstep)\n", c->tested->name, c->expected->name, c->m.cfg.name,
+               fc_strategy_name(cfg->strategy), cfg->fsdp_version, c->W, cfg->steps);
+    if (cfg->steps > 1) {
+        fc_lockstep_dir(MPI_COMM_WORLD, c->dir, sizeof c->dir);
+        if (!c->dir[0]) die_all(c->rank, "check: cannot create a directory for the lockstep state handover");
+    }
+    c->first = c->expected->steps_done ? c->expected->steps_done(c->ei) : 0;
+    int verdict = FC_EXIT_PASS;
+    for (int t = 0; t < cfg->steps && verdict == FC_EXIT_PASS; t++) verdict = run_step(c, t);
+    if (c->rank == 0) {
+        printf("fsdpcheck check: %s\n", verdict == FC_EXIT_PASS ? "pass" : "FAIL (stopped at the first failing step)");
+        fflush(stdout);
+    }
+    finish(c);
     return verdict;
 }

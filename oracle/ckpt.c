@@ -12,7 +12,6 @@
 //                  assembles the model (and the optimizer state) in memory
 //                  and writes it. Any of the three converts to any other.
 #include <cJSON.h>
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "flags.h"
 #include "layout.h"
 
 static void usage(FILE *f) {
@@ -60,6 +60,49 @@ static void shape_text(const fc_st_tensor *t, char *buf, size_t cap) {
 // ---------------------------------------------------------------------------
 // inspect
 
+// One tensor's line; a shard's layout (which elements of which unit it
+// holds) or a DCP block's rows (which rows of the full tensor).
+static void print_tensor(const fc_st_tensor *t, const char *layout, const cJSON *dcp) {
+    char shape[96];
+    shape_text(t, shape, sizeof shape);
+    printf("    %-48s %-4s %-14s", t->name, fc_dtype_name(t->dtype), shape);
+    cJSON *j = layout ? cJSON_Parse(layout) : NULL;
+    const cJSON *off = dcp ? cJSON_GetObjectItem(cJSON_GetObjectItem(dcp, t->name), "saved_offsets") : NULL;
+    if (cJSON_GetArraySize(off) > 0 && t->ndim > 0)
+        printf(" rows [%.0f, %.0f)", cJSON_GetArrayItem(off, 0)->valuedouble,
+               cJSON_GetArrayItem(off, 0)->valuedouble + (double)t->shape[0]);
+    if (j) {
+        const cJSON *u = cJSON_GetObjectItem(j, "unit"), *un = cJSON_GetObjectItem(j, "unit_name"),
+                    *f = cJSON_GetObjectItem(j, "first"), *n = cJSON_GetObjectItem(j, "count"),
+                    *N = cJSON_GetObjectItem(j, "unit_numel");
+        printf(" unit %d (%s) elements [%.0f, %.0f) of %.0f", u->valueint,
+               un->valuestring[0] ? un->valuestring : "root", f->valuedouble, f->valuedouble + n->valuedouble,
+               N->valuedouble);
+        cJSON_Delete(j);
+    }
+    printf("\n");
+}
+
+static void print_files(fc_ckpt *c, const fc_ckpt_manifest *m) {
+    int w = 26;
+    for (int i = 0; i < m->n_files; i++)
+        if ((int)strlen(m->files[i].name) > w) w = (int)strlen(m->files[i].name);
+    for (int i = 0; i < m->n_files; i++)
+        printf("    %-*s %14" PRIu64 " bytes  sha256 %s\n", w, m->files[i].name, m->files[i].bytes, m->files[i].sha256);
+    for (int i = 0; i < m->n_files; i++) {
+        const fc_st_file *st = fc_ckpt_st(c, m->files[i].name);
+        if (!st) continue;
+        printf("  tensors of %s (%d)\n", m->files[i].name, st->n_tensors);
+        const char *sharding = m->kind == FC_STATE_DICT_DCP ? fc_st_meta(st, "DCP_SHARDING_INFO") : NULL;
+        cJSON *d = sharding ? cJSON_Parse(sharding) : NULL;
+        for (int k = 0; k < st->n_tensors; k++) {
+            const fc_st_tensor *t = &st->tensors[k];
+            print_tensor(t, m->kind == FC_STATE_DICT_SHARDED ? fc_st_meta(st, t->name) : NULL, d);
+        }
+        cJSON_Delete(d);
+    }
+}
+
 static int cmd_inspect(const char *dir) {
     fc_ckpt *c = open_or_die(dir, 0);
     const fc_ckpt_manifest *m = fc_ckpt_manifest_of(c);
@@ -81,43 +124,7 @@ static int cmd_inspect(const char *dir) {
     printf("  run         seed %llu, global batch %d, seq len %d, grad accum %d\n", (unsigned long long)cfg->seed,
            cfg->global_batch, cfg->seq_len, cfg->grad_accum);
     printf("  files       %d, %" PRIu64 " bytes\n", m->n_files, total_bytes(m));
-    int w = 26;
-    for (int i = 0; i < m->n_files; i++)
-        if ((int)strlen(m->files[i].name) > w) w = (int)strlen(m->files[i].name);
-    for (int i = 0; i < m->n_files; i++)
-        printf("    %-*s %14" PRIu64 " bytes  sha256 %s\n", w, m->files[i].name, m->files[i].bytes, m->files[i].sha256);
-    for (int i = 0; i < m->n_files; i++) {
-        const fc_st_file *st = fc_ckpt_st(c, m->files[i].name);
-        if (!st) continue;
-        printf("  tensors of %s (%d)\n", m->files[i].name, st->n_tensors);
-        // a DCP file's blocks: which rows of each full tensor they hold
-        const char *sharding = m->kind == FC_STATE_DICT_DCP ? fc_st_meta(st, "DCP_SHARDING_INFO") : NULL;
-        cJSON *d = sharding ? cJSON_Parse(sharding) : NULL;
-        for (int k = 0; k < st->n_tensors; k++) {
-            const fc_st_tensor *t = &st->tensors[k];
-            char shape[96];
-            shape_text(t, shape, sizeof shape);
-            printf("    %-48s %-4s %-14s", t->name, fc_dtype_name(t->dtype), shape);
-            // a shard tensor's layout: which elements of which unit it holds
-            const char *layout = m->kind == FC_STATE_DICT_SHARDED ? fc_st_meta(st, t->name) : NULL;
-            cJSON *j = layout ? cJSON_Parse(layout) : NULL;
-            const cJSON *off = d ? cJSON_GetObjectItem(cJSON_GetObjectItem(d, t->name), "saved_offsets") : NULL;
-            if (cJSON_GetArraySize(off) > 0 && t->ndim > 0)
-                printf(" rows [%.0f, %.0f)", cJSON_GetArrayItem(off, 0)->valuedouble,
-                       cJSON_GetArrayItem(off, 0)->valuedouble + (double)t->shape[0]);
-            if (j) {
-                const cJSON *u = cJSON_GetObjectItem(j, "unit"), *un = cJSON_GetObjectItem(j, "unit_name"),
-                            *f = cJSON_GetObjectItem(j, "first"), *n = cJSON_GetObjectItem(j, "count"),
-                            *N = cJSON_GetObjectItem(j, "unit_numel");
-                printf(" unit %d (%s) elements [%.0f, %.0f) of %.0f", u->valueint,
-                       un->valuestring[0] ? un->valuestring : "root", f->valuedouble, f->valuedouble + n->valuedouble,
-                       N->valuedouble);
-                cJSON_Delete(j);
-            }
-            printf("\n");
-        }
-        cJSON_Delete(d);
-    }
+    print_files(c, m);
     printf("  checksums not verified here: run 'fsdpcheck ckpt verify %s'\n", dir);
     fc_ckpt_close(c);
     return FC_EXIT_PASS;
@@ -236,29 +243,23 @@ static int to_dcp(fc_ckpt *c, const char *dst, int W, fc_error *e) {
 }
 
 static int cmd_convert(int argc, char **argv) {
+    enum { TO, WORLD_SIZE };
+    static const fc_flag flags[] = {[TO] = {"--to", FC_FLAG_VALUE}, [WORLD_SIZE] = {"--world-size", FC_FLAG_VALUE}};
+    static const fc_flag_words words = {"ckpt convert: ", " (see fsdpcheck ckpt --help)", "ckpt convert: ", ""};
     const char *pos[2] = {NULL, NULL}, *to = NULL;
     int npos = 0, W = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--to") || !strcmp(a, "--world-size")) {
-            if (i + 1 >= argc) fc_die(FC_EXIT_USAGE, "ckpt convert: %s needs a value", a);
-            const char *v = argv[++i];
-            if (a[2] == 't') {
-                to = v;
-                continue;
-            }
-            char *end;
-            errno = 0;
-            long w = strtol(v, &end, 10);
-            if (errno || end == v || *end || w < 1 || w > 65536)
-                fc_die(FC_EXIT_USAGE, "ckpt convert: --world-size '%s' is not an integer in 1..65536", v);
-            W = (int)w;
-        } else if (!strncmp(a, "--", 2)) {
-            fc_die(FC_EXIT_USAGE, "ckpt convert: unknown flag %s (see fsdpcheck ckpt --help)", a);
+    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), &words, 0);
+    fc_error e;
+    for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
+        if (id == TO) {
+            to = it.value;
+        } else if (id == WORLD_SIZE) {
+            if (fc_flag_int(it.name, it.value, 1, 65536, &W, &e))
+                fc_die(FC_EXIT_USAGE, "ckpt convert: --world-size '%s' is not an integer in 1..65536", it.value);
         } else if (npos < 2) {
-            pos[npos++] = a;
+            pos[npos++] = it.arg;
         } else {
-            fc_die(FC_EXIT_USAGE, "ckpt convert: unexpected argument '%s' (SRC DST --to full|sharded|dcp)", a);
+            fc_die(FC_EXIT_USAGE, "ckpt convert: unexpected argument '%s' (SRC DST --to full|sharded|dcp)", it.arg);
         }
     }
     fc_state_dict kind;
@@ -274,7 +275,6 @@ static int cmd_convert(int argc, char **argv) {
     fc_ckpt *c = open_or_die(pos[0], 1);
     const fc_ckpt_manifest *man = fc_ckpt_manifest_of(c);
     if (!W) W = man->world_size;
-    fc_error e;
     int rc = kind == FC_STATE_DICT_FULL      ? to_full(c, pos[1], &e)
              : kind == FC_STATE_DICT_SHARDED ? to_sharded(c, pos[1], W, &e)
                                              : to_dcp(c, pos[1], W, &e);

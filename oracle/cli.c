@@ -1,8 +1,7 @@
 // oracle/cli.c — flag parsing for `fsdpcheck run`.
 //
-// One table lists every flag of DESIGN §7. A flag whose capability is not in
-// this build is listed with the reason and refused with exit 2: a flag that is
-// accepted always changes what runs.
+// One table lists every flag of DESIGN §7 (flags.h walks it); each flag is
+// applied by the group it configures: the run, the optimizer, FSDP, files.
 #include "cli.h"
 
 #include <errno.h>
@@ -11,65 +10,72 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flags.h"
 #include "threads.h"
 
-typedef enum { ARG_NONE, ARG_INT, ARG_U64, ARG_DOUBLE, ARG_STR } arg_kind;
-
-typedef struct {
-    const char *name;
-    arg_kind kind;
-    const char *unavailable;  // non-NULL: refused, with this reason
-} flag_spec;
-
-static const flag_spec FLAGS[] = {
-    {"--impl", ARG_STR, NULL},
-    {"--model", ARG_STR, NULL},
-    {"--strategy", ARG_STR, NULL},
-    {"--fsdp-version", ARG_INT, NULL},
-    {"--steps", ARG_INT, NULL},
-    {"--seed", ARG_U64, NULL},
-    {"--global-batch", ARG_INT, NULL},
-    {"--seq-len", ARG_INT, NULL},
-    {"--optimizer", ARG_STR, NULL},
-    {"--lr", ARG_DOUBLE, NULL},
-    {"--weight-decay", ARG_DOUBLE, NULL},
-    {"--momentum", ARG_DOUBLE, NULL},
-    {"--grad-accum", ARG_INT, NULL},
-    {"--clip-grad-norm", ARG_DOUBLE, NULL},
-    {"--norm-type", ARG_STR, NULL},
-    {"--init", ARG_STR, NULL},
-    {"--freeze", ARG_STR, NULL},
-    {"--lora", ARG_STR, NULL},
-    {"--trace", ARG_STR, NULL},
-    {"--trace-tensors", ARG_STR, NULL},
-    {"--quiet", ARG_NONE, NULL},
-    {"--help", ARG_NONE, NULL},
-    {"--shard-group", ARG_INT, NULL},
-    {"--reshard-after-forward", ARG_INT, NULL},
-    {"--backward-prefetch", ARG_STR, NULL},
-    {"--forward-prefetch", ARG_NONE, NULL},
-    {"--forward-prefetch-units", ARG_INT, NULL},
-    {"--backward-prefetch-units", ARG_INT, NULL},
-    {"--gradient-divide-factor", ARG_DOUBLE, NULL},
-    {"--limit-all-gathers", ARG_NONE, NULL},
-    {"--param-dtype", ARG_STR, NULL},
-    {"--reduce-dtype", ARG_STR, NULL},
-    {"--divide", ARG_STR, NULL},
-    {"--no-sync", ARG_NONE, NULL},
-    {"--cpu-offload", ARG_NONE, NULL},
-    {"--activation-checkpointing", ARG_STR, NULL},
-    {"--gradient-checkpointing", ARG_NONE, NULL},
-    {"--comm-log", ARG_STR, NULL},
-    {"--fsdp-config", ARG_STR, NULL},
-    {"--save", ARG_STR, NULL},
-    {"--save-at", ARG_INT, NULL},
-    {"--state-dict", ARG_STR, NULL},
-    {"--load", ARG_STR, NULL},
-    {"--inject", ARG_STR, NULL},
-    {"--comm", ARG_STR, NULL},
-    {"--timeout", ARG_DOUBLE, NULL},
-    {"--threads", ARG_STR, NULL},
+enum {
+    F_IMPL, F_MODEL, F_STRATEGY, F_FSDP_VERSION, F_STEPS, F_SEED, F_GLOBAL_BATCH, F_SEQ_LEN, F_OPTIMIZER, F_LR,
+    F_WEIGHT_DECAY, F_MOMENTUM, F_GRAD_ACCUM, F_CLIP_GRAD_NORM, F_NORM_TYPE, F_INIT, F_FREEZE, F_LORA, F_TRACE,
+    F_TRACE_TENSORS, F_QUIET, F_HELP, F_SHARD_GROUP, F_RESHARD_AFTER_FORWARD, F_BACKWARD_PREFETCH, F_FORWARD_PREFETCH,
+    F_FORWARD_PREFETCH_UNITS, F_BACKWARD_PREFETCH_UNITS, F_GRADIENT_DIVIDE_FACTOR, F_LIMIT_ALL_GATHERS, F_PARAM_DTYPE,
+    F_REDUCE_DTYPE, F_DIVIDE, F_NO_SYNC, F_CPU_OFFLOAD, F_ACTIVATION_CHECKPOINTING, F_GRADIENT_CHECKPOINTING,
+    F_COMM_LOG, F_FSDP_CONFIG, F_SAVE, F_SAVE_AT, F_STATE_DICT, F_LOAD, F_INJECT, F_COMM, F_TIMEOUT, F_THREADS,
+    F_COUNT
 };
+
+#define V FC_FLAG_VALUE
+#define S FC_FLAG_SWITCH
+static const fc_flag FLAGS[F_COUNT] = {
+    [F_IMPL] = {"--impl", V},
+    [F_MODEL] = {"--model", V},
+    [F_STRATEGY] = {"--strategy", V},
+    [F_FSDP_VERSION] = {"--fsdp-version", V},
+    [F_STEPS] = {"--steps", V},
+    [F_SEED] = {"--seed", V},
+    [F_GLOBAL_BATCH] = {"--global-batch", V},
+    [F_SEQ_LEN] = {"--seq-len", V},
+    [F_OPTIMIZER] = {"--optimizer", V},
+    [F_LR] = {"--lr", V},
+    [F_WEIGHT_DECAY] = {"--weight-decay", V},
+    [F_MOMENTUM] = {"--momentum", V},
+    [F_GRAD_ACCUM] = {"--grad-accum", V},
+    [F_CLIP_GRAD_NORM] = {"--clip-grad-norm", V},
+    [F_NORM_TYPE] = {"--norm-type", V},
+    [F_INIT] = {"--init", V},
+    [F_FREEZE] = {"--freeze", V},
+    [F_LORA] = {"--lora", V},
+    [F_TRACE] = {"--trace", V},
+    [F_TRACE_TENSORS] = {"--trace-tensors", V},
+    [F_QUIET] = {"--quiet", S},
+    [F_HELP] = {"--help", S},
+    [F_SHARD_GROUP] = {"--shard-group", V},
+    [F_RESHARD_AFTER_FORWARD] = {"--reshard-after-forward", V},
+    [F_BACKWARD_PREFETCH] = {"--backward-prefetch", V},
+    [F_FORWARD_PREFETCH] = {"--forward-prefetch", S},
+    [F_FORWARD_PREFETCH_UNITS] = {"--forward-prefetch-units", V},
+    [F_BACKWARD_PREFETCH_UNITS] = {"--backward-prefetch-units", V},
+    [F_GRADIENT_DIVIDE_FACTOR] = {"--gradient-divide-factor", V},
+    [F_LIMIT_ALL_GATHERS] = {"--limit-all-gathers", S},
+    [F_PARAM_DTYPE] = {"--param-dtype", V},
+    [F_REDUCE_DTYPE] = {"--reduce-dtype", V},
+    [F_DIVIDE] = {"--divide", V},
+    [F_NO_SYNC] = {"--no-sync", S},
+    [F_CPU_OFFLOAD] = {"--cpu-offload", S},
+    [F_ACTIVATION_CHECKPOINTING] = {"--activation-checkpointing", V},
+    [F_GRADIENT_CHECKPOINTING] = {"--gradient-checkpointing", S},
+    [F_COMM_LOG] = {"--comm-log", V},
+    [F_FSDP_CONFIG] = {"--fsdp-config", V},
+    [F_SAVE] = {"--save", V},
+    [F_SAVE_AT] = {"--save-at", V},
+    [F_STATE_DICT] = {"--state-dict", V},
+    [F_LOAD] = {"--load", V},
+    [F_INJECT] = {"--inject", V},
+    [F_COMM] = {"--comm", V},
+    [F_TIMEOUT] = {"--timeout", V},
+    [F_THREADS] = {"--threads", V},
+};
+#undef V
+#undef S
 
 void fc_cli_usage(FILE *f) {
     fputs("usage: fsdpcheck run [flags]\n"
@@ -118,252 +124,195 @@ void fc_cli_usage(FILE *f) {
           f);
 }
 
-static const flag_spec *find_flag(const char *name) {
-    for (size_t i = 0; i < sizeof FLAGS / sizeof FLAGS[0]; i++)
-        if (strcmp(FLAGS[i].name, name) == 0) return &FLAGS[i];
-    return NULL;
-}
+// Each group applies its own flags and answers NOT_MINE for the others.
+#define NOT_MINE 1
 
-static int parse_int(const char *flag, const char *v, int lo, int hi, int *out, fc_error *e) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        return fc_fail(e, "%s: '%s' is not an integer in %d..%d", flag, v, lo, hi);
-    *out = (int)x;
-    return 0;
-}
+// a path into a fixed buffer, refused when it does not fit
+#define COPY_PATH(dst, v, ...) \
+    (snprintf(dst, sizeof dst, "%s", v) >= (int)sizeof dst ? fc_fail(e, __VA_ARGS__) : 0)
 
-static int parse_u64(const char *flag, const char *v, uint64_t *out, fc_error *e) {
-    char *end;
-    errno = 0;
-    if (*v == '-' || *v == '+') return fc_fail(e, "%s: '%s' is not a non-negative integer", flag, v);
-    unsigned long long x = strtoull(v, &end, 10);
-    if (errno || end == v || *end) return fc_fail(e, "%s: '%s' is not a non-negative integer", flag, v);
-    *out = x;
-    return 0;
-}
-
-static int parse_double(const char *flag, const char *v, double *out, fc_error *e) {
-    char *end;
-    // plain decimal only: strtod would also take hex floats, "inf" and "nan"
-    if (strpbrk(v, "xXiInN")) return fc_fail(e, "%s: '%s' is not a finite decimal number", flag, v);
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno == ERANGE) return fc_fail(e, "%s: '%s' is out of range", flag, v);
-    if (errno || end == v || *end || !isfinite(x) || x < 0)
-        return fc_fail(e, "%s: '%s' is not a finite non-negative number", flag, v);
-    *out = x;
-    return 0;
-}
-
-static int apply(fc_run_args *a, const char *flag, const char *v, fc_error *e) {
+// What runs and on what: the implementation, the model, the data, the steps.
+static int apply_run(fc_run_args *a, int id, const char *v, fc_error *e) {
     fc_run_config *c = &a->cfg;
-    double d = 0;
-    if (!strcmp(flag, "--impl")) {
-        // resolved (and refused if it cannot be loaded) by the command, on every rank
-        if (snprintf(c->impl, sizeof c->impl, "%s", v) >= (int)sizeof c->impl)
-            return fc_fail(e, "--impl: path too long (%zu bytes)", strlen(v));
-    } else if (!strcmp(flag, "--comm")) {
+    switch (id) {
+    case F_IMPL:  // resolved (and refused if it cannot be loaded) by the command, on every rank
+        return COPY_PATH(c->impl, v, "--impl: path too long (%zu bytes)", strlen(v));
+    case F_COMM:
         if (fc_comm_parse(v, &c->comm)) return fc_fail(e, "--comm: unknown backend '%s' (auto, nccl, mpi)", v);
-    } else if (!strcmp(flag, "--model")) {
-        if (fc_model_config_load(v, &c->model, e)) return -1;
-    } else if (!strcmp(flag, "--strategy")) {
-        if (fc_strategy_parse(v, &c->strategy))
-            return fc_fail(e, "--strategy: unknown strategy '%s' (local, no_shard, full_shard, "
-                              "shard_grad_op, hybrid_shard, hybrid_shard_zero2)", v);
-    } else if (!strcmp(flag, "--steps")) {
-        return parse_int(flag, v, 1, 1000000, &c->steps, e);
-    } else if (!strcmp(flag, "--seed")) {
-        return parse_u64(flag, v, &c->seed, e);
-    } else if (!strcmp(flag, "--global-batch")) {
-        return parse_int(flag, v, 1, 1 << 20, &c->global_batch, e);
-    } else if (!strcmp(flag, "--seq-len")) {
-        return parse_int(flag, v, 1, 1 << 20, &c->seq_len, e);
-    } else if (!strcmp(flag, "--grad-accum")) {
-        return parse_int(flag, v, 1, 1 << 20, &c->grad_accum, e);
-    } else if (!strcmp(flag, "--optimizer")) {
-        if (fc_opt_parse(v, &c->optim.kind))
-            return fc_fail(e, "--optimizer: unknown optimizer '%s' (adamw, sgd)", v);
-    } else if (!strcmp(flag, "--norm-type")) {
-        if (fc_norm_parse(v, &c->norm_type))
-            return fc_fail(e, "--norm-type: '%s' is not 1, 2 or inf", v);
-    } else if (!strcmp(flag, "--lr")) {
-        if (parse_double(flag, v, &c->optim.lr, e)) return -1;
-    } else if (!strcmp(flag, "--weight-decay")) {
-        if (parse_double(flag, v, &c->optim.weight_decay, e)) return -1;
-    } else if (!strcmp(flag, "--momentum")) {
-        if (parse_double(flag, v, &c->optim.momentum, e)) return -1;
-    } else if (!strcmp(flag, "--timeout")) {
-        if (parse_double(flag, v, &a->timeout, e)) return -1;
-        if (a->timeout < 1 || a->timeout > 604800)
-            return fc_fail(e, "--timeout: %s s is outside 1 s .. one week (the watchdog aborts every rank after "
-                              "that long without progress)", v);
-    } else if (!strcmp(flag, "--clip-grad-norm")) {
-        if (parse_double(flag, v, &d, e)) return -1;
-        if (d == 0) return fc_fail(e, "--clip-grad-norm: max norm must be positive");
-        c->clip_grad_norm = (float)d;
-    } else if (!strcmp(flag, "--init")) {
-        if (snprintf(c->init_path, sizeof c->init_path, "%s", v) >= (int)sizeof c->init_path)
-            return fc_fail(e, "--init: path too long");
+        return 0;
+    case F_MODEL: return fc_model_config_load(v, &c->model, e) ? -1 : 0;
+    case F_STEPS: return fc_flag_int(FLAGS[id].name, v, 1, 1000000, &c->steps, e);
+    case F_SEED: return fc_flag_u64(FLAGS[id].name, v, &c->seed, e);
+    case F_GLOBAL_BATCH: return fc_flag_int(FLAGS[id].name, v, 1, 1 << 20, &c->global_batch, e);
+    case F_SEQ_LEN: return fc_flag_int(FLAGS[id].name, v, 1, 1 << 20, &c->seq_len, e);
+    case F_GRAD_ACCUM: return fc_flag_int(FLAGS[id].name, v, 1, 1 << 20, &c->grad_accum, e);
+    case F_INIT: {
+        if (COPY_PATH(c->init_path, v, "--init: path too long")) return -1;
         FILE *f = fopen(v, "rb");
         if (!f) return fc_fail(e, "--init %s: cannot open: %s", v, strerror(errno));
         fclose(f);
-    } else if (!strcmp(flag, "--freeze")) {
+        return 0;
+    }
+    case F_FREEZE:
         if (!*v) return fc_fail(e, "--freeze: give a regex of parameter names");
-        if (snprintf(c->freeze, sizeof c->freeze, "%s", v) >= (int)sizeof c->freeze)
-            return fc_fail(e, "--freeze: regex longer than %zu characters", sizeof c->freeze - 1);
-    } else if (!strcmp(flag, "--trace")) {
-        if (snprintf(a->trace_dir, sizeof a->trace_dir, "%s", v) >= (int)sizeof a->trace_dir)
-            return fc_fail(e, "--trace: path too long");
-    } else if (!strcmp(flag, "--trace-tensors")) {
-        if (strcmp(v, "all") && strcmp(v, "first"))
-            return fc_fail(e, "--trace-tensors: '%s' is not all or first", v);
-        a->trace_tensor_steps = !strcmp(v, "first");
-    } else if (!strcmp(flag, "--quiet")) {
-        a->quiet = 1;
-    } else if (!strcmp(flag, "--threads")) {
-        return fc_threads_parse(v, &a->threads, e);
-    } else if (!strcmp(flag, "--inject")) {
+        return COPY_PATH(c->freeze, v, "--freeze: regex longer than %zu characters", sizeof c->freeze - 1);
+    case F_INJECT:
         if (fc_fault_parse(v, &c->inject) || c->inject == FC_FAULT_NONE)
             return fc_fail(e, "--inject: unknown fault '%s' (see DESIGN.md section 9)", v);
-    } else if (!strcmp(flag, "--fsdp-version")) {
-        return parse_int(flag, v, 1, 2, &c->fsdp_version, e);
-    } else if (!strcmp(flag, "--reshard-after-forward")) {
-        return parse_int(flag, v, 1, 1 << 20, &c->reshard_after_forward, e);
-    } else if (!strcmp(flag, "--shard-group")) {
-        return parse_int(flag, v, 1, 1 << 20, &c->shard_group, e);
-    } else if (!strcmp(flag, "--backward-prefetch")) {
+        return 0;
+    case F_QUIET: a->quiet = 1; return 0;
+    case F_THREADS: return fc_threads_parse(v, &a->threads, e);
+    case F_TIMEOUT:
+        if (fc_flag_double(FLAGS[id].name, v, &a->timeout, e)) return -1;
+        if (a->timeout < 1 || a->timeout > 604800)
+            return fc_fail(e, "--timeout: %s s is outside 1 s .. one week (the watchdog aborts every rank after "
+                              "that long without progress)", v);
+        return 0;
+    }
+    return NOT_MINE;
+}
+
+// The optimizer and the gradient clipping.
+static int apply_optim(fc_run_args *a, int id, const char *v, fc_error *e) {
+    fc_run_config *c = &a->cfg;
+    double d = 0;
+    switch (id) {
+    case F_OPTIMIZER:
+        if (fc_opt_parse(v, &c->optim.kind)) return fc_fail(e, "--optimizer: unknown optimizer '%s' (adamw, sgd)", v);
+        return 0;
+    case F_NORM_TYPE:
+        if (fc_norm_parse(v, &c->norm_type)) return fc_fail(e, "--norm-type: '%s' is not 1, 2 or inf", v);
+        return 0;
+    case F_LR: return fc_flag_double(FLAGS[id].name, v, &c->optim.lr, e) ? -1 : 0;
+    case F_WEIGHT_DECAY: return fc_flag_double(FLAGS[id].name, v, &c->optim.weight_decay, e) ? -1 : 0;
+    case F_MOMENTUM: return fc_flag_double(FLAGS[id].name, v, &c->optim.momentum, e) ? -1 : 0;
+    case F_CLIP_GRAD_NORM:
+        if (fc_flag_double(FLAGS[id].name, v, &d, e)) return -1;
+        if (d == 0) return fc_fail(e, "--clip-grad-norm: max norm must be positive");
+        c->clip_grad_norm = (float)d;
+        return 0;
+    }
+    return NOT_MINE;
+}
+
+// How FSDP shards, prefetches, casts, reduces and recomputes.
+static int apply_fsdp(fc_run_args *a, int id, const char *v, fc_error *e) {
+    fc_run_config *c = &a->cfg;
+    fc_prec p;
+    switch (id) {
+    case F_STRATEGY:
+        if (fc_strategy_parse(v, &c->strategy))
+            return fc_fail(e, "--strategy: unknown strategy '%s' (local, no_shard, full_shard, "
+                              "shard_grad_op, hybrid_shard, hybrid_shard_zero2)", v);
+        return 0;
+    case F_FSDP_VERSION: return fc_flag_int(FLAGS[id].name, v, 1, 2, &c->fsdp_version, e);
+    case F_RESHARD_AFTER_FORWARD: return fc_flag_int(FLAGS[id].name, v, 1, 1 << 20, &c->reshard_after_forward, e);
+    case F_SHARD_GROUP: return fc_flag_int(FLAGS[id].name, v, 1, 1 << 20, &c->shard_group, e);
+    case F_BACKWARD_PREFETCH:
         if (fc_prefetch_parse(v, &c->backward_prefetch))
             return fc_fail(e, "--backward-prefetch: '%s' is not pre, post or none", v);
-    } else if (!strcmp(flag, "--forward-prefetch")) {
-        c->forward_prefetch = 1;
-    } else if (!strcmp(flag, "--forward-prefetch-units")) {
-        return parse_int(flag, v, 1, 1 << 20, &c->forward_prefetch, e);
-    } else if (!strcmp(flag, "--backward-prefetch-units")) {
-        return parse_int(flag, v, 1, 1 << 20, &c->backward_prefetch_depth, e);
-    } else if (!strcmp(flag, "--gradient-divide-factor")) {
-        if (parse_double(flag, v, &c->gradient_divide_factor, e)) return -1;
+        return 0;
+    case F_FORWARD_PREFETCH: c->forward_prefetch = 1; return 0;
+    case F_FORWARD_PREFETCH_UNITS: return fc_flag_int(FLAGS[id].name, v, 1, 1 << 20, &c->forward_prefetch, e);
+    case F_BACKWARD_PREFETCH_UNITS:
+        return fc_flag_int(FLAGS[id].name, v, 1, 1 << 20, &c->backward_prefetch_depth, e);
+    case F_GRADIENT_DIVIDE_FACTOR:
+        if (fc_flag_double(FLAGS[id].name, v, &c->gradient_divide_factor, e)) return -1;
         if (!(c->gradient_divide_factor > 0) || !isfinite(c->gradient_divide_factor))
             return fc_fail(e, "--gradient-divide-factor: '%s' is not a finite number above 0", v);
-    } else if (!strcmp(flag, "--limit-all-gathers")) {
-        c->limit_all_gathers = 1;
-    } else if (!strcmp(flag, "--param-dtype") || !strcmp(flag, "--reduce-dtype")) {
-        fc_prec p;
-        if (fc_prec_parse(v, &p)) return fc_fail(e, "%s: '%s' is not fp32, bf16 or fp16", flag, v);
-        *(flag[2] == 'p' ? &c->param_dtype : &c->reduce_dtype) = p;
-    } else if (!strcmp(flag, "--divide")) {
-        if (fc_divide_parse(v, &c->divide))
-            return fc_fail(e, "--divide: '%s' is not prepost, avg or sum-then-divide", v);
-    } else if (!strcmp(flag, "--no-sync")) {
-        c->no_sync = 1;
-    } else if (!strcmp(flag, "--cpu-offload")) {
-        c->cpu_offload = 1;
-    } else if (!strcmp(flag, "--activation-checkpointing")) {
+        return 0;
+    case F_LIMIT_ALL_GATHERS: c->limit_all_gathers = 1; return 0;
+    case F_PARAM_DTYPE:
+    case F_REDUCE_DTYPE:
+        if (fc_prec_parse(v, &p)) return fc_fail(e, "%s: '%s' is not fp32, bf16 or fp16", FLAGS[id].name, v);
+        *(id == F_PARAM_DTYPE ? &c->param_dtype : &c->reduce_dtype) = p;
+        return 0;
+    case F_DIVIDE:
+        if (fc_divide_parse(v, &c->divide)) return fc_fail(e, "--divide: '%s' is not prepost, avg or sum-then-divide", v);
+        return 0;
+    case F_NO_SYNC: c->no_sync = 1; return 0;
+    case F_CPU_OFFLOAD: c->cpu_offload = 1; return 0;
+    case F_ACTIVATION_CHECKPOINTING:
         if (fc_act_ckpt_parse(v, &c->act_ckpt))
             return fc_fail(e, "--activation-checkpointing: '%s' is not none, inside or outside", v);
-    } else if (!strcmp(flag, "--gradient-checkpointing")) {
+        return 0;
+    case F_GRADIENT_CHECKPOINTING:
         // transformers' gradient_checkpointing checkpoints each block's forward
         // (GradientCheckpointingLayer, modeling_layers.py in 5.23: "module hooks
         // (e.g. FSDP2's) stay outside the checkpoint"), and FSDP1's unit wraps
         // the block: the checkpoint sits inside the FSDP unit
         c->act_ckpt = FC_ACT_CKPT_INSIDE;
-    } else if (!strcmp(flag, "--comm-log")) {
-        if (snprintf(a->comm_log, sizeof a->comm_log, "%s", v) >= (int)sizeof a->comm_log)
-            return fc_fail(e, "--comm-log: path too long");
-    } else if (!strcmp(flag, "--save") || !strcmp(flag, "--load")) {
-        char *dir = flag[2] == 's' ? a->save_dir : a->load_dir;
-        if (snprintf(dir, sizeof a->save_dir, "%s", v) >= (int)sizeof a->save_dir)
-            return fc_fail(e, "%s: path too long", flag);
-    } else if (!strcmp(flag, "--save-at")) {
-        return parse_int(flag, v, 1, 1000000, &a->save_at, e);
-    } else if (!strcmp(flag, "--state-dict")) {
-        // FSDP2's sharded format (DCP's) follows from --fsdp-version: below
+        return 0;
+    }
+    return NOT_MINE;
+}
+
+// --fsdp-config: applied where it stands, left to right like every flag: a
+// flag after it overrides what the file set, one before it is overridden.
+static int apply_fsdp_config(fc_run_args *a, const char *v, fc_error *e) {
+    fc_run_config *c = &a->cfg;
+    if (a->fsdp.path[0]) return fc_fail(e, "--fsdp-config given twice (%s, %s): give one file", a->fsdp.path, v);
+    if (fc_fsdp_config_load(v, &a->fsdp, e)) return -1;
+    // a file without fsdp_sharding_strategy still describes an FSDP run:
+    // FSDP's default, FULL_SHARD, replaces the one-process default
+    if (!a->fsdp.has_strategy && c->strategy == FC_STRATEGY_LOCAL) c->strategy = FC_STRATEGY_FULL_SHARD;
+    fc_fsdp_config_apply(&a->fsdp, c);
+    // fsdp_state_dict_type: the format --save writes (a --state-dict after it overrides)
+    if (a->fsdp.state_dict != FC_FSDP_SD_UNSET)
+        a->state_dict = a->fsdp.state_dict == FC_FSDP_SD_FULL ? FC_STATE_DICT_FULL : FC_STATE_DICT_SHARDED;
+    return 0;
+}
+
+// What the run reads and writes: traces, comm logs, checkpoints, an fsdp_config.json.
+static int apply_files(fc_run_args *a, int id, const char *v, fc_error *e) {
+    switch (id) {
+    case F_TRACE: return COPY_PATH(a->trace_dir, v, "--trace: path too long");
+    case F_TRACE_TENSORS:
+        if (strcmp(v, "all") && strcmp(v, "first")) return fc_fail(e, "--trace-tensors: '%s' is not all or first", v);
+        a->trace_tensor_steps = !strcmp(v, "first");
+        return 0;
+    case F_COMM_LOG: return COPY_PATH(a->comm_log, v, "--comm-log: path too long");
+    case F_SAVE: return COPY_PATH(a->save_dir, v, "%s: path too long", FLAGS[id].name);
+    case F_LOAD: return COPY_PATH(a->load_dir, v, "%s: path too long", FLAGS[id].name);
+    case F_SAVE_AT: return fc_flag_int(FLAGS[id].name, v, 1, 1000000, &a->save_at, e);
+    case F_STATE_DICT:
+        // FSDP2's sharded format (DCP's) follows from --fsdp-version: in fc_cli_parse_run
         if (fc_state_dict_parse(v, &a->state_dict) || a->state_dict == FC_STATE_DICT_DCP)
             return fc_fail(e, "--state-dict: '%s' is not full or sharded", v);
         a->state_dict_set = 1;
-    } else if (!strcmp(flag, "--fsdp-config")) {
-        // Applied where it stands, left to right like every flag: a flag after
-        // it overrides what the file set, one before it is overridden.
-        if (a->fsdp.path[0])
-            return fc_fail(e, "--fsdp-config given twice (%s, %s): give one file", a->fsdp.path, v);
-        if (fc_fsdp_config_load(v, &a->fsdp, e)) return -1;
-        // a file without fsdp_sharding_strategy still describes an FSDP run:
-        // FSDP's default, FULL_SHARD, replaces the one-process default
-        if (!a->fsdp.has_strategy && c->strategy == FC_STRATEGY_LOCAL) c->strategy = FC_STRATEGY_FULL_SHARD;
-        fc_fsdp_config_apply(&a->fsdp, c);
-        // fsdp_state_dict_type: the format --save writes (a --state-dict after it overrides)
-        if (a->fsdp.state_dict != FC_FSDP_SD_UNSET)
-            a->state_dict = a->fsdp.state_dict == FC_FSDP_SD_FULL ? FC_STATE_DICT_FULL : FC_STATE_DICT_SHARDED;
+        return 0;
+    case F_FSDP_CONFIG: return apply_fsdp_config(a, v, e);
     }
-    return 0;
+    return NOT_MINE;
+}
+
+static int apply(fc_run_args *a, int id, const char *v, fc_error *e) {
+    int rc = apply_run(a, id, v, e);
+    if (rc == NOT_MINE) rc = apply_optim(a, id, v, e);
+    if (rc == NOT_MINE) rc = apply_fsdp(a, id, v, e);
+    if (rc == NOT_MINE) rc = apply_files(a, id, v, e);
+    return rc == NOT_MINE ? 0 : rc;
 }
 
 int fc_cli_parse_world(const char *v, int *W) {
-    char *end;
-    errno = 0;
-    long w = strtol(v, &end, 10);
-    if (errno || *end || end == v || w < 1 || w > FC_CLI_WORLD_MAX) return -1;
-    *W = (int)w;
-    return 0;
+    fc_error ignored;  // each command words its own refusal
+    return fc_flag_int("--world", v, 1, FC_CLI_WORLD_MAX, W, &ignored);
 }
 
-int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
-    memset(out, 0, sizeof *out);
-    fc_run_config_defaults(&out->cfg);
-    out->timeout = FC_DEFAULT_TIMEOUT;
-    int seen_momentum = 0, seen_seq_len = 0, seen_norm = 0, seen_reduce = 0, seen_divide = 0;
-    const char *lora = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *eq = strchr(arg, '=');
-        char name[64];
-        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (strncmp(arg, "--", 2) != 0 || len >= sizeof name)
-            return fc_fail(e, "unexpected argument '%s' (flags start with --; see --help)", arg);
-        memcpy(name, arg, len);
-        name[len] = '\0';
-        const flag_spec *f = find_flag(name);
-        if (!f) return fc_fail(e, "unknown flag %s (see fsdpcheck run --help)", name);
-        if (!strcmp(name, "--help")) {
-            if (eq) return fc_fail(e, "--help takes no value");
-            return 1;
-        }
-        if (f->unavailable) return fc_fail(e, "%s %s", name, f->unavailable);
-        const char *value = NULL;
-        if (f->kind == ARG_NONE) {
-            if (eq) return fc_fail(e, "%s takes no value", name);
-        } else if (eq) {
-            value = eq + 1;
-        } else {
-            if (i + 1 >= argc) return fc_fail(e, "%s needs a value", name);
-            value = argv[++i];
-        }
-        if (value && !*value) return fc_fail(e, "%s: empty value", name);
-        if (!strcmp(name, "--lora")) {  // the adapters of the model finally chosen: applied after --model
-            lora = value;
-            continue;
-        }
-        if (apply(out, name, value ? value : "", e)) return -1;
-        seen_momentum |= !strcmp(name, "--momentum");
-        seen_seq_len |= !strcmp(name, "--seq-len");
-        seen_norm |= !strcmp(name, "--norm-type");
-        seen_reduce |= !strcmp(name, "--reduce-dtype");
-        seen_divide |= !strcmp(name, "--divide");
-        seen_reduce |= !strcmp(name, "--fsdp-config") && out->fsdp.has_reduce_dtype;  // mixed_precision_policy
-    }
+// The checks after every flag is applied: defaults that follow from others,
+// and a flag that would change nothing, which is a mistake worth reporting.
+static int finish(fc_run_args *out, const unsigned char *seen, const char *lora, fc_error *e) {
     if (lora && fc_model_config_set_lora(&out->cfg.model, lora, e)) return -1;
     // As torch's MixedPrecision: without a reduce_dtype, gradients are reduced in param_dtype.
-    if (!seen_reduce) out->cfg.reduce_dtype = out->cfg.param_dtype;
+    if (!seen[F_REDUCE_DTYPE]) out->cfg.reduce_dtype = out->cfg.param_dtype;
     // FSDP2 reduces with ReduceOp.AVG, except in fp16 (DESIGN §5)
-    if (!seen_divide) out->cfg.divide = fc_default_divide(&out->cfg);
-    // A flag that would change nothing is a mistake worth reporting.
+    if (!seen[F_DIVIDE]) out->cfg.divide = fc_default_divide(&out->cfg);
     const fc_run_config *c = &out->cfg;
-    if (seen_momentum && c->optim.kind != FC_OPT_SGD)
+    if (seen[F_MOMENTUM] && c->optim.kind != FC_OPT_SGD)
         return fc_fail(e, "--momentum applies to --optimizer sgd only");
-    if (seen_seq_len && !fc_model_has_tokens(&c->model))
+    if (seen[F_SEQ_LEN] && !fc_model_has_tokens(&c->model))
         return fc_fail(e, "--seq-len applies to gpt2 and llama models only (model %s is an mlp)", c->model.name);
-    if (seen_norm && c->clip_grad_norm == 0)
+    if (seen[F_NORM_TYPE] && c->clip_grad_norm == 0)
         return fc_fail(e, "--norm-type needs --clip-grad-norm");
     // the wrap classes of an fsdp_config must be the units of the model finally chosen
     if (out->fsdp.path[0] && fc_fsdp_config_check_model(&out->fsdp, &c->model, e)) return -1;
@@ -380,4 +329,28 @@ int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
     if (out->load_dir[0] && c->init_path[0])
         return fc_fail(e, "--init and --load both set the starting weights: give one");
     return fc_run_config_validate(c, e);
+}
+
+int fc_cli_parse_run(int argc, char **argv, fc_run_args *out, fc_error *e) {
+    static const fc_flag_words words = {"", " (see fsdpcheck run --help)", "", ""};
+    memset(out, 0, sizeof *out);
+    fc_run_config_defaults(&out->cfg);
+    out->timeout = FC_DEFAULT_TIMEOUT;
+    unsigned char seen[F_COUNT] = {0};
+    const char *lora = NULL;
+    fc_flags it = fc_flags_begin(argc, argv, FLAGS, F_COUNT, &words, FC_FLAGS_EQUALS);
+    for (int id; (id = fc_flags_try_next(&it, e)) != FC_FLAGS_END;) {
+        if (id == FC_FLAGS_ERROR) return -1;
+        if (id == FC_FLAGS_ARG) return fc_fail(e, "unexpected argument '%s' (flags start with --; see --help)", it.arg);
+        if (id == F_HELP) return 1;
+        if (id == F_LORA) {  // the adapters of the model finally chosen: applied after --model
+            lora = it.value;
+            continue;
+        }
+        if (apply(out, id, it.value ? it.value : "", e)) return -1;
+        seen[id] = 1;
+        // an fsdp_config's mixed_precision_policy sets the reduce dtype too
+        if (id == F_FSDP_CONFIG && out->fsdp.has_reduce_dtype) seen[F_REDUCE_DTYPE] = 1;
+    }
+    return finish(out, seen, lora, e);
 }

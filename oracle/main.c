@@ -21,6 +21,15 @@ int fc_cmd_sensitivity(int argc, char **argv);
 int fc_cmd_schedule(int argc, char **argv);
 int fc_cmd_plan(int argc, char **argv);
 
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);  // the command's flags: argv[0] is the first
+} COMMANDS[] = {
+    {"run", fc_cmd_run},         {"sweep", fc_cmd_sweep},       {"compare", fc_cmd_compare},
+    {"ckpt", fc_cmd_ckpt},       {"check", fc_cmd_check},       {"sensitivity", fc_cmd_sensitivity},
+    {"schedule", fc_cmd_schedule}, {"plan", fc_cmd_plan},
+};
+
 static void usage(FILE *f) {
     fputs("usage: fsdpcheck <command> [flags]\n"
           "commands:\n"
@@ -55,13 +64,7 @@ int main(int argc, char **argv) {
     // setting wins)
     if (setenv("MPIR_CVAR_SUPPRESS_ABORT_MESSAGE", "1", 0) != 0)
         fc_die(FC_EXIT_INTERNAL, "%s:%d: setenv: %s", __FILE__, __LINE__, strerror(errno));
-    if (!strcmp(cmd, "run")) return fc_cmd_run(argc - 2, argv + 2);
-    if (!strcmp(cmd, "sweep")) return fc_cmd_sweep(argc - 2, argv + 2);
-    if (!strcmp(cmd, "compare")) return fc_cmd_compare(argc - 2, argv + 2);
-    if (!strcmp(cmd, "ckpt")) return fc_cmd_ckpt(argc - 2, argv + 2);
-    if (!strcmp(cmd, "check")) return fc_cmd_check(argc - 2, argv + 2);
-    if (!strcmp(cmd, "sensitivity")) return fc_cmd_sensitivity(argc - 2, argv + 2);
-    if (!strcmp(cmd, "schedule")) return fc_cmd_schedule(argc - 2, argv + 2);
-    if (!strcmp(cmd, "plan")) return fc_cmd_plan(argc - 2, argv + 2);
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(cmd, COMMANDS[i].name)) return COMMANDS[i].run(argc - 2, argv + 2);
     fc_die(FC_EXIT_USAGE, "unknown command '%s' (see fsdpcheck --help)", cmd);
 }

@@ -10,8 +10,7 @@
 // from B's initial weights, which must be the plan's bit for bit, and zero
 // optimizer state (rerun.h). So a check that gives an implementation its
 // start and data from a trace need not run the W-rank reference beside it:
-// `fsdpcheck-torch check` plans (at gpt2-124m the W = 2 reference run was
-// 16-20 s of a 60 s check, its one judged step then compared once).
+// `fsdpcheck-torch check` plans.
 //
 // One process, no MPI: W is what the run to be judged will use, for the
 // config's checks (a global batch that W divides, a shard group of W).
@@ -23,12 +22,15 @@
 
 #include "cli.h"
 #include "data.h"
+#include "flags.h"
 #include "init.h"
 #include "threads.h"
 #include "trace.h"
 #include "weights.h"
 
-static _Noreturn void usage_fail(const char *msg) { fc_die(FC_EXIT_USAGE, "plan: %s", msg); }
+static _Noreturn void usage_fail(const char *msg) {
+    fc_die(FC_EXIT_USAGE, "plan: %s", msg);
+}
 
 // A plan's write failed: every file it wrote is removed, and the run ends with e.
 static _Noreturn void trace_failed(fc_trace_writer *tw, const fc_error *e) {
@@ -56,67 +58,80 @@ static const char *running_flag(char **argv, int argc) {
     return NULL;
 }
 
-int fc_cmd_plan(int argc, char **argv) {
+// plan's own flag, --world W, and run's flags, refused where a plan cannot
+// honour them; 1 when --help was asked for (and printed).
+static int parse_args(int argc, char **argv, fc_run_args *a, int *W) {
     if (argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h"))) {
         usage();
-        return FC_EXIT_PASS;
+        return 1;
     }
-    int W = 0;
+    static const fc_flag flags[] = {{"--world", FC_FLAG_VALUE}};
+    static const fc_flag_words words = {"", "", "", ""};  // FC_FLAGS_PASS: never used
     char **rest = mallocCheck((size_t)(argc + 1) * sizeof *rest);
     int nrest = 0;
-    for (int i = 0; i < argc; i++) {  // --world W is this command's own; the rest are run's flags
-        if (!strcmp(argv[i], "--world")) {
-            if (i + 1 >= argc || fc_cli_parse_world(argv[i + 1], &W)) {
-                free(rest);
-                usage_fail("--world W: an integer in 1..1024 (the ranks of the run to be judged)");
-            }
-            i++;
-        } else {
-            rest[nrest++] = argv[i];
+    *W = 0;
+    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), &words, FC_FLAGS_PASS);
+    for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
+        if (id == FC_FLAGS_ARG) {
+            rest[nrest++] = (char *)it.arg;
+        } else if (!it.value || fc_cli_parse_world(it.value, W)) {
+            free(rest);
+            usage_fail("--world W: an integer in 1..1024 (the ranks of the run to be judged)");
         }
     }
-    fc_run_args a;
     fc_error e;
-    int rc = fc_cli_parse_run(nrest, rest, &a, &e);
+    int rc = fc_cli_parse_run(nrest, rest, a, &e);
     const char *no = rc ? NULL : running_flag(rest, nrest);
     free(rest);
     if (rc == 1) {
         usage();
-        return FC_EXIT_PASS;
+        return 1;
     }
     if (rc) fc_die(FC_EXIT_USAGE, "plan: %s", e.msg);
     // (--impl too: a plan is every implementation's start and data)
     if (no) fc_die(FC_EXIT_USAGE, "plan: %s: a plan runs no step, so nothing it does is that flag's", no);
-    if (!W) usage_fail("--world W is required (the ranks of the run to be judged)");
-    if (!a.trace_dir[0]) usage_fail("--trace DIR is required (where the plan is written)");
-    if (fc_run_config_validate_world(&a.cfg, W, &e)) fc_die(FC_EXIT_USAGE, "plan: %s", e.msg);
-    const int threads = fc_threads_setup(a.threads, 1);
+    if (!*W) usage_fail("--world W is required (the ranks of the run to be judged)");
+    if (!a->trace_dir[0]) usage_fail("--trace DIR is required (where the plan is written)");
+    if (fc_run_config_validate_world(&a->cfg, *W, &e)) fc_die(FC_EXIT_USAGE, "plan: %s", e.msg);
+    return 0;
+}
 
+// The initial weights and every step's batch, written as the plan's trace.
+static void write_plan(const fc_run_args *a, const fc_model *m, int W) {
+    fc_error e;
+    float *init = mallocCheck(m->numel * sizeof(float));  // [numel] the initial weights, model layout
+    if (a->cfg.init_path[0]) {
+        if (fc_weights_load(m, a->cfg.init_path, init, &e)) fc_die(FC_EXIT_USAGE, "plan: --init %s", e.msg);
+    } else {
+        fc_init_full(m, a->cfg.seed, init);
+    }
+    fc_trace_writer tw;
+    if (fc_trace_begin_plan(&tw, a->trace_dir, m, init, &e))  // leaves no file
+        fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e.msg);
+    free(init);
+    fc_batch batch = {0};
+    fc_batch_alloc(&batch, &a->cfg.model, a->cfg.global_batch, a->cfg.seq_len);
+    for (int t = 0; t < a->cfg.steps; t++) {
+        // the batch as run regenerates it for its trace (oracle/run.c); a step
+        // file of a plan holds nothing else (no tensor set, so no state names)
+        fc_data_fill(&batch, &a->cfg.model, a->cfg.seed, t, 0);
+        fc_trace_step s = {.step = t, .batch = &batch};
+        if (fc_trace_write_open(&tw, &s, 0, &e) || fc_trace_write_commit(&tw, &e)) trace_failed(&tw, &e);
+    }
+    if (fc_trace_finish(&tw, &a->cfg, W, &e)) trace_failed(&tw, &e);
+    fc_batch_free(&batch);
+}
+
+int fc_cmd_plan(int argc, char **argv) {
+    fc_run_args a;
+    int W;
+    if (parse_args(argc, argv, &a, &W)) return FC_EXIT_PASS;
+    const int threads = fc_threads_setup(a.threads, 1);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     fc_model m;  // the shared registry: names, shapes and layout of the trace
     fc_model_build_run(&m, &a.cfg);
-    float *init = mallocCheck(m.numel * sizeof(float));  // [numel] the initial weights, model layout
-    if (a.cfg.init_path[0]) {
-        if (fc_weights_load(&m, a.cfg.init_path, init, &e)) fc_die(FC_EXIT_USAGE, "plan: --init %s", e.msg);
-    } else {
-        fc_init_full(&m, a.cfg.seed, init);
-    }
-    fc_trace_writer tw;
-    if (fc_trace_begin_plan(&tw, a.trace_dir, &m, init, &e))  // leaves no file
-        fc_die(FC_EXIT_USAGE, "plan: --trace: %s", e.msg);
-    free(init);
-    fc_batch batch = {0};
-    fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);
-    for (int t = 0; t < a.cfg.steps; t++) {
-        // the batch as run regenerates it for its trace (oracle/run.c); a step
-        // file of a plan holds nothing else (no tensor set, so no state names)
-        fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, t, 0);
-        fc_trace_step s = {.step = t, .batch = &batch};
-        if (fc_trace_write_open(&tw, &s, 0, &e) || fc_trace_write_commit(&tw, &e)) trace_failed(&tw, &e);
-    }
-    if (fc_trace_finish(&tw, &a.cfg, W, &e)) trace_failed(&tw, &e);
-    fc_batch_free(&batch);
+    write_plan(&a, &m, W);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (!a.quiet) {
         struct rusage ru;

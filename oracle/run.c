@@ -181,123 +181,158 @@ static int save_checkpoint(const fc_impl_ops *ops, fc_impl *im, const fc_run_arg
     return 0;
 }
 
+// One run: the implementation, the model, and what it writes.
+typedef struct {
+    int rank, W, threads;
+    fc_run_args a;
+    const fc_impl_ops *ops;
+    fc_impl *im;
+    fc_model m;          // the shared registry: names, shapes and layout of the trace
+    long first_step;     // global step numbers continue a loaded run (step files, data, messages)
+    int tracing;
+    float *set;          // [numel] on rank 0: one full tensor set at a time, exported then written
+    const char *state_names[2];
+    int n_state;
+    fc_trace_writer tw;
+    fc_batch batch;
+} run_state;
+
+// Flags, config, watchdog, threads, the implementation created (and loaded);
+// 1 when --help was asked for (and printed).
+static int start(run_state *r, int argc, char **argv) {
+    fc_error e;
+    int rc = fc_cli_parse_run(argc, argv, &r->a, &e);
+    if (rc == 1) {
+        if (r->rank == 0) fc_cli_usage(stdout);
+        MPI_Finalize();
+        return 1;
+    }
+    if (rc) fail_all(r->rank, "", &e);
+    if (fc_run_config_validate_world(&r->a.cfg, r->W, &e)) fail_all(r->rank, "", &e);
+    if (fc_watchdog_start(MPI_COMM_WORLD, r->a.timeout, &e)) fail_all(r->rank, "", &e);
+    r->threads = fc_threads_setup(r->a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
+    r->ops = fc_impl_resolve(r->a.cfg.impl, &e);
+    if (r->ops) r->ops = fc_impl_for(r->ops, &r->a.cfg, &e);
+    fc_watchdog_mark(0, "create");
+    r->im = r->ops ? r->ops->create(&r->a.cfg, MPI_COMM_WORLD, &e) : NULL;
+    if (!r->im) fail_all(r->rank, "", &e);
+    fc_model_build_run(&r->m, &r->a.cfg);
+    if (r->a.load_dir[0] && load_checkpoint(r->ops, r->im, &r->a, &r->m, r->rank, r->W, &e)) {
+        r->ops->destroy(r->im);  // refused: nothing was written, nothing is left
+        fail_all(r->rank, "--load: ", &e);
+    }
+    r->first_step = r->ops->steps_done ? r->ops->steps_done(r->im) : 0;
+    if (r->a.save_dir[0]) {  // an unusable --save path fails now, before any training
+        int ok = r->rank != 0 || fc_mkdir_p(r->a.save_dir, &e) == 0;
+        if (!agree(ok)) {
+            r->ops->destroy(r->im);
+            fail_all(r->rank, "--save: ", &e);
+        }
+    }
+    return 0;
+}
+
+// --trace: the initial parameters written, the batch that each step regenerates.
+static void begin_trace(run_state *r) {
+    fc_error e;
+    r->tracing = r->a.trace_dir[0] != '\0';
+    r->set = r->rank == 0 && r->tracing ? mallocCheck(r->m.numel * sizeof(float)) : NULL;
+    r->n_state = fc_optim_state_names(&r->a.cfg.optim, r->state_names);
+    if (!r->tracing) return;
+    if (r->ops->export_full(r->im, FC_EXPORT_PARAMS, r->set, 0, &e)) fail_all(r->rank, "", &e);
+    int ok = r->rank != 0 || fc_trace_begin(&r->tw, r->a.trace_dir, &r->m, r->set, &e) == 0;
+    if (!agree(ok)) fail_all(r->rank, "--trace: ", &e);
+    if (r->rank == 0) fc_batch_alloc(&r->batch, &r->a.cfg.model, r->a.cfg.global_batch, r->a.cfg.seq_len);
+}
+
+static void print_header(const run_state *r) {
+    const fc_run_config *c = &r->a.cfg;
+    char extra[96] = "";  // what the strategy's name does not say
+    int n = 0;
+    if (c->reshard_after_forward)
+        n += snprintf(extra + n, sizeof extra - (size_t)n, ", reshard_after_forward %d", c->reshard_after_forward);
+    if (c->act_ckpt != FC_ACT_CKPT_NONE)
+        snprintf(extra + n, sizeof extra - (size_t)n, ", activation checkpointing %s the unit",
+                 fc_act_ckpt_name(c->act_ckpt));
+    printf("fsdpcheck run: model %s (%zu parameters, %d units), impl %s, strategy %s (FSDP%d%s), W=%d, "
+           "B=%d, K=%d, steps %d, %s, threads %d per rank\n",
+           r->m.cfg.name, r->m.numel, r->m.n_units, r->ops->name, fc_strategy_name(c->strategy), c->fsdp_version,
+           extra, r->W, c->global_batch, c->grad_accum, c->steps, fc_opt_name(c->optim.kind), r->threads);
+}
+
+// Step t's full tensors into the trace: outside the measured schedule and
+// memory (--trace-tensors first: the first step's alone, every rank agreeing).
+static void trace_step(run_state *r, int t, const fc_step_info *info) {
+    fc_error e;
+    long step = r->first_step + t;
+    fc_watchdog_mark(step, "export");
+    int ok = 1, sets = !r->a.trace_tensor_steps || t < r->a.trace_tensor_steps;
+    if (r->rank == 0) {
+        // the global batch is a pure function of (seed, step): regenerate it
+        fc_data_fill(&r->batch, &r->a.cfg.model, r->a.cfg.seed, step, 0);
+        fc_trace_step s = {.step = step, .loss = info->loss, .has_norm = 1, .grad_norm = info->grad_norm,
+                           .batch = &r->batch, .n_state = r->n_state};
+        for (int i = 0; i < r->n_state; i++) s.state_names[i] = r->state_names[i];
+        ok = fc_trace_write_open(&r->tw, &s, sets, &e) == 0;
+    }
+    // the sets in the step file's order; a rank 0 that failed to write
+    // still exports every set, since every rank takes part in each
+    for (int k = 0; sets && k < 2 + r->n_state; k++) {
+        if (r->ops->export_full(r->im, fc_step_set_exports[k], r->set, 0, &e)) fail_all(r->rank, "", &e);
+        if (r->rank == 0 && ok) ok = fc_trace_write_put(&r->tw, r->set, &e) == 0;
+    }
+    if (r->rank == 0 && ok) ok = fc_trace_write_commit(&r->tw, &e) == 0;
+    if (r->rank == 0 && !ok) fc_trace_abort(&r->tw);
+    if (!agree(ok)) fail_all(r->rank, "--trace: ", &e);
+}
+
+static void run_step(run_state *r, int t) {
+    fc_error e;
+    double t0 = now_ms();
+    fc_step_info info;
+    fc_watchdog_mark(r->first_step + t, "step");
+    if (r->ops->step(r->im, &info, &e)) fail_all(r->rank, "", &e);
+    double ms = now_ms() - t0;
+    if (!r->a.quiet && r->rank == 0)
+        printf("step %ld: loss %.6f  grad-norm %.6g  (%.1f ms)\n", r->first_step + t, info.loss, info.grad_norm, ms);
+    if (r->a.save_dir[0] && t + 1 == r->a.save_at && save_checkpoint(r->ops, r->im, &r->a, r->rank, &e)) {
+        if (r->tracing && r->rank == 0) fc_trace_abort(&r->tw);
+        r->ops->destroy(r->im);
+        fail_all(r->rank, "--save: ", &e);
+    }
+    if (r->tracing) trace_step(r, t, &info);
+}
+
+// The trace's trace.json, the comm log and the memory table.
+static void finish(run_state *r) {
+    fc_error e;
+    if (r->tracing) {
+        int ok = r->rank != 0 || fc_trace_finish(&r->tw, &r->a.cfg, r->W, &e) == 0;
+        if (!ok) fc_trace_abort(&r->tw);
+        if (!agree(ok)) fail_all(r->rank, "--trace: ", &e);
+        if (!r->a.quiet && r->rank == 0) printf("trace written to %s\n", r->a.trace_dir);
+    }
+    if (r->a.comm_log[0] && write_comm_log(r->ops->comm_log(r->im), r->rank, r->W, r->a.comm_log, &e))
+        fail_all(r->rank, "", &e);
+    fc_mem_stats mem;
+    r->ops->memory(r->im, &mem);
+    if (!r->a.quiet && r->a.cfg.strategy != FC_STRATEGY_LOCAL) print_memory(&mem, r->rank, r->W);
+}
+
 int fc_cmd_run(int argc, char **argv) {
     mpiCheck(MPI_Init(NULL, NULL));
-    int rank, W;
-    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &W));
-    fc_run_args a;
-    fc_error e;
-    int rc = fc_cli_parse_run(argc, argv, &a, &e);
-    if (rc == 1) {
-        if (rank == 0) fc_cli_usage(stdout);
-        MPI_Finalize();
-        return FC_EXIT_PASS;
-    }
-    if (rc) fail_all(rank, "", &e);
-    if (fc_run_config_validate_world(&a.cfg, W, &e)) fail_all(rank, "", &e);
-    if (fc_watchdog_start(MPI_COMM_WORLD, a.timeout, &e)) fail_all(rank, "", &e);
-    const int threads = fc_threads_setup(a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
-
-    const fc_impl_ops *ops = fc_impl_resolve(a.cfg.impl, &e);
-    if (ops) ops = fc_impl_for(ops, &a.cfg, &e);
-    fc_watchdog_mark(0, "create");
-    fc_impl *im = ops ? ops->create(&a.cfg, MPI_COMM_WORLD, &e) : NULL;
-    if (!im) fail_all(rank, "", &e);
-    fc_model m;  // the shared registry: names, shapes and layout of the trace
-    fc_model_build_run(&m, &a.cfg);
-    if (a.load_dir[0] && load_checkpoint(ops, im, &a, &m, rank, W, &e)) {
-        ops->destroy(im);  // refused: nothing was written, nothing is left
-        fail_all(rank, "--load: ", &e);
-    }
-    // global step numbers continue a loaded run (step files, data, messages)
-    long first_step = ops->steps_done ? ops->steps_done(im) : 0;
-    if (a.save_dir[0]) {  // an unusable --save path fails now, before any training
-        int ok = rank != 0 || fc_mkdir_p(a.save_dir, &e) == 0;
-        if (!agree(ok)) {
-            ops->destroy(im);
-            fail_all(rank, "--save: ", &e);
-        }
-    }
-    int tracing = a.trace_dir[0] != '\0';
-    // [numel] on rank 0: one full tensor set at a time, exported and then
-    // written to the step file (fc_trace_write_put) before the next
-    float *set = rank == 0 && tracing ? mallocCheck(m.numel * sizeof(float)) : NULL;
-    const char *state_names[2];
-    int n_state = fc_optim_state_names(&a.cfg.optim, state_names);
-    fc_trace_writer tw;
-    fc_batch batch = {0};
-    if (tracing) {
-        if (ops->export_full(im, FC_EXPORT_PARAMS, set, 0, &e)) fail_all(rank, "", &e);
-        int ok = rank != 0 || fc_trace_begin(&tw, a.trace_dir, &m, set, &e) == 0;
-        if (!agree(ok)) fail_all(rank, "--trace: ", &e);
-        if (rank == 0) fc_batch_alloc(&batch, &a.cfg.model, a.cfg.global_batch, a.cfg.seq_len);
-    }
-    if (!a.quiet && rank == 0) {
-        char extra[96] = "";  // what the strategy's name does not say
-        int n = 0;
-        if (a.cfg.reshard_after_forward)
-            n += snprintf(extra + n, sizeof extra - (size_t)n, ", reshard_after_forward %d", a.cfg.reshard_after_forward);
-        if (a.cfg.act_ckpt != FC_ACT_CKPT_NONE)
-            snprintf(extra + n, sizeof extra - (size_t)n, ", activation checkpointing %s the unit",
-                     fc_act_ckpt_name(a.cfg.act_ckpt));
-        printf("fsdpcheck run: model %s (%zu parameters, %d units), impl %s, strategy %s (FSDP%d%s), W=%d, "
-               "B=%d, K=%d, steps %d, %s, threads %d per rank\n",
-               m.cfg.name, m.numel, m.n_units, ops->name, fc_strategy_name(a.cfg.strategy), a.cfg.fsdp_version, extra,
-               W, a.cfg.global_batch, a.cfg.grad_accum, a.cfg.steps, fc_opt_name(a.cfg.optim.kind), threads);
-    }
-    for (int t = 0; t < a.cfg.steps; t++) {
-        double t0 = now_ms();
-        fc_step_info info;
-        fc_watchdog_mark(first_step + t, "step");
-        if (ops->step(im, &info, &e)) fail_all(rank, "", &e);
-        double ms = now_ms() - t0;
-        if (!a.quiet && rank == 0)
-            printf("step %ld: loss %.6f  grad-norm %.6g  (%.1f ms)\n", first_step + t, info.loss, info.grad_norm,
-                   ms);
-        if (a.save_dir[0] && t + 1 == a.save_at && save_checkpoint(ops, im, &a, rank, &e)) {
-            if (tracing && rank == 0) fc_trace_abort(&tw);
-            ops->destroy(im);
-            fail_all(rank, "--save: ", &e);
-        }
-        if (!tracing) continue;
-        // full tensors for the trace: outside the measured schedule and memory
-        // (--trace-tensors first: the first step's alone, every rank agreeing)
-        fc_watchdog_mark(first_step + t, "export");
-        int ok = 1, sets = !a.trace_tensor_steps || t < a.trace_tensor_steps;
-        if (rank == 0) {
-            // the global batch is a pure function of (seed, step): regenerate it
-            fc_data_fill(&batch, &a.cfg.model, a.cfg.seed, first_step + t, 0);
-            fc_trace_step s = {.step = first_step + t, .loss = info.loss, .has_norm = 1, .grad_norm = info.grad_norm,
-                               .batch = &batch, .n_state = n_state};
-            for (int i = 0; i < n_state; i++) s.state_names[i] = state_names[i];
-            ok = fc_trace_write_open(&tw, &s, sets, &e) == 0;
-        }
-        // the sets in the step file's order; a rank 0 that failed to write
-        // still exports every set, since every rank takes part in each
-        for (int k = 0; sets && k < 2 + n_state; k++) {
-            if (ops->export_full(im, fc_step_set_exports[k], set, 0, &e)) fail_all(rank, "", &e);
-            if (rank == 0 && ok) ok = fc_trace_write_put(&tw, set, &e) == 0;
-        }
-        if (rank == 0 && ok) ok = fc_trace_write_commit(&tw, &e) == 0;
-        if (rank == 0 && !ok) fc_trace_abort(&tw);
-        if (!agree(ok)) fail_all(rank, "--trace: ", &e);
-    }
-    if (tracing) {
-        int ok = rank != 0 || fc_trace_finish(&tw, &a.cfg, W, &e) == 0;
-        if (!ok) fc_trace_abort(&tw);
-        if (!agree(ok)) fail_all(rank, "--trace: ", &e);
-        if (!a.quiet && rank == 0) printf("trace written to %s\n", a.trace_dir);
-    }
-    if (a.comm_log[0] && write_comm_log(ops->comm_log(im), rank, W, a.comm_log, &e))
-        fail_all(rank, "", &e);
-    fc_mem_stats mem;
-    ops->memory(im, &mem);
-    if (!a.quiet && a.cfg.strategy != FC_STRATEGY_LOCAL) print_memory(&mem, rank, W);
-    ops->destroy(im);
-    fc_model_free(&m);
-    fc_batch_free(&batch);
-    free(set);
+    run_state run = {0}, *r = &run;
+    mpiCheck(MPI_Comm_rank(MPI_COMM_WORLD, &r->rank));
+    mpiCheck(MPI_Comm_size(MPI_COMM_WORLD, &r->W));
+    if (start(r, argc, argv)) return FC_EXIT_PASS;
+    begin_trace(r);
+    if (!r->a.quiet && r->rank == 0) print_header(r);
+    for (int t = 0; t < r->a.cfg.steps; t++) run_step(r, t);
+    finish(r);
+    r->ops->destroy(r->im);
+    fc_model_free(&r->m);
+    fc_batch_free(&r->batch);
+    free(r->set);
     fc_watchdog_stop();
     MPI_Finalize();
     return FC_EXIT_PASS;

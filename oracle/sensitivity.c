@@ -23,11 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compare.h"
-#include "layout.h"  // fc_divide_by
-#include "rerun.h"
+#include "compare_cmd.h"
+#include "flags.h"
 #include "threads.h"
-#include "tracefile.h"
 
 typedef struct {
     const fc_cmp_ctx *ctx;
@@ -77,8 +75,7 @@ static void restore(const perturbation *q) {
 
 // The whole comparison of the kind runs once, unperturbed; when it passes, each
 // probe judges only the perturbed tensor: the others are unchanged and passed,
-// so the verdict is the same, at the cost of one tensor instead of the model
-// (issue 18: gpt2-124m's sensitivity from 293 s).
+// so the verdict is the same, at the cost of one tensor instead of the model.
 static double smallest(probe *p, fc_cmp_kind kind, const perturbation *q) {
     // the whole kind unperturbed, once: each probe below assumes it passed
     if (p->unperturbed[kind] < 0) p->unperturbed[kind] = fails(p, kind, 0);
@@ -187,170 +184,211 @@ static void measure(probe *p, fc_cmp_kind kind, float *base, const fc_model *m, 
     free(q.keep);
 }
 
-int fc_cmd_sensitivity(int argc, char **argv) {
-    const char *dirs[2] = {NULL, NULL};
-    long step = -1;
-    int n = 0, same_compute = 0, trajectory = 0, threads = 0;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--help")) {
+typedef struct {
+    const char *dirs[2];
+    long step;  // -1: the first step both traces hold
+    int n_dirs, same_compute, trajectory, threads;
+} sens_args;
+
+// A step number as strtol reads it (sensitivity has always taken "" as step 0).
+static long parse_step(const char *v) {
+    char *end;
+    long step = strtol(v, &end, 10);
+    if (*end || step < 0) fc_die(FC_EXIT_USAGE, "sensitivity --step: '%s' is not a step number", v);
+    return step;
+}
+
+// sensitivity's flags into o; 1 when --help was asked for (and printed).
+static int parse_args(int argc, char **argv, sens_args *o) {
+    enum { HELP, SAME_COMPUTE, TRAJECTORY, STEP, THREADS };
+    static const fc_flag flags[] = {
+        [HELP] = {"--help", FC_FLAG_SWITCH},       [SAME_COMPUTE] = {"--same-compute", FC_FLAG_SWITCH},
+        [TRAJECTORY] = {"--trajectory", FC_FLAG_SWITCH}, [STEP] = {"--step", FC_FLAG_VALUE},
+        [THREADS] = {"--threads", FC_FLAG_VALUE},
+    };
+    static const fc_flag_words words = {"sensitivity: ", "", "sensitivity: ", " (see fsdpcheck sensitivity --help)"};
+    *o = (sens_args){.step = -1};
+    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), &words, FC_FLAGS_SHORT);
+    fc_error te;
+    for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
+        switch (id) {
+        case FC_FLAGS_ARG:
+            if (o->n_dirs == 2) fc_die(FC_EXIT_USAGE, "sensitivity: unexpected argument '%s'", it.arg);
+            o->dirs[o->n_dirs++] = it.arg;
+            break;
+        case HELP:
             printf("usage: fsdpcheck sensitivity DIR_A DIR_B [--step N] [--same-compute] [--trajectory] [--threads N]\n"
                    "  the smallest perturbation of B that the comparison engine catches, per kind,\n"
                    "  with A's step judged as `compare` judges it: in lockstep, re-run by the reference\n"
                    "  from B's state after the step before (unless --trajectory or --same-compute)\n"
                    "  --threads N: OpenMP threads (default: the node's cores); no result depends on it\n");
-            return FC_EXIT_PASS;
-        }
-        if (!strcmp(argv[i], "--same-compute")) {
-            same_compute = 1;
-        } else if (!strcmp(argv[i], "--trajectory")) {
-            trajectory = 1;
-        } else if (!strcmp(argv[i], "--step") && i + 1 < argc) {
-            char *end;
-            step = strtol(argv[++i], &end, 10);
-            if (*end || step < 0) fc_die(FC_EXIT_USAGE, "sensitivity --step: '%s' is not a step number", argv[i]);
-        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
-            fc_error te;
-            if (fc_threads_parse(argv[++i], &threads, &te)) fc_die(FC_EXIT_USAGE, "sensitivity %s", te.msg);
-        } else if (!strcmp(argv[i], "--step") || !strcmp(argv[i], "--threads")) {
-            fc_die(FC_EXIT_USAGE, "sensitivity: %s needs a value (see fsdpcheck sensitivity --help)", argv[i]);
-        } else if (argv[i][0] == '-') {
-            fc_die(FC_EXIT_USAGE, "sensitivity: unknown flag %s", argv[i]);
-        } else if (n < 2) {
-            dirs[n++] = argv[i];
-        } else {
-            fc_die(FC_EXIT_USAGE, "sensitivity: unexpected argument '%s'", argv[i]);
+            return 1;
+        case SAME_COMPUTE: o->same_compute = 1; break;
+        case TRAJECTORY: o->trajectory = 1; break;
+        case STEP: o->step = parse_step(it.value); break;
+        case THREADS:
+            if (fc_threads_parse(it.value, &o->threads, &te)) fc_die(FC_EXIT_USAGE, "sensitivity %s", te.msg);
+            break;
         }
     }
-    if (n != 2) fc_die(FC_EXIT_USAGE, "sensitivity needs two trace directories, DIR_A and DIR_B");
-    // Every probe allocates and frees its allowances, a few hundred MB of the
-    // flat vector for gpt2-124m. From mmap each came back as fresh pages to
-    // fault in and zero (13% of the time); from the heap, kept between probes,
-    // they are reused: gpt2-124m, step 1 of W=1 vs W=2 traces, side by side,
-    // 70.0 s before, 59.7 s and 61.7 s after, the same peak RSS (8.4 GiB).
-    // A refused hint costs only that time.
-    (void)mallopt(M_MMAP_MAX, 0);
-    (void)mallopt(M_TRIM_THRESHOLD, INT_MAX);
-    fc_threads_setup(threads, 1);  // one process: MPI is not started here
-    fc_trace ta, tb;
-    fc_error e;
-    if (fc_trace_open(dirs[0], &ta, &e) || fc_trace_open(dirs[1], &tb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
-    char b_init[1100];  // what a re-run starts from before its first step loads B's state: read, not computed
-    fc_trace_init_file(&tb, b_init, sizeof b_init);
-    if (!fc_model_config_equal(&ta.cfg.model, &tb.cfg.model))
-        fc_die(FC_EXIT_USAGE, "%s and %s trained different models", dirs[0], dirs[1]);
-    long lo = ta.first_step > tb.first_step ? ta.first_step : tb.first_step;
-    if (step < 0) step = lo;
-    if (step < lo || step >= ta.first_step + ta.steps || step >= tb.first_step + tb.steps)
-        fc_die(FC_EXIT_USAGE, "sensitivity --step %ld: not in both traces", step);
-    size_t numel = ta.model.numel;
-    float *mem = mallocCheck(12 * numel * sizeof(float));
-    float *b_prev_state[2] = {mem + 10 * numel, mem + 11 * numel};  // B's state before the step
-    float *ba[4] = {mem, mem + numel, mem + 2 * numel, mem + 3 * numel};
-    float *bb[4] = {mem + 5 * numel, mem + 6 * numel, mem + 7 * numel, mem + 8 * numel};
-    float *prev[2] = {mem + 4 * numel, mem + 9 * numel};
-    fc_trace *tr[2] = {&ta, &tb};
+    if (o->n_dirs != 2) fc_die(FC_EXIT_USAGE, "sensitivity needs two trace directories, DIR_A and DIR_B");
+    return 0;
+}
+
+// The step judged, A's and B's sides in memory (B's are perturbed in place).
+typedef struct {
+    long step;
+    int lock, first_rerun;      // A's step re-run from B's state before it (rerun.h); B's first one too
+    float *mem;                 // [12 numel], named below
+    float *a[4], *b[4];         // A's and B's sets of the step, in fc_trace_read_step's order
+    float *prev[2];             // A's and B's parameters before it
+    float *b_prev_state[2];     // B's optimizer state before it
     fc_trace_step sa, sb;
     fc_batch bat[2];
-    // in lockstep as `compare` judges it: A's step re-run from B's state before
-    // it, so of A's step only the batch is read (a trace of `run --trace-tensors
-    // first` holds no more), and nothing of the step before
-    // (B's first step too where A is a plan: from B's init and zero state, rerun.h)
-    int first_rerun = !trajectory && !same_compute && fc_rerun_first_step(&ta, &tb, step);
-    int lock = !trajectory && !same_compute && (step > tb.first_step || first_rerun);
-    if (first_rerun) memset(b_prev_state[0], 0, 2 * numel * sizeof(float));  // a fresh optimizer's state
+    float *mag_buf;             // [numel] the step's gradient magnitudes, or NULL
+} judged;
+
+static void alloc_step(judged *j, size_t numel) {
+    float *mem = j->mem = mallocCheck(12 * numel * sizeof(float));
+    for (int k = 0; k < 4; k++) j->a[k] = mem + k * numel, j->b[k] = mem + (5 + k) * numel;
+    j->prev[0] = mem + 4 * numel, j->prev[1] = mem + 9 * numel;
+    j->b_prev_state[0] = mem + 10 * numel, j->b_prev_state[1] = mem + 11 * numel;
+}
+
+// The step's tensors and what each side starts it from. In lockstep, as
+// `compare` judges it, A's step is re-run from B's state before it, so of
+// A's step only the batch is read (a trace of `run --trace-tensors first`
+// holds no more), and nothing of the step before.
+static void read_step(judged *j, fc_trace_pair *p) {
+    fc_trace *tr[2] = {&p->a, &p->b};
+    fc_error e;
+    if (j->first_rerun) memset(j->b_prev_state[0], 0, 2 * p->a.model.numel * sizeof(float));  // a fresh optimizer's
     for (int side = 0; side < 2; side++) {
         fc_trace *t = tr[side];
-        if (side == 0 && lock) continue;
-        if (step == t->first_step) {
-            if (fc_trace_read_init(t, prev[side], &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+        if (side == 0 && j->lock) continue;
+        if (j->step == t->first_step) {
+            if (fc_trace_read_init(t, j->prev[side], &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
         } else {
             fc_trace_step ps;
             fc_batch pb;
-            float *const pbufs[4] = {side ? bb[0] : ba[0], prev[side], side ? b_prev_state[0] : ba[2],
-                                     side ? b_prev_state[1] : ba[3]};
-            if (fc_trace_read_step(t, step - 1, pbufs, NULL, &ps, &pb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
+            float *const pbufs[4] = {side ? j->b[0] : j->a[0], j->prev[side], side ? j->b_prev_state[0] : j->a[2],
+                                     side ? j->b_prev_state[1] : j->a[3]};
+            if (fc_trace_read_step(t, j->step - 1, pbufs, NULL, &ps, &pb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
             fc_batch_free(&pb);
         }
     }
-    if (fc_trace_read_step(&ta, step, lock ? NULL : ba, prev[0], &sa, &bat[0], &e) ||
-        fc_trace_read_step(&tb, step, bb, prev[1], &sb, &bat[1], &e))
+    if (fc_trace_read_step(&p->a, j->step, j->lock ? NULL : j->a, j->prev[0], &j->sa, &j->bat[0], &e) ||
+        fc_trace_read_step(&p->b, j->step, j->b, j->prev[1], &j->sb, &j->bat[1], &e))
         fc_die(FC_EXIT_USAGE, "%s", e.msg);
+}
+
+// A's side as `compare` judges it: re-run in lockstep, and with the step's
+// gradient magnitudes in 16 bits; the context the engine judges it in.
+static fc_cmp_ctx judge_a(judged *j, const fc_trace_pair *p, const fc_cmp_policy *pol, int magnitudes) {
+    fc_error e;
     fc_rerun rr;  // closed after the magnitude pass: the last to close finalises a singleton MPI
     memset(&rr, 0, sizeof rr);
-    if (lock) {
-        const float *const state[2] = {b_prev_state[0], b_prev_state[1]};
-        if (fc_rerun_open(&rr, &ta.cfg, ta.world_size, b_init, &e) || fc_rerun_step(&rr, step, prev[1], state, ba, &sa, &e))
-            fc_die(FC_EXIT_USAGE, "sensitivity: the lockstep re-run of step %ld failed (%s): use --trajectory", step,
+    if (j->lock) {
+        const float *const state[2] = {j->b_prev_state[0], j->b_prev_state[1]};
+        if (fc_pair_rerun_open(&rr, p, &e) || fc_rerun_step(&rr, j->step, j->prev[1], state, j->a, &j->sa, &e))
+            fc_die(FC_EXIT_USAGE, "sensitivity: the lockstep re-run of step %ld failed (%s): use --trajectory", j->step,
                    e.msg);
-        sa.batch = &bat[0];
+        j->sa.batch = &j->bat[0];
     }
-    double a_divide_by = lock ? fc_divide_by(&rr.cfg, 1) : 0;  // the re-run's: F / W where F was set
-    fc_cmp_policy pol;
-    if (same_compute) fc_cmp_policy_same_compute(&pol, &ta.cfg, &tb.cfg);
-    else fc_cmp_policy_defaults(&pol, fc_cmp_precision(&ta.cfg, &tb.cfg));
-    // 16 bits, judged as `compare` judges them: with the step's gradient magnitudes
-    float *mag_buf = NULL;
-    if (!trajectory && !same_compute && fc_cmp_policy_magnitudes(&pol)) {
+    fc_cmp_ctx ctx = fc_pair_ctx(p, pol, j->lock ? &rr : NULL);
+    if (magnitudes && fc_cmp_policy_magnitudes(pol)) {
         fc_rerun mr;
-        mag_buf = mallocCheck(numel * sizeof(float));
-        if (fc_magnitude_open(&mr, &ta.cfg, ta.world_size, b_init, &e) ||
-            fc_magnitude_step(&mr, step, sa.prev_params, (const float *const *)sa.state, mag_buf, &e))
-            fc_die(FC_EXIT_USAGE, "sensitivity: the magnitude pass of step %ld failed (%s): use --trajectory", step,
+        j->mag_buf = mallocCheck(p->a.model.numel * sizeof(float));
+        if (fc_pair_magnitude_open(&mr, p, &e) ||
+            fc_magnitude_step(&mr, j->step, j->sa.prev_params, (const float *const *)j->sa.state, j->mag_buf, &e))
+            fc_die(FC_EXIT_USAGE, "sensitivity: the magnitude pass of step %ld failed (%s): use --trajectory", j->step,
                    e.msg);
         fc_rerun_close(&mr);
-        sa.grad_mag = mag_buf;
+        j->sa.grad_mag = j->mag_buf;
     }
     fc_rerun_close(&rr);
-    fc_cmp_ctx ctx = {&tb.model, &pol, &tb.cfg, tb.world_size, &ta.cfg.optim, &ta.cfg, lock ? 1 : ta.world_size,
-                      lock || fc_cmp_impl_act32(ta.impl), fc_cmp_impl_act32(tb.impl), 0, a_divide_by};
-    fc_cmp_result r;
-    fc_cmp_result_init(&r, step);
-    fc_compare_add(&ctx, &sa, &sb, FC_CMP_ALL, &r);
-    probe p = {&ctx, &sa, &sb, &r, {0}};
-    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) p.unperturbed[k] = -1;
-    printf("fsdpcheck sensitivity: %s vs %s, step %ld%s, %s row (%s), model %s (%zu parameters)\n", dirs[0], dirs[1],
-           step, lock ? " (A re-run from B's state)" : "", r.lockstep ? "lockstep" : "diverged", fc_prec_name(r.lockstep ? pol.prec : pol.prec_div),
-           ta.model.cfg.name, numel);
-    printf("the smallest delta caught (the comparison of A with B perturbed fails; resolution 1.26x):\n");
-    printf("%-6s %-44s %10s  %12s  %12s  %12s\n", "kind", "tensor", "elements", "elem@max", "elem@median",
-           "whole tensor");
-    // the loss: a scalar, relative
-    {
-        float keep = sb.loss;
-        perturbation q = {.x = &sb.loss, .keep = &keep, .n = 1, .scale = fabs((double)keep)};
+    return ctx;
+}
+
+// Every kind's row: the loss, the gradient norm, then the largest tensors.
+static void measure_kinds(probe *p, judged *j, const fc_trace_pair *tp) {
+    fc_trace_step *sb = &j->sb;
+    {  // the loss: a scalar, relative
+        float keep = sb->loss;
+        perturbation q = {.x = &sb->loss, .keep = &keep, .n = 1, .scale = fabs((double)keep)};
         printf("%-6s %-44s %10d  ", "loss", "loss", 1);
-        print_delta(smallest(&p, FC_CMP_LOSS, &q));
+        print_delta(smallest(p, FC_CMP_LOSS, &q));
         printf("\n");
     }
     // the total gradient norm (both traces carry it): a double scalar, relative
-    if (sa.has_norm && sb.has_norm) {
-        perturbation q = {.n = 1, .scale = fabs(sb.grad_norm), .dx = &sb.grad_norm, .dkeep = sb.grad_norm};
+    if (j->sa.has_norm && sb->has_norm) {
+        perturbation q = {.n = 1, .scale = fabs(sb->grad_norm), .dx = &sb->grad_norm, .dkeep = sb->grad_norm};
         printf("%-6s %-44s %10d  ", "norm", "grad_norm", 1);
-        print_delta(smallest(&p, FC_CMP_NORM, &q));
+        print_delta(smallest(p, FC_CMP_NORM, &q));
         printf("\n");
     }
-    measure(&p, FC_CMP_GRAD, bb[0], &tb.model, "grad", 0);
-    measure(&p, FC_CMP_PARAM, bb[1], &tb.model, "param", ta.cfg.optim.lr);
-    for (int i = 0; i < sb.n_state; i++) {
+    const fc_model *m = &tp->b.model;
+    measure(p, FC_CMP_GRAD, j->b[0], m, "grad", 0);
+    measure(p, FC_CMP_PARAM, j->b[1], m, "param", tp->a.cfg.optim.lr);
+    for (int i = 0; i < sb->n_state; i++) {
         char name[64];
-        snprintf(name, sizeof name, "optim.%s", sb.state_names[i]);
-        measure(&p, FC_CMP_OPTIM, bb[2 + i], &tb.model, name, 0);
+        snprintf(name, sizeof name, "optim.%s", sb->state_names[i]);
+        measure(p, FC_CMP_OPTIM, j->b[2 + i], m, name, 0);
     }
-    if (tb.model.n_frozen) {  // by --freeze, or by LoRA (its base; the two exclude each other)
+    if (m->n_frozen) {  // by --freeze, or by LoRA (its base; the two exclude each other)
         char why[300];
-        if (tb.cfg.model.lora_r) snprintf(why, sizeof why, "LoRA's base");
-        else snprintf(why, sizeof why, "--freeze '%s'", tb.cfg.freeze);
+        if (tp->b.cfg.model.lora_r) snprintf(why, sizeof why, "LoRA's base");
+        else snprintf(why, sizeof why, "--freeze '%s'", tp->b.cfg.freeze);
         printf("frozen: %d parameter tensors (%s): value, gradient and optimizer state judged exactly, any change "
-               "fails\n", tb.model.n_frozen, why);
+               "fails\n", m->n_frozen, why);
     }
+}
+
+int fc_cmd_sensitivity(int argc, char **argv) {
+    sens_args o;
+    if (parse_args(argc, argv, &o)) return FC_EXIT_PASS;
+    // Every probe allocates and frees its allowances (hundreds of MB at gpt2-124m):
+    // kept on the heap, they are reused instead of faulted in afresh from mmap.
+    (void)mallopt(M_MMAP_MAX, 0);
+    (void)mallopt(M_TRIM_THRESHOLD, INT_MAX);
+    fc_threads_setup(o.threads, 1);  // one process: MPI is not started here
+    fc_trace_pair tp;
+    fc_pair_open(&tp, o.dirs[0], o.dirs[1]);
+    const fc_trace *ta = &tp.a, *tb = &tp.b;
+    if (!fc_model_config_equal(&ta->cfg.model, &tb->cfg.model))
+        fc_die(FC_EXIT_USAGE, "%s and %s trained different models", o.dirs[0], o.dirs[1]);
+    judged j = {.step = o.step < 0 ? fc_pair_first_step(&tp) : o.step};
+    if (j.step < fc_pair_first_step(&tp) || j.step >= ta->first_step + ta->steps || j.step >= tb->first_step + tb->steps)
+        fc_die(FC_EXIT_USAGE, "sensitivity --step %ld: not in both traces", j.step);
+    size_t numel = ta->model.numel;
+    alloc_step(&j, numel);
+    // B's first step re-run too where A is a plan: from B's init and zero state (rerun.h)
+    int recorded = o.trajectory || o.same_compute;
+    j.first_rerun = !recorded && fc_rerun_first_step(ta, tb, j.step);
+    j.lock = !recorded && (j.step > tb->first_step || j.first_rerun);
+    read_step(&j, &tp);
+    fc_cmp_policy pol;
+    fc_pair_policy(&pol, &tp, o.same_compute);
+    fc_cmp_ctx ctx = judge_a(&j, &tp, &pol, !recorded);
+    fc_cmp_result r;
+    fc_cmp_result_init(&r, j.step);
+    fc_compare_add(&ctx, &j.sa, &j.sb, FC_CMP_ALL, &r);
+    probe p = {&ctx, &j.sa, &j.sb, &r, {0}};
+    for (int k = 0; k < FC_CMP_KIND_COUNT; k++) p.unperturbed[k] = -1;
+    printf("fsdpcheck sensitivity: %s vs %s, step %ld%s, %s row (%s), model %s (%zu parameters)\n", o.dirs[0],
+           o.dirs[1], j.step, j.lock ? " (A re-run from B's state)" : "", r.lockstep ? "lockstep" : "diverged",
+           fc_prec_name(r.lockstep ? pol.prec : pol.prec_div), ta->model.cfg.name, numel);
+    printf("the smallest delta caught (the comparison of A with B perturbed fails; resolution 1.26x):\n");
+    printf("%-6s %-44s %10s  %12s  %12s  %12s\n", "kind", "tensor", "elements", "elem@max", "elem@median",
+           "whole tensor");
+    measure_kinds(&p, &j, &tp);
     int pass = r.pass;
     fc_cmp_result_free(&r);
-    fc_batch_free(&bat[0]);
-    fc_batch_free(&bat[1]);
-    free(mem);
-    free(mag_buf);
-    fc_trace_close(&ta);
-    fc_trace_close(&tb);
+    fc_batch_free(&j.bat[0]);
+    fc_batch_free(&j.bat[1]);
+    free(j.mem);
+    free(j.mag_buf);
+    fc_pair_close(&tp);
     if (!pass) printf("note: A and B differ beyond the policy at this step already (compare says FAIL)\n");
     return FC_EXIT_PASS;
 }
