@@ -16,6 +16,7 @@ lens=$(awk '
   !inbody && /^[A-Za-z_]/ && !/;[ \t]*$/ && !/^(typedef|struct [A-Za-z_]+ *\{|enum|union)/ && !start {
     start = FNR; name = $0; sub(/\(.*/, "", name); n = split(name, w, /[ *]+/); name = w[n]
   }
+  start && !inbody && /\{.*\}[ \t]*;?[ \t]*$/ { start = 0; next }  # a one-line definition
   start && !inbody && /\{[ \t]*$/ { inbody = 1 }
   start && !inbody && /;[ \t]*$/ { start = 0 }
   inbody && /^\}/ { printf "%d %s:%d %s\n", FNR - start + 1, FILENAME, start, name; start = 0; inbody = 0 }
