@@ -1,7 +1,7 @@
 // core/ckpt_internal.h — what the checkpoint's files (ckpt_manifest.c,
-// ckpt_read.c, ckpt_write.c) share and nothing outside them uses: the file
-// names of a checkpoint, and the JSON and message helpers of the manifest
-// parser that the shard layout parser reuses.
+// ckpt_read.c, ckpt_verify.c, ckpt_pieces.c, ckpt_write.c) share and nothing
+// outside them uses: the file names of a checkpoint, and the JSON and message
+// helpers of the manifest parser that the shard layout parser reuses.
 #ifndef FC_CKPT_INTERNAL_H
 #define FC_CKPT_INTERNAL_H
 

@@ -43,7 +43,7 @@ const char *fc_prec_name(fc_prec p);                 // "fp32", "bf16", "fp16"
 int fc_prec_parse(const char *name, fc_prec *out);   // 0 on success, -1 if unknown
 
 // Bytes per element of a precision: 4 for fp32, 2 for bf16 and fp16.
-static inline size_t fc_prec_size(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
+static inline FC_HD size_t fc_prec_size(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
 
 // Bit conversions and rounding (fc_f32_to_bf16, fc_bf16_to_f32, fc_f32_to_f16,
 // fc_f16_to_f32, fc_round): inline in core/round.h, for CUDA device code too.

@@ -46,10 +46,9 @@ FC_BEGIN_DECLS
 //               has the name; after a crash of the machine the file may be short or
 //               empty, and every reader refuses such a file (core/safetensors.h).
 //               For the traces' tensor files: a run's evidence, made again by
-//               running again, and gigabytes a step at real scale (the reference's
-//               part of the gpt2-124m torch check took 24.1 s with fsync, 17.2 s
-//               without, side by side: an fsync there also waits for the dirty pages
-//               of what ran before it; README "The tests' own threads, ...").
+//               running again, and gigabytes a step at real scale, where an fsync
+//               also waits for the dirty pages of what ran before it
+//               (docs/measurements/fileio.md).
 typedef enum { FC_DURABLE, FC_ATOMIC } fc_commit_kind;
 FILE *fc_open_tmp(const char *path, char *tmp, size_t tmp_len, fc_error *e);
 int fc_commit_tmp(FILE *fp, const char *tmp, const char *path, fc_commit_kind kind, fc_error *e);

@@ -431,7 +431,76 @@ static int find_key(const char *key) {
     return -1;
 }
 
-static const char *canonical(int i) { return KEYS[i].same_as ? KEYS[i].same_as : KEYS[i].name; }
+static const char *canonical(int i) {
+    return KEYS[i].same_as ? KEYS[i].same_as : KEYS[i].name;
+}
+
+// The keys read so far: each one's canonical name, and as the file spells it.
+typedef struct {
+    const char *name[N_KEYS];
+    const char *as[N_KEYS];
+    int n;
+} seen_keys;
+
+// Each key of j, known, given once, and read into ps by its key_fn.
+static int read_keys(const cJSON *j, parse_state *ps, seen_keys *seen, fc_error *e) {
+    const char *path = ps->path;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, j) {
+        const char *key = it->string;
+        char k[96];
+        quote(key, k, sizeof k);
+        if (!strcmp(key, "fsdp_config"))
+            return fc_fail(e, "%s: %s holds a whole Accelerate config; pass its \"fsdp_config\" section (with "
+                              "\"mixed_precision\" beside the fsdp_* keys) as the file",
+                           path, k);
+        int i = find_key(key);
+        if (i < 0) {
+            char val[96];
+            show(it, val, sizeof val);
+            return fc_fail(e, "%s: unknown key %s (value %s); accepted keys, fsdp_ prefix optional: %s", path, k,
+                           val, ACCEPTED_KEYS);
+        }
+        // the same setting twice (with and without the prefix, or under its
+        // older name) is ambiguous: JSON objects have no order to settle it
+        for (int s = 0; s < seen->n; s++) {
+            if (strcmp(seen->name[s], canonical(i)) != 0) continue;
+            char other[96];
+            quote(seen->as[s], other, sizeof other);
+            return fc_fail(e, "%s: %s and %s set the same thing: give it once", path, other, k);
+        }
+        seen->name[seen->n] = canonical(i);
+        seen->as[seen->n++] = key;
+        if (KEYS[i].fn(ps, key, it, e)) return -1;
+    }
+    return 0;
+}
+
+// The rules across keys, as Accelerate enforces them.
+static int cross_key_rules(const parse_state *ps, const seen_keys *seen, fc_error *e) {
+    const char *path = ps->path;
+    const fc_fsdp_config *out = ps->out;
+    for (int s = 0; s < seen->n; s++) {
+        char k[96];
+        quote(seen->as[s], k, sizeof k);
+        if (out->version == 2 && fsdp1_only(seen->name[s]))
+            return fc_fail(e, "%s: %s is an FSDP1 key, refused with \"fsdp_version\": 2 (FSDP2 has %s)", path, k,
+                           !strcmp(seen->name[s], "sharding_strategy")
+                               ? "fsdp_reshard_after_forward instead"
+                               : "no such option; Accelerate refuses or drops it");
+        if (out->version != 2 && !strcmp(seen->name[s], "reshard_after_forward"))
+            return fc_fail(e, "%s: %s is an FSDP2 key: add \"fsdp_version\": 2, or use fsdp_sharding_strategy", path,
+                           k);
+    }
+    if (out->version != 2 && ps->cpu_ram_efficient_loading == 1 && ps->sync_module_states == 0)
+        return fc_fail(e, "%s: \"fsdp_cpu_ram_efficient_loading\": true needs \"fsdp_sync_module_states\": true (the "
+                          "other ranks would start from empty weights)",
+                       path);
+    if (ps->mp_param_set && ps->policy_param_set && ps->mp_param != ps->policy_param)
+        return fc_fail(e, "%s: \"mixed_precision\" (%s) and \"mixed_precision_policy\".param_dtype (%s) disagree",
+                       path, fc_prec_name(ps->mp_param), fc_prec_name(ps->policy_param));
+    return 0;
+}
 
 int fc_fsdp_config_parse(const char *text, size_t len, const char *path, fc_fsdp_config *out, fc_error *e) {
     memset(out, 0, sizeof *out);
@@ -444,74 +513,12 @@ int fc_fsdp_config_parse(const char *text, size_t len, const char *path, fc_fsdp
     free(buf);
     if (!j) return fc_fail(e, "%s: not valid JSON", path);
     parse_state ps = {path, out, -1, -1, 0, FC_PREC_FP32, 0, FC_PREC_FP32};
+    seen_keys seen = {.n = 0};
     int rc = -1;
-    const cJSON *it;
-    const char *seen[N_KEYS];
-    const char *seen_as[N_KEYS];
-    int n_seen = 0;
-    if (!cJSON_IsObject(j)) {
+    if (!cJSON_IsObject(j))
         fc_fail(e, "%s: an fsdp_config must be a JSON object of fsdp_* keys", path);
-        goto done;
-    }
-    cJSON_ArrayForEach(it, j) {
-        const char *key = it->string;
-        char k[96];
-        quote(key, k, sizeof k);
-        if (!strcmp(key, "fsdp_config")) {
-            fc_fail(e, "%s: %s holds a whole Accelerate config; pass its \"fsdp_config\" section (with "
-                       "\"mixed_precision\" beside the fsdp_* keys) as the file",
-                    path, k);
-            goto done;
-        }
-        int i = find_key(key);
-        if (i < 0) {
-            char val[96];
-            show(it, val, sizeof val);
-            fc_fail(e, "%s: unknown key %s (value %s); accepted keys, fsdp_ prefix optional: %s", path, k, val,
-                    ACCEPTED_KEYS);
-            goto done;
-        }
-        // the same setting twice (with and without the prefix, or under its
-        // older name) is ambiguous: JSON objects have no order to settle it
-        for (int s = 0; s < n_seen; s++) {
-            if (strcmp(seen[s], canonical(i)) != 0) continue;
-            char other[96];
-            quote(seen_as[s], other, sizeof other);
-            fc_fail(e, "%s: %s and %s set the same thing: give it once", path, other, k);
-            goto done;
-        }
-        seen[n_seen] = canonical(i);
-        seen_as[n_seen++] = key;
-        if (KEYS[i].fn(&ps, key, it, e)) goto done;
-    }
-    // cross-key rules, as Accelerate enforces them
-    for (int s = 0; s < n_seen; s++) {
-        char k[96];
-        quote(seen_as[s], k, sizeof k);
-        if (out->version == 2 && fsdp1_only(seen[s])) {
-            fc_fail(e, "%s: %s is an FSDP1 key, refused with \"fsdp_version\": 2 (FSDP2 has %s)", path, k,
-                    !strcmp(seen[s], "sharding_strategy") ? "fsdp_reshard_after_forward instead"
-                                                           : "no such option; Accelerate refuses or drops it");
-            goto done;
-        }
-        if (out->version != 2 && !strcmp(seen[s], "reshard_after_forward")) {
-            fc_fail(e, "%s: %s is an FSDP2 key: add \"fsdp_version\": 2, or use fsdp_sharding_strategy", path, k);
-            goto done;
-        }
-    }
-    if (out->version != 2 && ps.cpu_ram_efficient_loading == 1 && ps.sync_module_states == 0) {
-        fc_fail(e, "%s: \"fsdp_cpu_ram_efficient_loading\": true needs \"fsdp_sync_module_states\": true (the "
-                   "other ranks would start from empty weights)",
-                path);
-        goto done;
-    }
-    if (ps.mp_param_set && ps.policy_param_set && ps.mp_param != ps.policy_param) {
-        fc_fail(e, "%s: \"mixed_precision\" (%s) and \"mixed_precision_policy\".param_dtype (%s) disagree", path,
-                fc_prec_name(ps.mp_param), fc_prec_name(ps.policy_param));
-        goto done;
-    }
-    rc = 0;
-done:
+    else if (!read_keys(j, &ps, &seen, e) && !cross_key_rules(&ps, &seen, e))
+        rc = 0;
     cJSON_Delete(j);
     if (rc) {
         char keep[sizeof out->path];

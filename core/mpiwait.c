@@ -8,15 +8,10 @@
 #include "check.h"
 #include "mpicheck.h"
 
-// Measured on the 2-core machine, `mpiexec -n 4 fsdpcheck sweep --cases 300`
-// (all four ranks busy in the W=4 cases), seconds:
-//   SPIN YIELD nap  |  200 200 20us: 6.0   0 200 20us: 5.8   200 1000 20us: 6.0
-//                   |  200  50 20us: 10.0  0 0 20us: 11.5    200 0 20us: 11.2
-//   naps growing to 100 us: 6.7, to 1 ms: 54.5; MPI_Wait's busy poll: 88.5
-// Yielding is what helps: it hands the core to a rank with work at once. A
-// nap must stay short, or a rank that is needed sleeps through its turn. The
-// spin keeps a wait between two ranks that each hold a core (-n 2: 2.15 s
-// against 2.23 s without it) off the scheduler.
+// Yielding hands the core to a rank with work at once, a short nap keeps a
+// needed rank from sleeping through its turn, and the spin keeps a wait between
+// two ranks that each hold a core off the scheduler: the measured grid of
+// SPIN, YIELD and NAP is docs/measurements/mpiwait.md.
 enum { SPIN = 200, YIELD = 200 };
 static const struct timespec NAP = {0, 20000};  // 20 us
 

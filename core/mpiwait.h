@@ -3,8 +3,7 @@
 // Why: MPICH's blocking calls busy-poll. On a node with more ranks than cores
 // (the 2-core CI machine runs the sweep at W = 4) a rank that waits spins on
 // the core the rank it waits for needs, and every message then costs a
-// scheduler time slice: `mpiexec -n 3 fsdpcheck sweep --cases 100` took
-// 22.8 s against 0.6 s at -n 2, 97% of its samples in UCX/MPICH polling.
+// scheduler time slice (docs/measurements/mpiwait.md has the figures).
 // These wrappers start the nonblocking form of the call and wait in
 // fc_mpi_wait: a short spin (a wait on an idle node ends within it), then
 // yielding, then short sleeps. Data movement only: none of them reduces
