@@ -17,7 +17,7 @@ void fc_cu_acts_layout(fc_cu_acts *a, const fc_model_config *c, int B, int T, fc
     a->B = B;
     a->T = c->kind == FC_MODEL_MLP ? 1 : T;
     a->NT = B * a->T;
-    a->esz = p == FC_PREC_FP32 ? 4 : 2;
+    a->esz = fc_prec_size(p);
     size_t NT = (size_t)a->NT, e = a->esz, f = sizeof(float), end = 0;
     if (c->kind == FC_MODEL_MLP) {
         a->n = c->n_layers;

@@ -202,14 +202,14 @@ static att_dims gqa_dims(int B, int T, int NH, int NKV, int hs) {
 
 extern "C" void fck_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, fc_prec p,
                                       cudaStream_t s) {
-    size_t esz = p == FC_PREC_FP32 ? 4 : 2;
+    size_t esz = fc_prec_size(p);
     const char *q = (const char *)qkv;
     att_forward(out, att, q, q + C * esz, q + 2 * C * esz, gpt2_dims(B, T, C, NH), p, s);
 }
 
 extern "C" void fck_attention_backward(void *dqkv, void *dpreatt, const void *dout, const void *qkv, const void *att,
                                        int B, int T, int C, int NH, fc_prec p, cudaStream_t s) {
-    size_t esz = p == FC_PREC_FP32 ? 4 : 2;
+    size_t esz = fc_prec_size(p);
     const char *q = (const char *)qkv;
     char *dq = (char *)dqkv;
     att_backward(dq, dq + C * esz, dq + 2 * C * esz, dpreatt, dout, q, q + C * esz, q + 2 * C * esz, att,

@@ -32,7 +32,6 @@ struct fc_comm_op {
     fc_prec p;
 };
 
-static size_t esize(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
 static MPI_Datatype mpi_type(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
 static ncclDataType_t nccl_type(fc_prec p) {
     return p == FC_PREC_BF16 ? ncclBfloat16 : p == FC_PREC_FP16 ? ncclFloat16 : ncclFloat32;
@@ -91,7 +90,7 @@ static fc_comm_op *op_new(fc_cucomm *c, op_kind k, void *dst, size_t count, fc_p
 
 // the device buffer src [n elements] into a new host staging buffer of cap elements (zero beyond n)
 static void *download(fc_cucomm *c, const void *src, size_t n, size_t cap, fc_prec p, cudaStream_t s) {
-    size_t es = esize(p);
+    size_t es = fc_prec_size(p);
     void *h = stage(c, cap * es);
     if (cap > n) memset((char *)h + n * es, 0, (cap - n) * es);
     cudaCheck(cudaMemcpyAsync(h, src, n * es, cudaMemcpyDeviceToHost, s));
@@ -107,7 +106,7 @@ fc_comm_op *fc_comm_all_gather(fc_cucomm *c, const void *send, void *recv, size_
         return op;
     }
     op->hsend = download(c, send, count, count, p, s);
-    op->hrecv = stage(c, count * (size_t)c->G * esize(p));
+    op->hrecv = stage(c, count * (size_t)c->G * fc_prec_size(p));
     mpiCheck(MPI_Iallgather(op->hsend, (int)count, mpi_type(p), op->hrecv, (int)count, mpi_type(p), c->mpi, &op->req));
     op->pending = 1;
     return op;
@@ -122,7 +121,7 @@ fc_comm_op *fc_comm_reduce_scatter(fc_cucomm *c, const void *send, void *recv, s
     }
     size_t all = count * (size_t)c->G;
     op->hsend = download(c, send, all, all, p, s);
-    op->hrecv = stage(c, all * esize(p));
+    op->hrecv = stage(c, all * fc_prec_size(p));
     mpiCheck(MPI_Ialltoall(op->hsend, (int)count, mpi_type(p), op->hrecv, (int)count, mpi_type(p), c->mpi, &op->req));
     op->pending = 1;
     return op;
@@ -136,7 +135,7 @@ fc_comm_op *fc_comm_all_reduce(fc_cucomm *c, void *buf, size_t count, fc_prec p,
         return op;
     }
     // the canonical all-reduce: pad to S*G, all-to-all, rank-ordered sum, all-gather
-    size_t es = esize(p), S = (count + (size_t)c->G - 1) / (size_t)c->G, P = S * (size_t)c->G;
+    size_t es = fc_prec_size(p), S = (count + (size_t)c->G - 1) / (size_t)c->G, P = S * (size_t)c->G;
     void *h = download(c, buf, count, P, p, s);
     void *r = stage(c, P * es), *acc = stage(c, S * es);
     mpiCheck(MPI_Alltoall(h, (int)S, mpi_type(p), r, (int)S, mpi_type(p), c->mpi));
@@ -154,7 +153,7 @@ fc_comm_op *fc_comm_all_reduce(fc_cucomm *c, void *buf, size_t count, fc_prec p,
 void fc_comm_wait(fc_comm_op *op, cudaStream_t consumer) {
     fc_cucomm *c = op->c;
     if (op->pending) {
-        size_t es = esize(op->p);
+        size_t es = fc_prec_size(op->p);
         mpiCheck(MPI_Wait(&op->req, MPI_STATUS_IGNORE));
         const void *result = op->hrecv;
         void *sum = NULL;

@@ -41,7 +41,7 @@ size_t fc_cuda_device_bytes(const fc_run_config *cfg, int W, int rank) {
     fc_model m;
     fc_model_build_run(&m, cfg);
     fc_groups g = fc_groups_of(cfg, W, rank);
-    size_t pb = cfg->param_dtype == FC_PREC_FP32 ? 4 : 2, rb = cfg->reduce_dtype == FC_PREC_FP32 ? 4 : 2;
+    size_t pb = fc_prec_size(cfg->param_dtype), rb = fc_prec_size(cfg->reduce_dtype);
     const char *names[2];
     size_t n_state = (size_t)fc_optim_state_names(&cfg->optim, names);
     size_t shards = 0, gathered = 0, grad1 = 0, grad2 = 0, maxp = 0;

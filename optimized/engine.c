@@ -103,8 +103,6 @@ struct fce {
     fc_comm_log log;
 };
 
-static size_t prec_bytes(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
-
 void fce_comms_make(const fc_run_config *cfg, MPI_Comm comm, fce_comms *c) {
     int W, rank;
     mpiCheck(MPI_Comm_size(comm, &W));
@@ -147,7 +145,7 @@ static fc_group gather_group(const cu_unit *U) {
 static void issue_all_gather(fce *f, int u, fc_phase ph, int prefetch) {
     cu_unit *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
-    size_t pb = prec_bytes(pd);
+    size_t pb = fc_prec_size(pd);
     fc_group grp = gather_group(U);
     if (f->cfg.cpu_offload)  // the fp32 shard comes to the device: the pack reads it from pinned host memory
         log_ev(f, FC_OP_H2D, FC_OP_H2D, u, -1, FC_GROUP_NONE, U->shard * sizeof(float), FC_PREC_FP32, ph, 0);
@@ -200,7 +198,7 @@ static void ensure_gathered(fce *f, int u, fc_phase ph) {
             U->gathered = U->param;  // DDP computes on its own full copy
             U->gathered_owned = 0;
         } else {  // a param_dtype compute copy, as DDP under mixed precision
-            U->gathered = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->numel * prec_bytes(f->cfg.param_dtype),
+            U->gathered = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->numel * fc_prec_size(f->cfg.param_dtype),
                                     FCX_COMPUTE);
             U->gathered_owned = 1;
             fcx_cast(f->x, U->gathered, f->cfg.param_dtype, U->param, U->numel, FCX_COMPUTE);
@@ -219,7 +217,7 @@ static void ensure_gathered(fce *f, int u, fc_phase ph) {
 static void keep_post_forward_slice(fce *f, int u) {
     cu_unit *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
-    size_t pb = prec_bytes(pd), n = U->padded / (size_t)f->g.PF;
+    size_t pb = fc_prec_size(pd), n = U->padded / (size_t)f->g.PF;
     void *wire = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->padded * pb, FCX_COMPUTE);  // [P] padding 0
     fcx_permute(f->x, u, U->gathered, wire, 1, pd, FCX_COMPUTE);
     U->pf_slice = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * pb, FCX_COMPUTE);
@@ -273,7 +271,7 @@ static void complete_reduce(fce *f) {
     if (u < 0) return;
     cu_unit *U = &f->u[u];
     fc_prec rd = f->cfg.reduce_dtype;
-    size_t rb = prec_bytes(rd), S = U->shard;
+    size_t rb = fc_prec_size(rd), S = U->shard;
     if (!f->local) fcx_wait(f->x, &f->rs_req);
     if (f->g.sharded) {
         log_ev(f, FC_OP_WAIT, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, 0, rd, FC_PHASE_BACKWARD, 0);
@@ -317,12 +315,12 @@ static void issue_reduce(fce *f, int u) {
     complete_reduce(f);
     cu_unit *U = &f->u[u];
     fc_prec rd = f->cfg.reduce_dtype;
-    size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
+    size_t rb = fc_prec_size(rd), S = U->shard, P = U->padded;
     fc_prec pd = f->cfg.param_dtype;
     // copy-in: FSDP2's gradient goes to the rank-major wire order, padding zeroed
     void *wire = U->full_grad;
     if (!f->lay->wire_is_natural) {
-        wire = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * prec_bytes(pd), FCX_COMPUTE);
+        wire = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * fc_prec_size(pd), FCX_COMPUTE);
         fcx_permute(f->x, u, U->full_grad, wire, 1, pd, FCX_COMPUTE);
     }
     f->rs_send = fcx_alloc(f->x, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, FCX_COMPUTE);
@@ -367,7 +365,7 @@ static void forward(fce *f, int k) {
 
 static void backward(fce *f, int k, int sync) {
     const fc_model *m = &f->m;
-    size_t pb = prec_bytes(f->cfg.param_dtype);
+    size_t pb = fc_prec_size(f->cfg.param_dtype);
     for (int s = m->n_stages - 1; s >= 0; s--) {
         int u = m->stages[s].unit;
         cu_unit *U = &f->u[u];

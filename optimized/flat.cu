@@ -58,7 +58,7 @@ __global__ static void permute_kernel(D *natural, D *wire, const size_t *map, in
 
 extern "C" void fck_permute(void *natural, void *wire, const size_t *map, int n, size_t P, int to_wire, fc_prec p,
                             cudaStream_t s) {
-    size_t es = p == FC_PREC_FP32 ? 4 : 2;
+    size_t es = fc_prec_size(p);
     if (to_wire) cudaCheck(cudaMemsetAsync(wire, 0, P * es, s));  // the padding is zeros
     if (!n) return;
     FC_DISPATCH(p, D, permute_kernel<D><<<n, 256, 0, s>>>((D *)natural, (D *)wire, map, to_wire));

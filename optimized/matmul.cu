@@ -111,7 +111,7 @@ extern "C" void fck_matmul(fck_mm *mm, void *C, const void *A, const void *B, co
                            int ta, int tb, int accumulate, fc_prec p, cudaStream_t s) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) {  // an empty product: only the bias (or nothing)
-        if (!accumulate) cudaCheck(cudaMemsetAsync(C, 0, (size_t)M * N * (p == FC_PREC_FP32 ? 4 : 2), s));
+        if (!accumulate) cudaCheck(cudaMemsetAsync(C, 0, (size_t)M * N * fc_prec_size(p), s));
         if (bias) FC_DISPATCH(p, X, add_bias_kernel<X><<<fc_blocks((size_t)M * N, 256), 256, 0, s>>>((X *)C, (const X *)bias, M, N));
         cudaCheckLaunch();
         return;

@@ -74,7 +74,7 @@ fc_cu_model *fc_cu_model_create(const fc_model *m, const fc_cu_acts *layout, voi
     cm->acts = acts;
     cm->grads = (char *)acts + layout->half;
     cm->p = p;
-    cm->esz = p == FC_PREC_FP32 ? 4 : 2;
+    cm->esz = fc_prec_size(p);
     cm->mm = mm;
     const fc_model_config *c = &m->cfg;
     if (c->kind == FC_MODEL_GPT2) {

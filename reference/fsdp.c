@@ -75,8 +75,6 @@ static void mem_free(fc_fsdp *f, void *p, fc_mem_loc loc, fc_mem_cat cat, size_t
 // ---------------------------------------------------------------------------
 // emulated precisions on the wire
 
-static size_t prec_bytes(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
-
 static float round_p(const fc_fsdp *f, fc_prec p, float x) {
     if (p == FC_PREC_BF16) return fc_bf16_to_f32(seam_to_bf16(f, x));
     return fc_round(p, x);
@@ -124,7 +122,7 @@ static fc_group gather_group(const unit_state *U) {
 static void issue_all_gather(fc_fsdp *f, int u, fc_phase ph, int prefetch) {
     unit_state *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
-    size_t pb = prec_bytes(pd);
+    size_t pb = fc_prec_size(pd);
     fc_group grp = gather_group(U);
     if (f->cfg.cpu_offload)  // the fp32 shard comes to the device first
         log_ev(f, FC_OP_H2D, FC_OP_H2D, u, -1, FC_GROUP_NONE, U->shard * sizeof(float), FC_PREC_FP32, ph, 0);
@@ -169,9 +167,9 @@ static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
     seam_gathered(f, u);
     fc_group grp = gather_group(U);
     if (U->ag_from_slice)  // the post-forward slice is used up
-        mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->padded / (size_t)f->g.PF * prec_bytes(pd));
+        mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->padded / (size_t)f->g.PF * fc_prec_size(pd));
     else
-        mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * prec_bytes(pd));
+        mem_free(f, U->ag_send, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * fc_prec_size(pd));
     U->ag_send = NULL;
     U->ag_from_slice = 0;
     U->ag_pending = 0;
@@ -187,7 +185,7 @@ static void ensure_gathered(fc_fsdp *f, int u, fc_phase ph) {
             U->gathered = U->param;  // DDP computes on its own full copy
             U->gathered_owned = 0;
         } else {  // a low-precision compute copy, like DDP under mixed precision
-            size_t pb = prec_bytes(f->cfg.param_dtype);
+            size_t pb = fc_prec_size(f->cfg.param_dtype);
             U->gathered = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, U->numel * sizeof(float), U->numel * pb);
             U->gathered_owned = 1;
             for (size_t i = 0; i < U->numel; i++) U->gathered[i] = round_p(f, f->cfg.param_dtype, U->param[i]);
@@ -206,7 +204,7 @@ static void ensure_gathered(fc_fsdp *f, int u, fc_phase ph) {
 static void keep_post_forward_slice(fc_fsdp *f, int u) {
     unit_state *U = &f->u[u];
     fc_prec pd = f->cfg.param_dtype;
-    size_t n = U->padded / (size_t)f->g.PF, pb = prec_bytes(pd);
+    size_t n = U->padded / (size_t)f->g.PF, pb = fc_prec_size(pd);
     float *wire = mallocCheck(U->padded * sizeof(float));  // [P] the unit in wire order, padding zero
     fc_layout_to_wire(f->lay, &f->m, u, f->g.G, U->gathered, wire);
     U->pf_slice = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * pb, n * pb);
@@ -220,7 +218,7 @@ static void free_gathered(fc_fsdp *f, int u, fc_phase ph) {
     if (f->g.PF && ph == FC_PHASE_FORWARD) keep_post_forward_slice(f, u);
     if (U->gathered_owned) {
         size_t n = f->g.sharded ? U->gathered_numel : U->numel;
-        mem_free(f, U->gathered, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * prec_bytes(f->cfg.param_dtype));
+        mem_free(f, U->gathered, FC_LOC_DEVICE, FC_MEM_GATHERED_PARAMS, n * fc_prec_size(f->cfg.param_dtype));
     }
     if (f->g.sharded) {
         f->alive--;
@@ -256,7 +254,7 @@ static void prefetch_from(fc_fsdp *f, int s, int forward, int n) {
 static void all_reduce_canonical(fc_fsdp *f, MPI_Comm comm, float *x, size_t n, fc_prec rd) {
     int G;
     mpiCheck(MPI_Comm_size(comm, &G));
-    size_t S = fc_chunk_size(n, G), P = S * (size_t)G, rb = prec_bytes(rd);
+    size_t S = fc_chunk_size(n, G), P = S * (size_t)G, rb = fc_prec_size(rd);
     float *padded = callocCheck(P, sizeof(float));
     memcpy(padded, x, n * sizeof(float));
     void *send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
@@ -287,7 +285,7 @@ static void complete_reduce(fc_fsdp *f) {
     if (u < 0) return;
     unit_state *U = &f->u[u];
     fc_prec rd = reduce_prec(f);
-    size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
+    size_t rb = fc_prec_size(rd), S = U->shard, P = U->padded;
     int G = f->g.G;
     fc_mpi_wait(&f->rs_req);
     float *acc = callocCheck(S, sizeof(float));  // this rank's chunk, summed in rank order
@@ -336,7 +334,7 @@ static void issue_reduce(fc_fsdp *f, int u) {
     complete_reduce(f);  // one reduction in flight at a time
     unit_state *U = &f->u[u];
     fc_prec rd = reduce_prec(f);
-    size_t rb = prec_bytes(rd), S = U->shard, P = U->padded;
+    size_t rb = fc_prec_size(rd), S = U->shard, P = U->padded;
     // copy-in: FSDP2's gradient goes to the rank-major wire order, padding zeroed
     float *wire = U->full_grad;
     if (!f->lay->wire_is_natural) {
@@ -351,7 +349,7 @@ static void issue_reduce(fc_fsdp *f, int u) {
     pack(f, rd, scaled, f->rs_send, P);
     free(scaled);
     if (wire != U->full_grad) free(wire);
-    mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->gathered_numel * prec_bytes(f->cfg.param_dtype));
+    mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->gathered_numel * fc_prec_size(f->cfg.param_dtype));
     U->full_grad = NULL;
     MPI_Comm comm = f->g.sharded ? f->shard : f->world;
     mpiCheck(MPI_Ialltoall(f->rs_send, (int)S, prec_type(rd), f->rs_recv, (int)S, prec_type(rd), comm, &f->rs_req));
@@ -436,7 +434,7 @@ static void forward(fc_fsdp *f, const fc_batch *mb) {
 static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
     const fc_model *m = &f->m;
     float scale = 1.0f / (float)f->acts.NT / (float)f->cfg.grad_accum;
-    size_t pb = prec_bytes(f->cfg.param_dtype);
+    size_t pb = fc_prec_size(f->cfg.param_dtype);
     for (int s = m->n_stages - 1; s >= 0; s--) {
         int u = m->stages[s].unit;
         unit_state *U = &f->u[u];

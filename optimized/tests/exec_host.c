@@ -8,6 +8,7 @@
 
 #include "alloc_book.h"
 #include "clip.h"
+#include "dtype.h"
 #include "forward.h"
 #include "layout.h"
 #include "mpicheck.h"
@@ -53,7 +54,6 @@ static void need(fcx *x, const void *p, size_t bytes, const char *what) {
     if (!p || !fc_book_find(&x->book, p, bytes)) violation(x, "%s: %zu bytes at %p are not inside a live allocation", what, bytes, p);
 }
 
-static size_t esize(fc_prec p) { return p == FC_PREC_FP32 ? 4 : 2; }
 
 static float load(fc_prec p, const void *b, size_t i) {
     if (p == FC_PREC_FP32) return ((const float *)b)[i];
@@ -125,8 +125,8 @@ void fcx_copy(fcx *x, void *dst, const void *src, size_t bytes, fcx_stream s) {
 void fcx_permute(fcx *x, int u, void *natural, void *wire, int to_wire, fc_prec p, fcx_stream s) {
     (void)s;
     size_t N = x->m.units[u].numel, P = x->lay->chunk_size(&x->m, u, x->g.G) * (size_t)x->g.G;
-    need(x, natural, N * esize(p), "permute natural");
-    need(x, wire, P * esize(p), "permute wire");
+    need(x, natural, N * fc_prec_size(p), "permute natural");
+    need(x, wire, P * fc_prec_size(p), "permute wire");
     float *a = mallocCheck(N * sizeof(float) + 1), *b = mallocCheck(P * sizeof(float) + 1);
     if (to_wire) {
         for (size_t i = 0; i < N; i++) a[i] = load(p, natural, i);
@@ -143,22 +143,22 @@ void fcx_permute(fcx *x, int u, void *natural, void *wire, int to_wire, fc_prec 
 
 void fcx_cast(fcx *x, void *dst, fc_prec p, const float *src, size_t n, fcx_stream s) {
     (void)s;
-    need(x, dst, n * esize(p), "cast dst");
+    need(x, dst, n * fc_prec_size(p), "cast dst");
     need(x, src, n * 4, "cast src");
     for (size_t i = 0; i < n; i++) store(p, dst, i, src[i]);
 }
 
 void fcx_predivide(fcx *x, void *dst, fc_prec rd, const void *g, fc_prec pd, size_t n, float pre, fcx_stream s) {
     (void)s;
-    need(x, dst, n * esize(rd), "predivide dst");
-    need(x, g, n * esize(pd), "predivide src");
+    need(x, dst, n * fc_prec_size(rd), "predivide dst");
+    need(x, g, n * fc_prec_size(pd), "predivide src");
     for (size_t i = 0; i < n; i++) store(rd, dst, i, fc_round(rd, load(pd, g, i)) / pre);
 }
 
 void fcx_accumulate(fcx *x, float *grad, const void *src, fc_prec rd, size_t n, float post, fcx_stream s) {
     (void)s;
     need(x, grad, n * 4, "accumulate dst");
-    need(x, src, n * esize(rd), "accumulate src");
+    need(x, src, n * fc_prec_size(rd), "accumulate src");
     for (size_t i = 0; i < n; i++) grad[i] += fc_round(rd, load(rd, src, i) / post);
 }
 
@@ -184,7 +184,7 @@ void fcx_all_gather(fcx *x, fcx_group g, const void *send, void *recv, size_t co
     MPI_Comm c = comm_of(x, g);
     int G;
     mpiCheck(MPI_Comm_size(c, &G));
-    size_t es = esize(p);
+    size_t es = fc_prec_size(p);
     need(x, send, count * es, "all_gather send");
     need(x, recv, count * G * es, "all_gather recv");
     void *out = mallocCheck(count * G * es + 1);
@@ -196,7 +196,7 @@ void fcx_reduce_scatter(fcx *x, fcx_group g, const void *send, void *recv, size_
     MPI_Comm c = comm_of(x, g);
     int G;
     mpiCheck(MPI_Comm_size(c, &G));
-    size_t es = esize(p);
+    size_t es = fc_prec_size(p);
     need(x, send, count * G * es, "reduce_scatter send");
     need(x, recv, count * es, "reduce_scatter recv");
     void *ex = mallocCheck(count * G * es + 1), *out = mallocCheck(count * es + 1);
@@ -210,7 +210,7 @@ void fcx_all_reduce(fcx *x, fcx_group g, void *buf, size_t count, fc_prec p, fcx
     MPI_Comm c = comm_of(x, g);
     int G;
     mpiCheck(MPI_Comm_size(c, &G));
-    size_t es = esize(p), S = (count + (size_t)G - 1) / (size_t)G, P = S * (size_t)G;
+    size_t es = fc_prec_size(p), S = (count + (size_t)G - 1) / (size_t)G, P = S * (size_t)G;
     need(x, buf, count * es, "all_reduce buf");
     void *pad = callocCheck(P * es + 1, 1), *ex = mallocCheck(P * es + 1), *acc = mallocCheck(S * es + 1);
     memcpy(pad, buf, count * es);
@@ -245,7 +245,7 @@ void fcx_set_batch(fcx *x, const fc_batch *b) { x->batch = b; }
 static float *widen(fcx *x, int u, const void *buf, const char *what) {
     size_t n = x->m.units[u].numel;
     fc_prec p = x->cfg.param_dtype;
-    need(x, buf, n * esize(p), what);
+    need(x, buf, n * fc_prec_size(p), what);
     if (p == FC_PREC_FP32) return (float *)buf;
     float *w = mallocCheck(n * sizeof(float) + 1);
     for (size_t i = 0; i < n; i++) w[i] = load(p, buf, i);

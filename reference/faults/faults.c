@@ -129,7 +129,7 @@ int fc_fault_skip_reduce(struct fc_fsdp *f, int u) {
     unit_state *U = &f->u[u];
     size_t lo = f->g.sharded ? U->own_off : 0, n = f->g.sharded ? U->own_valid : U->numel;
     for (size_t i = 0; i < n; i++) U->grad[i] += U->full_grad[lo + i] / f->pre / f->post;
-    size_t pb = f->cfg.param_dtype == FC_PREC_FP32 ? 4 : 2;
+    size_t pb = fc_prec_size(f->cfg.param_dtype);
     fc_mem_sub(&f->mem, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->padded * pb);
     free(U->full_grad);
     U->full_grad = NULL;
