@@ -44,10 +44,8 @@ done
 min=${FC_COVERAGE_MIN_LINES:-90}
 JOBS=${JOBS:-$(nproc)}
 # ctest's slots: twice the cores by default. Under ASan and gcov these tests are mostly
-# process start-up, mpiexec and counter writes, not arithmetic: on this 2-core machine
-# (2026-11-28) the debug-coverage run of CI's selection took 327 s at -j 2 and 278 s at
-# -j 4, and -Og instead of -O0 changed nothing (118 s against 111 s on its six slowest
-# tests). A test that takes more cores says so (PROCESSORS), and ctest honours it.
+# process start-up, mpiexec and counter writes, not arithmetic, so more slots than cores
+# finish sooner (docs/measurements/ci-time.md). A test that takes more cores says so (PROCESSORS), and ctest honours it.
 CTEST_JOBS=${CTEST_JOBS:-$((2 * JOBS))}
 bash ci/setup.sh >/dev/null
 export HWLOC_COMPONENTS=-pci,-x86

@@ -3,7 +3,7 @@
 # for a change that means to alter none of it (a refactor): the traces of a gpt2-tiny, a
 # llama-tiny and an FSDP2 run byte for byte (diff -r), and the text of compare's verdicts,
 # a sweep, a fault the sweep catches and the whole bad-input corpus (timings and temporary
-# paths scrubbed). Prints one line per item and exits 1 if any differs.
+# paths scrubbed; stdout and stderr apart, since mpiexec forwards them separately). Prints one line per item and exits 1 if any differs.
 set -uo pipefail
 [ $# -ge 2 ] || { echo "usage: ci/same_output.sh BIN_A BIN_B [OUT]" >&2; exit 2; }
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,15 +27,15 @@ for side in a b; do
   for r in "${runs[@]}"; do
     IFS='|' read -r name w flags <<<"$r"
     # shellcheck disable=SC2086
-    "$MPIEXEC" -n "$w" "$bin" $flags --trace "$d/$name" >"$d/$name.out" 2>&1 || echo "exit $?" >>"$d/$name.out"
+    "$MPIEXEC" -n "$w" "$bin" $flags --trace "$d/$name" >"$d/$name.out" 2>"$d/$name.err" || echo "exit $?" >>"$d/$name.out"
   done
-  "$bin" compare "$d/gpt2" "$d/fsdp2" >"$d/compare.txt" 2>&1; echo "exit $?" >>"$d/compare.txt"
-  "$bin" compare "$d/gpt2" "$d/gpt2" --report "$d/compare.md" >"$d/compare_same.txt" 2>&1; echo "exit $?" >>"$d/compare_same.txt"
-  "$bin" sensitivity "$d/gpt2" "$d/gpt2" >"$d/sensitivity.txt" 2>&1; echo "exit $?" >>"$d/sensitivity.txt"
-  "$MPIEXEC" -n 2 "$bin" sweep --cases 30 --seed 7 --report "$d/sweep.md" >"$d/sweep.txt" 2>&1; echo "exit $?" >>"$d/sweep.txt"
-  "$MPIEXEC" -n 2 "$bin" sweep --cases 30 --seed 7 --inject no_divide >"$d/inject.txt" 2>&1; echo "exit $?" >>"$d/inject.txt"
-  bash "$here/tests/bad_input/run.sh" "$bin" "$MPIEXEC" >"$d/bad_input.txt" 2>&1; echo "exit $?" >>"$d/bad_input.txt"
-  for f in "$d"/*.txt "$d"/*.out "$d"/*.md; do scrub <"$f" >"$f.s"; done
+  "$bin" compare "$d/gpt2" "$d/fsdp2" >"$d/compare.txt" 2>"$d/compare.err"; echo "exit $?" >>"$d/compare.txt"
+  "$bin" compare "$d/gpt2" "$d/gpt2" --report "$d/compare.md" >"$d/compare_same.txt" 2>"$d/compare_same.err"; echo "exit $?" >>"$d/compare_same.txt"
+  "$bin" sensitivity "$d/gpt2" "$d/gpt2" >"$d/sensitivity.txt" 2>"$d/sensitivity.err"; echo "exit $?" >>"$d/sensitivity.txt"
+  "$MPIEXEC" -n 2 "$bin" sweep --cases 30 --seed 7 --report "$d/sweep.md" >"$d/sweep.txt" 2>"$d/sweep.err"; echo "exit $?" >>"$d/sweep.txt"
+  "$MPIEXEC" -n 2 "$bin" sweep --cases 30 --seed 7 --inject no_divide >"$d/inject.txt" 2>"$d/inject.err"; echo "exit $?" >>"$d/inject.txt"
+  bash "$here/tests/bad_input/run.sh" "$bin" "$MPIEXEC" >"$d/bad_input.txt" 2>"$d/bad_input.err"; echo "exit $?" >>"$d/bad_input.txt"
+  for f in "$d"/*.txt "$d"/*.out "$d"/*.err "$d"/*.md; do scrub <"$f" >"$f.s"; done
 done
 for r in "${runs[@]}"; do
   name=${r%%|*}

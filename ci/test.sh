@@ -40,8 +40,7 @@ trap 'rc=$?; [ -n "$venvs_pid" ] && kill -- "-$venvs_pid" 2>/dev/null; [ "$rc" -
 
 # The two torch venvs (the pinned lock's and the oldest pair's, about 5 GiB each) are made in
 # the background while the C stages below run: installing them is mostly waiting on the
-# network and the disk (100 s and 131 s in the CI run at 91daed3, when they were made in
-# turn before their stages). Only where the disk holds both with room to spare, and not for a
+# network and the disk (docs/measurements/ci-time.md). Only where the disk holds both with room to spare, and not for a
 # venv kept outside the clone (FSDPCHECK_TORCH_VENV: both locks would share it); otherwise
 # ci/torch.sh makes each one before its stage, as before.
 if [ -z "${FSDPCHECK_TORCH_VENV:-}" ] && [ "$(free_gib)" -ge 24 ]; then
@@ -65,11 +64,10 @@ stage "lint: the Python adapter (ruff check, ruff format --check)"
 bash ci/lint.sh
 
 stage "debug (ASan+UBSan, gcov): unit, mpi, property, gate; the line coverage of core/, reference/, oracle/"
-# One run is both the sanitizer run and the coverage run: they were two runs of the same tests
-# (530 s and 620 s of CI's 3427 s at 91daed3), and the gate's sweeps and fault catalogue now
-# run under the sanitizers too. Left out here, and run in Release below: the W=4 sweep and the
-# checkpoint crash trials (286 s under ASan at -O0 against 28 s in Release; what they cover,
-# the checkpoint writer, the unit and MPI checkpoint tests cover here). Not built with the
+# One run is both the sanitizer run and the coverage run, so the gate's sweeps and fault
+# catalogue run under the sanitizers too. Left out here, and run in Release below: the W=4
+# sweep and the checkpoint crash trials, ten times slower under ASan (what they cover, the
+# checkpoint writer, the unit and MPI checkpoint tests cover here; docs/measurements/ci-time.md). Not built with the
 # sanitizers: the watchdog's hang plugin and the out-of-tree plugin (they link the static
 # libraries). Fails below 90% of lines in any of the three folders, or on any failed test.
 bash ci/coverage.sh --preset debug-coverage --labels 'unit|mpi|property|gate' --skip-labels 'extended|memcheck|fuzz' \
@@ -79,9 +77,8 @@ stage "release: the conformance gate (sweep per W, fault catalogue, port templat
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$JOBS"
 # -j: the gate's tests say what they take (PROCESSORS: the W=4 runs take the whole machine;
-# the watchdog, which waits out its timeouts, one core); in turn they took 191 s of CI's run
-# at 2d00fd0. Twice the cores, so that the W=2 runs go beside the waiting watchdog: 110 /
-# 112 s at -j 2 and 92 s at -j 4 on this 2-core machine (2026-11-28)
+# the watchdog, which waits out its timeouts, one core). Twice the cores, so that the W=2 runs
+# go beside the waiting watchdog (docs/measurements/ci-time.md)
 ctest --preset gate -j "$((2 * JOBS))"
 
 stage "the rules' mutation test: every rule of core/layout.c flipped, each must fail the gate"

@@ -41,8 +41,7 @@ static void fsdp_config(const uint8_t *data, size_t size) {
     int ok_mlp = fc_fsdp_config_check_model(&f, &mlp, &e) == 0;
     int ok_gpt2 = fc_fsdp_config_check_model(&f, &gpt2, &e) == 0;
     int ok_llama = fc_fsdp_config_check_model(&f, &llama, &e) == 0;
-    // one class name fits exactly one model kind (the harness knew mlp and gpt2 only until libFuzzer
-    // gave it "LlamaDecoderLayer", 2026-11-27: corpus/fsdp_config/llama-wrap-class.json)
+    // one class name fits exactly one model kind (corpus/fsdp_config/llama-wrap-class.json)
     check(f.n_wrap_cls != 1 || ok_mlp + ok_gpt2 + ok_llama == 1);
     if (f.n_wrap_cls == 0) check(ok_mlp && ok_gpt2 && ok_llama);
 }

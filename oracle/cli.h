@@ -23,8 +23,8 @@ typedef struct {
     int threads;            // --threads N (core/threads.h); 0 = the default, cores / ranks on the node
 } fc_run_args;
 
-// The watchdog's default: generous for a CPU step of gpt2-124m (~25 s) and a
-// GPU step of anything, short enough that a hung CI job says why.
+// The watchdog's default: generous for a CPU step of gpt2-124m and a GPU step
+// of anything, short enough that a hung CI job says why.
 #define FC_DEFAULT_TIMEOUT 600.0
 
 // Parses `fsdpcheck run` flags (argv[0] is the first flag). Returns 0, or -1

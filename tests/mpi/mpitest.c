@@ -34,8 +34,7 @@ void mt_init(int *argc, char ***argv) {
     // the cores of the node shared among its ranks, as fsdpcheck run does: without
     // it OpenMP starts a thread per core in every rank, and on 2 cores at W=2 the
     // idle threads of one rank spin (libgomp's active wait) on the core the other
-    // needs (perf: 90% of test_equivalence.W2 in libgomp; Release 8.0 s, 0.7 s with
-    // one thread per rank)
+    // needs (docs/measurements/threads.md)
     fc_threads_setup(0, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
     char msg[700];
     int out = 1;
