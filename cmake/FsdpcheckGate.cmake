@@ -11,10 +11,10 @@
 #   <name>.sweep   mpiexec -n WORLD fsdpcheck sweep --impl IMPL --cases CASES
 #                  --seed SEED --junit JUNIT: CASES random configurations of
 #                  the port, each checked at every W' = 1..WORLD against the
-#                  properties P1-P14 (DESIGN §8). Exit 0 pass; on a failure
+#                  properties P1-P14 (docs/contract.md §8). Exit 0 pass; on a failure
 #                  the test prints the minimal failing case and a one-line
 #                  reproducer. JUNIT defaults to <build>/<name>-junit.xml.
-#   <name>.fault.<fault>   (FAULTS) the fault catalogue (DESIGN §9) against
+#   <name>.fault.<fault>   (FAULTS) the fault catalogue (docs/contract.md §9) against
 #                  this very fsdpcheck: `sweep --inject <fault>` runs the
 #                  reference with that known bug, and the test passes only if
 #                  the sweep fails (exit 1) and says "caught by P<k>" for the

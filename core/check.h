@@ -15,7 +15,7 @@
 
 FC_BEGIN_DECLS
 
-// Exit codes of every fsdpcheck program (DESIGN §7).
+// Exit codes of every fsdpcheck program (docs/contract.md §7).
 #define FC_EXIT_PASS 0
 #define FC_EXIT_FAIL 1      // a property or comparison failed
 #define FC_EXIT_USAGE 2     // bad input, bad flag, bad config

@@ -1,4 +1,4 @@
-// core/checkpoint.h — checkpoints (DESIGN §6), below every implementation.
+// core/checkpoint.h — checkpoints (docs/contract.md §6), below every implementation.
 //
 // A checkpoint is a directory. Three layouts, one manifest:
 //
@@ -72,7 +72,7 @@ FC_BEGIN_DECLS
 #define FC_CKPT_MANIFEST "fsdpcheck.json"
 #define FC_CKPT_MAX_NAME 64
 
-// Checkpoint formats (DESIGN §6).
+// Checkpoint formats (docs/contract.md §6).
 typedef enum {
     FC_STATE_DICT_FULL,     // FULL_STATE_DICT: rank 0 writes HF-loadable model + optimizer files
     FC_STATE_DICT_SHARDED,  // SHARDED_STATE_DICT: one file per rank with its flat shards and layout
@@ -81,7 +81,7 @@ typedef enum {
 
 const char *fc_state_dict_name(fc_state_dict k);   // "full", "sharded", "dcp"
 // The SHARDED_STATE_DICT format of a run's layout: FSDP1's flat shard files,
-// or DCP's for FSDP2's per-parameter rows (DESIGN §6).
+// or DCP's for FSDP2's per-parameter rows (docs/contract.md §6).
 fc_state_dict fc_ckpt_sharded_kind(const fc_run_config *cfg);
 int fc_state_dict_parse(const char *s, fc_state_dict *out);
 

@@ -238,7 +238,7 @@ int fc_ckpt_load_collective(const fc_ckpt_rank_view *v, const char *dir, fc_ckpt
         int n = view_pieces(U, 1, &one, &pc);
         float *dst[3] = {U->param, U->state[0], U->state[1]};
         for (int t = 0; ok && t < n_tensors; t++) {
-            // padding is never stored and stays zero (DESIGN §5)
+            // padding is never stored and stays zero (docs/contract.md §5)
             memset(dst[t], 0, U->store * sizeof(float));
             for (int k = 0; ok && k < n; k++)
                 if (pc[k].count)

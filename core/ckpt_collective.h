@@ -1,5 +1,5 @@
 // core/ckpt_collective.h — the collective save and load of a checkpoint
-// (DESIGN §6), written once for every implementation.
+// (docs/contract.md §6), written once for every implementation.
 //
 // An implementation describes what one rank holds (host views of its shards,
 // in the flat layout of core/layout.h) and calls these on every rank of its

@@ -1,4 +1,4 @@
-// core/clip.h — clip_grad_norm (DESIGN §4), written once.
+// core/clip.h — clip_grad_norm (docs/contract.md §4), written once.
 //
 // torch.nn.utils.clip_grad_norm_ over the global gradient: the total norm
 // (type 1, 2 or inf) of every gradient element, then every gradient is scaled

@@ -29,7 +29,7 @@ static const char *FAULT_NAMES[FC_FAULT_COUNT] = {
     "fsdp2_post_forward_group", "dcp_saved_offsets", "rope_half", "frozen_decay",
     "frozen_in_norm", "frozen_stepped", "lora_alpha"};
 
-// The property of DESIGN §8 expected to catch each fault (the fault catalogue,
+// The property of docs/contract.md §8 expected to catch each fault (the fault catalogue,
 // reference/faults/faults.c, has each bug beside the same number): the sweep
 // shrinks an injected fault's case while this property still fails, and the
 // gate's fault tests require it.

@@ -39,7 +39,7 @@ typedef struct {
     int n_kv_head, head_dim, intermediate_size, tie_word_embeddings;
     double rope_theta;
     float initializer_range;
-    // LoRA (PEFT, DESIGN §2; --lora R:ALPHA:REGEX), llama only: lora_r > 0
+    // LoRA (PEFT, docs/contract.md §2; --lora R:ALPHA:REGEX), llama only: lora_r > 0
     // adds adapters A [r, in] and B [out, r] to every decoder-layer linear
     // (q/k/v/o_proj, gate/up/down_proj) whose module path lora_target matches
     // (POSIX extended, searched as re.search), scaled by lora_alpha / lora_r,
@@ -97,12 +97,12 @@ typedef enum {
 
 typedef enum { FC_PREFETCH_NONE, FC_PREFETCH_PRE, FC_PREFETCH_POST } fc_prefetch;
 typedef enum { FC_OPT_ADAMW, FC_OPT_SGD } fc_opt_kind;
-// Gradient divide policy (DESIGN §4): PyTorch FSDP1's pre/post factors, one
+// Gradient divide policy (docs/contract.md §4): PyTorch FSDP1's pre/post factors, one
 // divide by W after the sum, or the sum divided at the end.
 typedef enum { FC_DIVIDE_PREPOST, FC_DIVIDE_AVG, FC_DIVIDE_SUM_THEN_DIVIDE } fc_divide;
 // Norm type of clip_grad_norm: 1, 2, or infinity.
 typedef enum { FC_NORM_1, FC_NORM_2, FC_NORM_INF } fc_norm_type;
-// Activation checkpointing (DESIGN §5) of every unit but the root: none, or
+// Activation checkpointing (docs/contract.md §5) of every unit but the root: none, or
 // the checkpoint wrapper inside the FSDP unit (FSDP1's
 // apply_activation_checkpointing, Accelerate's fsdp_activation_checkpointing,
 // XLA's xla_fsdp_grad_ckpt, Hugging Face's gradient_checkpointing, which
@@ -122,7 +122,7 @@ typedef struct {
     int nesterov;
 } fc_optim_config;
 
-// The fault catalogue (DESIGN §9): a run configured with one of these carries
+// The fault catalogue (docs/contract.md §9): a run configured with one of these carries
 // exactly that known bug class, so the oracle can prove it catches each one.
 typedef enum {
     FC_FAULT_NONE,
@@ -208,7 +208,7 @@ typedef struct {
     char init_path[1024];      // --init FILE.safetensors, "" = counter-based init
     // --freeze REGEX: parameters whose name it matches (POSIX extended regex,
     // searched anywhere in the name, as Python's re.search) are frozen
-    // (requires_grad=False, DESIGN §2): no gradient, no optimizer state, no
+    // (requires_grad=False, docs/contract.md §2): no gradient, no optimizer state, no
     // weight decay, no part in the clip norm. "" = every parameter trains.
     char freeze[256];
     fc_fault inject;           // --inject NAME: a known bug, FC_FAULT_NONE for a correct run
@@ -249,7 +249,7 @@ const char *fc_act_ckpt_name(fc_act_ckpt a);
 int fc_act_ckpt_parse(const char *s, fc_act_ckpt *out);
 const char *fc_fault_name(fc_fault f);
 int fc_fault_parse(const char *s, fc_fault *out);
-// The property (DESIGN §8, 1..15) expected to catch fault f; 0 for none.
+// The property (docs/contract.md §8, 1..15) expected to catch fault f; 0 for none.
 int fc_fault_property(fc_fault f);
 // The FSDP versions fault f applies to, as bits 1 << fsdp_version (the
 // encoding of impl.h's FC_IMPL_FSDP): FSDP1's flat-layout faults, FSDP2's

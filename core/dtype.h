@@ -1,6 +1,6 @@
 // core/dtype.h — element types and bf16/fp16 emulation.
 //
-// Mixed precision (DESIGN §4) is emulated on the CPU: a value "in bf16" is an
+// Mixed precision (docs/contract.md §4) is emulated on the CPU: a value "in bf16" is an
 // fp32 value that has been rounded to the nearest bf16 (ties to even), exactly
 // what a cast to torch.bfloat16 produces. These functions are the only place in
 // fsdpcheck that knows the bit layouts.

@@ -1,5 +1,5 @@
 // core/impl.h — the implementation contract: the only door between the oracle
-// and an FSDP implementation (DESIGN §1).
+// and an FSDP implementation (docs/contract.md §1).
 //
 // An implementation is a table of functions (fc_impl_ops). The reference is
 // one (reference/impl_reference.c), a hardware port is another, built as its
@@ -84,7 +84,7 @@ typedef struct {
 // The FSDP versions a port implements, as bits of fc_impl_ops.fsdp_versions.
 #define FC_IMPL_FSDP(v) (1u << (v))
 // Optional features a port implements, as bits of fc_impl_ops.features.
-#define FC_IMPL_ACT_CKPT (1u << 0)  // fc_run_config.act_ckpt: activation checkpointing (DESIGN §5)
+#define FC_IMPL_ACT_CKPT (1u << 0)  // fc_run_config.act_ckpt: activation checkpointing (docs/contract.md §5)
 #define FC_IMPL_LLAMA (1u << 1)     // model kind llama: RMSNorm, RoPE, grouped-query attention, SwiGLU
 #define FC_IMPL_FREEZE (1u << 2)    // fc_run_config.freeze: frozen parameters (fc_param.frozen)
 
@@ -126,7 +126,7 @@ typedef struct {
 typedef const fc_impl_ops *(*fc_impl_entry)(void);
 
 // The built-in reference implementation, and the fault catalogue: the same
-// reference compiled a second time with the known bugs of DESIGN §9, one of
+// reference compiled a second time with the known bugs of docs/contract.md §9, one of
 // which a run's config may name (--inject).
 const fc_impl_ops *fc_reference_impl(void);
 const fc_impl_ops *fc_reference_faults_impl(void);

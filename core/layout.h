@@ -1,4 +1,4 @@
-// core/layout.h — FSDP's layout and schedule rules, written once (DESIGN §4, §5).
+// core/layout.h — FSDP's layout and schedule rules, written once (docs/contract.md §4, §5).
 //
 // Everything an implementation must agree on to be FSDP, and that the oracle
 // needs to predict what it will see, is here: which ranks shard a unit and
@@ -8,7 +8,7 @@
 // gradient divide factors. The reference engine, a hardware port, checkpoints,
 // `compare` (who owns an element) and the sweep's theory all call these.
 //
-// Groups (DESIGN §5). W ranks; the shard group has F ranks: W for full_shard
+// Groups (docs/contract.md §5). W ranks; the shard group has F ranks: W for full_shard
 // and shard_grad_op, the --shard-group for hybrid (W when it is 0), and 1 for
 // no_shard. Shard groups are consecutive ranks (group g = ranks g*F..g*F+F-1);
 // the R = W/F replicas of a shard are the ranks at the same position in every
@@ -64,7 +64,7 @@ typedef struct {
 fc_unit_layout fc_unit_layout_of(size_t numel, const fc_groups *g);
 
 // ---------------------------------------------------------------------------
-// The two layouts of a unit's shards (DESIGN §5), one interface: FSDP1's flat
+// The two layouts of a unit's shards (docs/contract.md §5), one interface: FSDP1's flat
 // FlatParameter chunks (core/layout_flat.c) and FSDP2's per-parameter dim-0
 // rows (core/layout_per_param.c). Each rank's chunk of a unit has S elements
 // (padding included), and the wire buffer of an all-gather or reduce-scatter
@@ -159,7 +159,7 @@ fc_unit_stages fc_unit_stages_of(const fc_model *m, int u);
 // keeps the root unsharded between forward and backward).
 int fc_reshard_after_forward(fc_strategy s, const fc_model *m, int u);
 
-// Activation checkpointing (DESIGN §5): whether unit u recomputes its forward
+// Activation checkpointing (docs/contract.md §5): whether unit u recomputes its forward
 // in backward (every unit but the root), and whether that recompute gathers
 // the unit itself: FSDP1 with the checkpoint outside the unit
 // (checkpoint(FSDP(layer))) runs the unit's forward, all-gather and reshard
@@ -213,7 +213,7 @@ double fc_divide_by(const fc_run_config *cfg, int W);
 void fc_divide_factors(fc_divide d, double F, double *pre, double *post);
 
 // The sample range of data-parallel rank `rank`: [first, first + count) of
-// the global batch (DESIGN §3).
+// the global batch (docs/contract.md §3).
 void fc_rank_samples(const fc_run_config *cfg, int W, int rank, int *first, int *count);
 
 FC_END_DECLS

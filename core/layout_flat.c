@@ -1,4 +1,4 @@
-// core/layout_flat.c — FSDP1's FlatParameter layout (DESIGN §5): a unit's
+// core/layout_flat.c — FSDP1's FlatParameter layout (docs/contract.md §5): a unit's
 // parameters flattened and concatenated, zero-padded at the end to S * G;
 // chunk j is elements [j*S, (j+1)*S), so its real elements are one piece.
 #include "layout.h"

@@ -1,4 +1,4 @@
-// core/layout_per_param.c — FSDP2's layout (fully_shard, DESIGN §5): every
+// core/layout_per_param.c — FSDP2's layout (fully_shard, docs/contract.md §5): every
 // parameter is split on dim 0 as torch.chunk splits it over G ranks, c =
 // ceil(rows / G) rows each, so rank j holds rows [j*c, min((j+1)*c, rows))
 // (trailing ranks fewer, or none) in a buffer of c rows, zero-padded at its

@@ -87,7 +87,7 @@ static void build_gpt2(fc_model *m, int cap) {
     m->stages[L + 1] = (fc_stage){FC_STAGE_HEAD, 0, 0};
 }
 
-// LoRA (PEFT's LoraLayer, DESIGN §2) on layer l's linear `module` [out, in]
+// LoRA (PEFT's LoraLayer, docs/contract.md §2) on layer l's linear `module` [out, in]
 // when the target regex re matches its path: lora_A [r, in], initialised as
 // PEFT's kaiming_uniform_(a=sqrt(5)) (uniform in +-1/sqrt(in)), and lora_B
 // [out, r], zeros, registered right after the base weight (named_parameters'

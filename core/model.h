@@ -1,7 +1,7 @@
 // core/model.h — the parameter registry: names, shapes, FSDP units, stages.
 //
 // This is the one description of a model that every implementation, the
-// checkpoint code and the oracle share. Layout decisions (DESIGN §2, §5):
+// checkpoint code and the oracle share. Layout decisions (docs/contract.md §2, §5):
 //  - Parameters are registered in PyTorch module order and keep Hugging Face
 //    names (gpt2) or nn.Sequential-style names (mlp).
 //  - Each parameter belongs to one FSDP unit. A unit's FlatParameter is its

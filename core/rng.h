@@ -1,4 +1,4 @@
-// core/rng.h — the counter-based generator behind init and data (DESIGN §3).
+// core/rng.h — the counter-based generator behind init and data (docs/contract.md §3).
 //
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
 // SC'11; the generator behind cuRAND and PyTorch's CUDA RNG). A value is a pure

@@ -77,7 +77,7 @@ const char *fc_group_name(fc_group g);
 // One JSON object per line: {"rank":..,"step":..,"order":..,"op":"all_gather",...}
 void fc_log_write_jsonl(const fc_comm_log *log, int rank, FILE *f);
 
-// Memory categories of DESIGN §5 / issue: every engine allocation is tagged.
+// Memory categories of docs/contract.md §5 / issue: every engine allocation is tagged.
 typedef enum {
     FC_MEM_PARAM_SHARD,
     FC_MEM_GRAD_SHARD,

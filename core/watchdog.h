@@ -1,4 +1,4 @@
-// core/watchdog.h — a hung rank never hangs the job (DESIGN §7, exit code 3).
+// core/watchdog.h — a hung rank never hangs the job (docs/contract.md §7, exit code 3).
 //
 // fsdpcheck runs inside other teams' CI on ports that may still be broken: a
 // rank that deadlocks in a collective, or is stopped, must not leave every

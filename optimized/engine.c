@@ -13,7 +13,7 @@
 //   4. clip_grad_norm over the owned gradient elements (core/clip.h), then the
 //      optimizer over this rank's shard (core/optim.h), on the device or, under
 //      cpu_offload, on the host.
-// Frozen parameters (--freeze, LoRA's base; DESIGN §2) as FSDP keeps them: a
+// Frozen parameters (--freeze, LoRA's base; docs/contract.md §2) as FSDP keeps them: a
 // unit with no trainable parameter has no gradient shard, computes no
 // parameter gradient and reduces nothing; in a unit that trains, the unit's
 // whole gradient is reduced (FSDP1's FlatParameter) and only the trainable

@@ -1,4 +1,4 @@
-// optimized/engine.h — the CUDA port's FSDP engine: the schedule of DESIGN §5
+// optimized/engine.h — the CUDA port's FSDP engine: the schedule of docs/contract.md §5
 // (what is gathered, freed, reduced, when, and what is logged and counted),
 // driving an executor (exec.h) that does the work on the device.
 //

@@ -2,7 +2,7 @@
 //
 // Runs the implementation under test and the one it is checked against in one
 // MPI job, on the same communicator and config, one step at a time, in
-// lockstep (DESIGN §8): before each step after the first, the expected
+// lockstep (docs/contract.md §8): before each step after the first, the expected
 // implementation loads the tested one's state after the step before (its
 // parameters, optimizer state and the step number: runner.h,
 // fc_lockstep_handover), so every step is judged from the same starting point

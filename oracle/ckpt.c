@@ -1,5 +1,5 @@
 // oracle/ckpt.c — `fsdpcheck ckpt inspect|verify|convert`: checkpoints
-// (DESIGN §6) without training. One process, no MPI: everything goes through
+// (docs/contract.md §6) without training. One process, no MPI: everything goes through
 // core/checkpoint.h, the same reader and writer the implementations use.
 //
 //   inspect DIR    the manifest and every file's tensors (structure checked,

@@ -1,6 +1,6 @@
 // oracle/cli.c — flag parsing for `fsdpcheck run`.
 //
-// One table lists every flag of DESIGN §7 (flags.h walks it); each flag is
+// One table lists every flag of docs/contract.md §7 (flags.h walks it); each flag is
 // applied by the group it configures: the run, the optimizer, FSDP, files.
 #include "cli.h"
 
@@ -158,7 +158,7 @@ static int apply_run(fc_run_args *a, int id, const char *v, fc_error *e) {
         return COPY_PATH(c->freeze, v, "--freeze: regex longer than %zu characters", sizeof c->freeze - 1);
     case F_INJECT:
         if (fc_fault_parse(v, &c->inject) || c->inject == FC_FAULT_NONE)
-            return fc_fail(e, "--inject: unknown fault '%s' (see DESIGN.md section 9)", v);
+            return fc_fail(e, "--inject: unknown fault '%s' (see docs/contract.md §9)", v);
         return 0;
     case F_QUIET: a->quiet = 1; return 0;
     case F_THREADS: return fc_threads_parse(v, &a->threads, e);
@@ -305,7 +305,7 @@ static int finish(fc_run_args *out, const unsigned char *seen, const char *lora,
     if (lora && fc_model_config_set_lora(&out->cfg.model, lora, e)) return -1;
     // As torch's MixedPrecision: without a reduce_dtype, gradients are reduced in param_dtype.
     if (!seen[F_REDUCE_DTYPE]) out->cfg.reduce_dtype = out->cfg.param_dtype;
-    // FSDP2 reduces with ReduceOp.AVG, except in fp16 (DESIGN §5)
+    // FSDP2 reduces with ReduceOp.AVG, except in fp16 (docs/contract.md §5)
     if (!seen[F_DIVIDE]) out->cfg.divide = fc_default_divide(&out->cfg);
     const fc_run_config *c = &out->cfg;
     if (seen[F_MOMENTUM] && c->optim.kind != FC_OPT_SGD)
@@ -324,7 +324,7 @@ static int finish(fc_run_args *out, const unsigned char *seen, const char *lora,
     if (out->save_at > c->steps)
         return fc_fail(e, "--save-at %d is after the last step of this run (--steps %d)", out->save_at, c->steps);
     // FSDP2's SHARDED_STATE_DICT is DCP's (torch.distributed.checkpoint with
-    // its Hugging Face storage), FSDP1's the flat shards (DESIGN §6)
+    // its Hugging Face storage), FSDP1's the flat shards (docs/contract.md §6)
     if (out->state_dict == FC_STATE_DICT_SHARDED) out->state_dict = fc_ckpt_sharded_kind(c);
     if (out->load_dir[0] && c->init_path[0])
         return fc_fail(e, "--init and --load both set the starting weights: give one");

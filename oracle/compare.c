@@ -330,7 +330,7 @@ static void float_divergence(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind 
 static void cmp_floats(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *name,
                        const where_info *w, const float *a, const float *b, size_t n, const elem_allow *al) {
     const fc_tol *tol = &r->row[kind];
-    // A frozen parameter (DESIGN §2) is never stepped and has no gradient or
+    // A frozen parameter (docs/contract.md §2) is never stepped and has no gradient or
     // optimizer state: each side holds its start bits and zeros, whatever
     // the precision, so any difference at all is an error.
     fc_tol frozen;

@@ -1,5 +1,5 @@
 // oracle/compare.h — the comparison engine: the one tolerance policy, per-tensor
-// error statistics, the first divergence and the rank that owns it (DESIGN §8).
+// error statistics, the first divergence and the rank that owns it (docs/contract.md §8).
 //
 // Every judgement fsdpcheck makes goes through it: `compare DIR_A DIR_B`
 // (compare_cmd.c) on two traces, `check` and `sweep` and the MPI property

@@ -58,7 +58,7 @@ fc_owner fc_cmp_param_owner(const fc_model *m, const fc_run_config *cfg, int wor
     }
     fc_groups g = fc_groups_of(cfg, world, 0);
     if (g.F < 1 || world % g.F != 0) return o;  // not a valid layout: no owner to name
-    // DESIGN §5 (core/layout.h): rank j of a shard group holds chunk j of the
+    // docs/contract.md §5 (core/layout.h): rank j of a shard group holds chunk j of the
     // unit, in the run's layout (FSDP1's flat chunks, FSDP2's rows)
     const fc_layout_ops *lay = fc_layout_of(fc_layout_kind_of(cfg));
     o.kind = FC_OWNER_SHARD;

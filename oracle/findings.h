@@ -15,7 +15,7 @@ typedef struct {
 // Counts one violation; keeps its message while there is room.
 void fc_findings_add(fc_findings *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-// Whose schedule a comm log is. This project's engines follow DESIGN §5 as
+// Whose schedule a comm log is. This project's engines follow docs/contract.md §5 as
 // written. Real PyTorch FSDP, recorded by the adapter (fsdpcheck_torch/
 // commlog.py), departs from it in a few places measured and named in README
 // ("Real FSDP's schedule"); the theory accepts each for its API alone

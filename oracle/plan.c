@@ -6,7 +6,7 @@
 // world size, strategy and implementation starts from these bits), and each
 // step's global batch (a pure function of seed and step, core/data.h). Its
 // trace.json says "planned": true. `compare PLAN B` judges every step of B in
-// lockstep (DESIGN §8), re-run by the reference from B's own state, the first
+// lockstep (docs/contract.md §8), re-run by the reference from B's own state, the first
 // from B's initial weights, which must be the plan's bit for bit, and zero
 // optimizer state (rerun.h). So a check that gives an implementation its
 // start and data from a trace need not run the W-rank reference beside it:

@@ -1,4 +1,4 @@
-// oracle/props.h — the property engine's verdicts (DESIGN §8): which
+// oracle/props.h — the property engine's verdicts (docs/contract.md §8): which
 // properties a case checked and failed, how close every check came to its
 // tolerance, and the first failure in words. The sweep and the MPI property
 // programs record into it; every numeric comparison goes through the one
@@ -10,7 +10,7 @@
 #include "compare.h"
 #include "runner.h"
 
-// The properties of DESIGN §8, numbered as there: bit p of a verdict's masks
+// The properties of docs/contract.md §8, numbered as there: bit p of a verdict's masks
 // is property p, and bit 0 marks a case that never finished (a timeout).
 typedef enum {
     FC_P0_UNFINISHED = 0,       // not a property: the case hung and the watchdog ended it
@@ -71,7 +71,7 @@ typedef struct {
 
 // Judges j step by step through the comparison engine. With j->lock, every
 // step after the first is judged against the expected implementation's step
-// from the tested run's own state (DESIGN §8), never against a trajectory that
+// from the tested run's own state (docs/contract.md §8), never against a trajectory that
 // has drifted. The first failing element becomes the detail ("P4 vs no
 // prefetch: step 1, grad.layers.0.weight[3, 7]: ..., owned by rank 1 ...").
 // Runs on the rank that holds the full tensors. Returns 1 if they agree.

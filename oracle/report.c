@@ -124,7 +124,7 @@ const char *rp_fname(int f) {
     return f >= 0 && f < FC_FAULT_COUNT ? fc_fault_name((fc_fault)f) : "unknown";
 }
 
-// One line per property of DESIGN §8 (Markdown; backticks are dropped in XML).
+// One line per property of docs/contract.md §8 (Markdown; backticks are dropped in XML).
 const char *const RP_PROP_DESC[FC_NPROP] = {
     [FC_P0_UNFINISHED] = "",
     [FC_P1_LOCAL] = "`local` ≡ `no_shard` at every W: loss, gradients, parameters after k steps",

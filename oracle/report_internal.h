@@ -35,7 +35,7 @@ int rp_sidx(int s);
 const char *rp_sname(int s);
 const char *rp_fname(int f);
 
-// One line per property of DESIGN §8 (Markdown; rp_xml_desc drops the backticks for XML).
+// One line per property of docs/contract.md §8 (Markdown; rp_xml_desc drops the backticks for XML).
 extern const char *const RP_PROP_DESC[FC_NPROP];
 void rp_xml_desc(rp_buf *b, int p);
 

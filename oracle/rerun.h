@@ -1,9 +1,9 @@
 // oracle/rerun.h — the reference re-running a trace's steps in lockstep, for
-// `compare` and `sensitivity` (DESIGN §8: every step judged from the tested
+// `compare` and `sensitivity` (docs/contract.md §8: every step judged from the tested
 // implementation's own state).
 //
 // A trace records, after each step, everything the next step starts from:
-// the fp32 parameters and the optimizer state (DESIGN §6), with the step
+// the fp32 parameters and the optimizer state (docs/contract.md §6), with the step
 // number as the data position and the optimizer's step count. So step s of the
 // expected side can be recomputed from B's record of step s - 1, on the same
 // batch, instead of read from A's own trajectory, which a legitimately

@@ -8,7 +8,7 @@
 #include "check.h"
 #include "clip.h"
 
-// DESIGN §5's table, row for row.
+// docs/contract.md §5's table, row for row.
 static const fc_rule_row ROWS[] = {
     {FC_STRATEGY_LOCAL, 0, 0, 0},        {FC_STRATEGY_NO_SHARD, 0, 0, 0},
     {FC_STRATEGY_FULL_SHARD, 1, 1, 0},   {FC_STRATEGY_SHARD_GRAD_OP, 1, 0, 0},

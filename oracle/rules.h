@@ -4,7 +4,7 @@
 // reference engine and the CUDA port run them), and a theory (P10, P11) that
 // asked those same functions what to expect would be wrong on both sides, and
 // pass, wherever a rule is wrong. So the oracle states each rule again from
-// DESIGN §5 and PyTorch's documented semantics, deliberately written
+// docs/contract.md §5 and PyTorch's documented semantics, deliberately written
 // differently: tables and closed forms, not the engine's scans. Nothing here
 // calls core/layout.c; the structs it fills (fc_groups, fc_unit_layout,
 // fc_unit_stages) are only data.
@@ -23,7 +23,7 @@
 #include "model.h"
 #include "findings.h"  // fc_findings, fc_sched_api
 
-// One row of DESIGN §5's strategy table.
+// One row of docs/contract.md §5's strategy table.
 typedef struct {
     fc_strategy strategy;
     int gathers;          // parameters are all-gathered before use (sharded)
@@ -33,7 +33,7 @@ typedef struct {
 
 const fc_rule_row *fc_rule_row_of(fc_strategy s);
 
-// The groups, by DESIGN §5's closed forms (F, R = W/F, consecutive groups).
+// The groups, by docs/contract.md §5's closed forms (F, R = W/F, consecutive groups).
 fc_groups fc_rule_groups(const fc_run_config *cfg, int W, int rank);
 // A unit's flat layout: S = N / G rounded up, P = S G, chunk idx at idx S.
 fc_unit_layout fc_rule_layout(size_t numel, const fc_groups *g);
@@ -42,7 +42,7 @@ fc_unit_stages fc_rule_stages(const fc_model *m, int u);
 // Whether unit u is freed after forward (the root never is: backward uses it
 // at once, FSDP1 keeps it unsharded).
 int fc_rule_frees_after_forward(fc_strategy s, const fc_model *m, int u);
-// Activation checkpointing, DESIGN §5: every unit but the root recomputes its
+// Activation checkpointing, docs/contract.md §5: every unit but the root recomputes its
 // forward in backward once per micro-batch.
 int fc_rule_checkpointed(const fc_run_config *cfg, const fc_model *m, int u);
 // The recompute's own all-gather (and free): only FSDP1 with the checkpoint
@@ -50,7 +50,7 @@ int fc_rule_checkpointed(const fc_run_config *cfg, const fc_model *m, int u);
 // whose pre-forward leaves a unit in backward gathered, the recompute runs on
 // backward's all-gather.
 int fc_rule_recompute_gathers(const fc_run_config *cfg, const fc_model *m, int u);
-// Real FSDP's measured divergences from DESIGN §5 (torch 2.15), each for one
+// Real FSDP's measured divergences from docs/contract.md §5 (torch 2.15), each for one
 // API alone (README, "Real FSDP's schedule"); for FC_API_REFERENCE each is the
 // rule above.
 //  - FSDP2 frees the root unit after forward too (reshard_after_forward on the
@@ -104,14 +104,14 @@ int fc_rule_late_post_backward_as(fc_sched_api api, const fc_run_config *cfg, in
 //    the unit's pre-backward hook has gathered it, so FSDP1's _pre_forward
 //    finds it unsharded and the recompute gathers nothing (measured, torch
 //    2.15: test_schedule.py's fsdp1-act_ckpt-outside); FSDP2 never does. The
-//    reference states FSDP1's second all-gather (DESIGN §5), which a
+//    reference states FSDP1's second all-gather (docs/contract.md §5), which a
 //    REENTRANT checkpoint_wrapper does pay (measured: 4 backward all-gathers
 //    against 2 for two checkpointed FSDP1 blocks, README).
 int fc_rule_recompute_gathers_as(fc_sched_api api, const fc_run_config *cfg, const fc_model *m, int u);
 //  - FSDP1's limit_all_gathers bounds device work, not units gathered: before
 //    an all-gather it waits (CPU thread) for the free event of the all-gather
 //    two back (_FreeEventQueue); in issue order a third unit may be gathered,
-//    and without device events (gloo on CPU) it waits for nothing. DESIGN §5's
+//    and without device events (gloo on CPU) it waits for nothing. docs/contract.md §5's
 //    bound (at most two units gathered) is the reference's; FSDP2 has none.
 int fc_rule_limits_gathered_as(fc_sched_api api, const fc_run_config *cfg);
 //  - The norm's bytes: 4 or 8 (one fp32 or fp64 partial), or 88, the exact
@@ -119,7 +119,7 @@ int fc_rule_limits_gathered_as(fc_sched_api api, const fc_run_config *cfg);
 //    norms of every parameter at once, 4 bytes each.
 int fc_rule_norm_bytes_ok(fc_sched_api api, const fc_model *m, size_t bytes);
 
-// Prefetch opportunities, DESIGN §5: forward_prefetch issues unit i+1's
+// Prefetch opportunities, docs/contract.md §5: forward_prefetch issues unit i+1's
 // all-gather at unit i's forward, units in order of first forward use;
 // backward prefetch issues the all-gather of the unit backward reaches next at
 // the stage where backward reaches the current one. FSDP2's explicit lists of

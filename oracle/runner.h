@@ -52,7 +52,7 @@ void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm co
 // then runs cfg->steps more steps.
 void fc_runner_resume(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
                       fc_run_result *r);
-// The expected side of a comparison in lockstep with a tested run (DESIGN §8,
+// The expected side of a comparison in lockstep with a tested run (docs/contract.md §8,
 // "every step is judged in lockstep"): for k = 1 .. cfg->steps - 1, step k
 // starts from `from`'s state after its step from0 + k - 1, its parameters and
 // optimizer state, with the global step number first + k (the oracle's count,

@@ -1,5 +1,5 @@
 // oracle/sensitivity.c — `fsdpcheck sensitivity DIR_A DIR_B [--step N]`: the
-// smallest error the comparison engine catches, published (DESIGN §8).
+// smallest error the comparison engine catches, published (docs/contract.md §8).
 //
 // DIR_A and DIR_B are two traces of the same training that legitimately
 // differ (another world size, strategy, implementation): the noise the policy

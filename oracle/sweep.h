@@ -1,5 +1,5 @@
 // oracle/sweep.h — `fsdpcheck sweep`: seeded random cases from the config
-// space, each checked against the properties of DESIGN §8, shrunk to a
+// space, each checked against the properties of docs/contract.md §8, shrunk to a
 // minimal reproducer on failure, reported as Markdown (+SVG) and JUnit XML.
 #ifndef FC_SWEEP_H
 #define FC_SWEEP_H

@@ -1,5 +1,5 @@
 // oracle/sweep_case.c — one checked case of the sweep: the case runs on the
-// implementation under test and every property of DESIGN §8 that applies is
+// implementation under test and every property of docs/contract.md §8 that applies is
 // checked, numbers through the one comparison engine (props.h, compare.h),
 // the schedule and memory through the one theory (theory.h):
 //   P1  == the `local` ground truth (fp32 policies); with it P5 when shards
@@ -35,7 +35,7 @@
 // tolerance, it runs its first step on its own (both start from one init) and
 // every later step in lockstep, from t's own state after the step before
 // (fc_runner_lockstep): a difference can never hide behind a trajectory that
-// has legitimately drifted (DESIGN §8). Judged bitwise, it runs whole: equal
+// has legitimately drifted (docs/contract.md §8). Judged bitwise, it runs whole: equal
 // bits stay equal, and any drift is itself the failure. Collective over comm.
 typedef struct {
     fc_run_result run;   // the whole run, or its first step
@@ -246,7 +246,7 @@ static int judge(const case_ctx *cc, fc_prop p, const char *against, const fc_ru
     return fc_props_compare(&cc->res->v, &j);
 }
 
-// P12: the same case again, bitwise (any implementation: DESIGN §8).
+// P12: the same case again, bitwise (any implementation: docs/contract.md §8).
 static void check_determinism(const case_ctx *cc) {
     fc_run_result again;
     fc_runner_run(cc->x->tested, &cc->tc, cc->sub, &again);
@@ -340,7 +340,7 @@ static void check_variants(const case_ctx *cc) {
         check_variant(cc, FC_P14_CPU_OFFLOAD, "no offload", &oc, cc->exact);
     }
     // P15 is bitwise for any implementation: the recompute computes the same
-    // activations from the same parameters and micro-batch (DESIGN §5)
+    // activations from the same parameters and micro-batch (docs/contract.md §5)
     if (cfg->act_ckpt != FC_ACT_CKPT_NONE) {
         fc_run_config ac = cc->tc;
         ac.act_ckpt = FC_ACT_CKPT_NONE;

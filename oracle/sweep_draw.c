@@ -101,7 +101,7 @@ static void draw_training(fc_sweep_drawer *d, fc_run_config *c, int W) {
     if (mp == 0) c->param_dtype = FC_PREC_BF16, c->reduce_dtype = FC_PREC_FP32;
     if (mp == 1) c->param_dtype = c->reduce_dtype = pick(s, 2) ? FC_PREC_BF16 : FC_PREC_FP16;
     c->cpu_offload = pick(s, 6) == 0;
-    // the divide modes are one average with different roundings (DESIGN §4)
+    // the divide modes are one average with different roundings (docs/contract.md §4)
     c->divide = fc_default_divide(c);
     if (W > 1 && pick(s, 4) == 0) c->divide = pick(s, 2) ? FC_DIVIDE_AVG : FC_DIVIDE_SUM_THEN_DIVIDE;
     if (pick(s, 4) == 0) {

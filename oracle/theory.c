@@ -30,7 +30,7 @@
 //    reduced after its last backward compute, the replica all_reduce after
 //    the reduce_scatter completed, d2h after the reduction completed, the
 //    norm and the optimizer after every reduction completed.
-//  - prefetch (DESIGN §5): each unit has one prefetch opportunity
+//  - prefetch (docs/contract.md §5): each unit has one prefetch opportunity
 //    (fc_rule_opportunities): in forward the first stage of the unit before it,
 //    in backward the stage where backward reaches the unit before it; with
 //    FSDP2's explicit lists of D units, of the unit D before it.

@@ -3,7 +3,7 @@
 // derived from the config, the model registry (core/model.h) and the layout
 // and schedule rules (core/layout.h) alone. Nothing here knows how any
 // implementation works inside, so the sweep, `check` and the MPI programs
-// judge the reference and a hardware port by the same theory (DESIGN §5, §8).
+// judge the reference and a hardware port by the same theory (docs/contract.md §5, §8).
 //
 // Both checks look at one rank: its comm log (core/schedule.h) holds every
 // collective it issued, every wait, every compute and free, in issue order,

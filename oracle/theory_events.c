@@ -295,7 +295,7 @@ static int expect_optim(event_scan *sc, int i, const fc_event *v) {
     // chunk's (FSDP2: its torch.chunk rows of every parameter), or the whole
     // unit under no_shard. 0 is "not measured": a torch loop's log (one
     // optimizer.step() for every unit) has no per-unit figure to give.
-    // A frozen parameter's elements are not stepped (DESIGN §2).
+    // A frozen parameter's elements are not stepped (docs/contract.md §2).
     const fc_unit_layout *l = &t->lay[u];
     size_t want = fp32_bytes((t->g.sharded ? l->own_valid : l->numel) - t->frozen_real[u]);
     EXPECT(t, v->bytes == want || v->bytes == 0,

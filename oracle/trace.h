@@ -1,4 +1,4 @@
-// oracle/trace.h — the trace a run writes (DESIGN §6) and `compare` reads.
+// oracle/trace.h — the trace a run writes (docs/contract.md §6) and `compare` reads.
 //
 //   DIR/trace.json               format, version, implementation, world size, config
 //   DIR/init.safetensors         the initial weights, model names

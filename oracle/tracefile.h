@@ -1,5 +1,5 @@
 // oracle/tracefile.h — reads and validates a trace written by `run --trace DIR`
-// (DESIGN §6; the writer is trace.h). `compare` trusts nothing in a trace
+// (docs/contract.md §6; the writer is trace.h). `compare` trusts nothing in a trace
 // directory before this file has checked it:
 //
 //   trace.json     format "fsdpcheck-trace", version 1, implementation, world

@@ -12,7 +12,7 @@
 //   4. clip_grad_norm over the sharded gradient, then each rank runs the
 //      optimizer over its own shard only.
 //
-// Layout (DESIGN §5, core/layout.h): FSDP1's FlatParameter or FSDP2's
+// Layout (docs/contract.md §5, core/layout.h): FSDP1's FlatParameter or FSDP2's
 // per-parameter rows, one interface. Unit u's N elements travel as G chunks
 // of S (padding included), P = S * G, G the shard-group size (the world for
 // no_shard's reductions); rank r of the group holds chunk r, whose real
@@ -23,7 +23,7 @@
 // is never read into a gradient, a norm or the optimizer.
 //
 // Seams: a handful of calls named seam_* mark the points where the fault
-// catalogue (reference/faults/, DESIGN §9) substitutes a known bug when this
+// catalogue (reference/faults/, docs/contract.md §9) substitutes a known bug when this
 // file is compiled a second time for it. In the plain build, the one the
 // oracle trusts, each seam is the identity (reference/plain/seams.h).
 //
@@ -515,7 +515,7 @@ static double grad_norm(fc_fsdp *f) {
     return total;
 }
 
-// A frozen parameter has no gradient (DESIGN §2): what its unit's backward
+// A frozen parameter has no gradient (docs/contract.md §2): what its unit's backward
 // computed for it is dropped once reduced (FSDP1 reduces the whole
 // FlatParameter), before the clip norm, so none is normed or stepped.
 static void drop_frozen_grads(fc_fsdp *f) {

@@ -1,4 +1,4 @@
-// reference/fsdp.h — the reference FSDP engine over MPI (DESIGN §4, §5).
+// reference/fsdp.h — the reference FSDP engine over MPI (docs/contract.md §4, §5).
 //
 // Every strategy but `local` (reference/local.h) runs here: no_shard (DDP),
 // full_shard (ZeRO-3), shard_grad_op (ZeRO-2), hybrid_shard and
@@ -21,7 +21,7 @@ const fc_comm_log *fc_fsdp_log(const fc_fsdp *f);
 void fc_fsdp_memory(const fc_fsdp *f, fc_mem_stats *out);
 void fc_fsdp_destroy(fc_fsdp *f);
 
-// Checkpoints (DESIGN §6) through the core protocol (core/ckpt_collective.h),
+// Checkpoints (docs/contract.md §6) through the core protocol (core/ckpt_collective.h),
 // collective over the engine's communicator: a save of the state after the
 // last step, and a load that replaces the state just created (parameters,
 // optimizer state, step count), at any W and strategy.

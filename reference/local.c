@@ -55,7 +55,7 @@ void RN(fc_local_step)(fc_local *L) {
     fc_data_fill(&L->batch, &c->model, c->seed, L->step, 0);
     memset(L->grads, 0, n * sizeof(float));
     // Each micro-batch's loss is the mean over its rows, scaled by 1/K, so K
-    // micro-batches add up to the mean over the whole batch (DESIGN §4).
+    // micro-batches add up to the mean over the whole batch (docs/contract.md §4).
     double loss = 0;
     for (int k = 0; k < K; k++) {
         fc_batch mb = fc_batch_slice(&L->batch, k * micro, micro);
@@ -73,7 +73,7 @@ void RN(fc_local_step)(fc_local *L) {
         fc_divide_factors(c->divide, fc_divide_by(c, 1), &pre, &post);
         for (size_t i = 0; i < n; i++) L->grads[i] = L->grads[i] / (float)pre / (float)post;
     }
-    // A frozen parameter has no gradient (DESIGN §2): none is kept, so none is
+    // A frozen parameter has no gradient (docs/contract.md §2): none is kept, so none is
     // normed or stepped.
     for (int i = 0; i < L->model.n_params && L->model.n_frozen; i++)
         if (L->model.params[i].frozen) memset(L->grads + L->model.params[i].offset, 0, L->model.params[i].numel * sizeof(float));

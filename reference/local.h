@@ -33,7 +33,7 @@ int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e);
 void RN(fc_local_step)(fc_local *L);
 void RN(fc_local_free)(fc_local *L);
 
-// Checkpoints (DESIGN §6), as the engine's (core/ckpt_collective.h): the
+// Checkpoints (docs/contract.md §6), as the engine's (core/ckpt_collective.h): the
 // manifest records world size 1 and strategy local.
 int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error *e);
 int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e);

@@ -1,4 +1,4 @@
-// reference/faults/faults.c — the fault catalogue (DESIGN §9): the reference
+// reference/faults/faults.c — the fault catalogue (docs/contract.md §9): the reference
 // engine compiled a second time (reference/faults/seams.h), each seam carrying
 // one known bug class, active only when the run's config names it (--inject).
 // Every bug is drawn from real FSDP/ZeRO/NCCL issues; each sits beside the

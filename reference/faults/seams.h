@@ -1,5 +1,5 @@
 // reference/faults/seams.h — the seams of the reference engine in the fault
-// catalogue build (DESIGN §9): reference/fsdp.c and reference/impl_reference.c
+// catalogue build (docs/contract.md §9): reference/fsdp.c and reference/impl_reference.c
 // compiled a second time, with a known bug behind each seam, active when the
 // run's config names it (--inject). The implementations, each beside the
 // property expected to catch it, are in reference/faults/faults.c.

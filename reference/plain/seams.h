@@ -2,7 +2,7 @@
 // build, the one the oracle trusts: every seam is the identity.
 //
 // reference/fsdp.c is compiled twice. This build includes this file and is
-// plain FSDP; the fault catalogue (DESIGN §9) includes reference/faults/seams.h
+// plain FSDP; the fault catalogue (docs/contract.md §9) includes reference/faults/seams.h
 // instead, which puts one known bug behind each seam. Each macro names the
 // point of the engine it stands at; its arguments are evaluated for their
 // value only.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/crash/ckpt_crash.sh FSDPCHECK MPIEXEC [TRIALS] [SEED] — crash safety of
-# checkpoints (DESIGN §6): kill -9 the writer at random points, many times.
+# checkpoints (docs/contract.md §6): kill -9 the writer at random points, many times.
 #
 # A gpt2 of n_embd 256, n_layer 4 (3.4M parameters: a 40 MB checkpoint, so a
 # save takes long enough to be interrupted anywhere) trains one step and saves

@@ -138,7 +138,7 @@ static int compare(const mt_judgement *j, fc_props *v) {
     // Against the local ground truth (the reference on this rank alone,
     // mt_run_ref), every step after the first is judged in lockstep: the
     // reference re-runs it from the tested run's own state after the step
-    // before (DESIGN §8), so a difference never hides behind a trajectory
+    // before (docs/contract.md §8), so a difference never hides behind a trajectory
     // that has drifted. Bitwise claims, and tested runs against tested runs
     // (collective on every rank), are judged whole.
     fc_run_result lock;

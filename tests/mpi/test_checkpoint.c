@@ -1,4 +1,4 @@
-// tests/mpi/test_checkpoint.c — P7 (DESIGN §8): train k, save (FULL or
+// tests/mpi/test_checkpoint.c — P7 (docs/contract.md §8): train k, save (FULL or
 // SHARDED), load in a fresh instance at the same or another W and strategy,
 // train n more  ==  train k+n uninterrupted. The implementation under test
 // (--impl, default the reference) saves, loads and trains through the runner
@@ -28,7 +28,7 @@
 // default policy. Every loaded run must report steps_done() == k right after
 // the load (the runner's first_step).
 //
-// The test must be able to fail: the checkpoint faults of DESIGN §9
+// The test must be able to fail: the checkpoint faults of docs/contract.md §9
 // (ckpt_drop_optim, ckpt_swap, adam_step_reset: the reference's fault build,
 // injected into the loader) must each make P7 fail under the default policy,
 // and so must a load of a checkpoint whose optimizer state was zeroed (with a

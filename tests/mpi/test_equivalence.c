@@ -1,6 +1,6 @@
 // tests/mpi/test_equivalence.c — the numerical properties of an FSDP
 // implementation (--impl, default the reference) at the communicator's W
-// (DESIGN §8), every comparison through the one engine (oracle/props.h):
+// (docs/contract.md §8), every comparison through the one engine (oracle/props.h):
 //   P1  local == no_shard, each divide mode == local     (tolerance)
 //   P2  no_shard == full_shard == shard_grad_op          (bitwise in the reference)
 //       == FSDP2's full_shard and shard_grad_op, and FSDP2's HSDP == FSDP1's
@@ -16,7 +16,7 @@
 //   P14 cpu_offload == no offload (bitwise in the reference), memory moved to the host
 //   P15 activation checkpointing, inside or outside the unit == none (bitwise,
 //       any implementation) under FSDP1 and FSDP2, fp32 and bf16, K = 2, clipped
-// and the gradient divide modes (DESIGN §4): the closed forms of
+// and the gradient divide modes (docs/contract.md §4): the closed forms of
 // fc_divide_factors / fc_predivide_factor at W = 1..8, and each mode (prepost,
 // avg, sum-then-divide) under full_shard and no_shard against the local ground
 // truth and against each other.
@@ -86,7 +86,7 @@ static void check_strategies(const char *model) {
     }
 }
 
-// Frozen parameters (DESIGN §2) beside trainable ones in a unit: the local
+// Frozen parameters (docs/contract.md §2) beside trainable ones in a unit: the local
 // model (which never touches them) against DDP, and every FSDP1 and FSDP2
 // strategy against DDP bit for bit, with decay and clipping on, so a frozen
 // element that is decayed, normed or stepped anywhere shows (the comparison
@@ -140,7 +140,7 @@ static void run_and_judge_bitwise(int p, const char *what, const fc_run_config *
     mt_result_free(&t), mt_result_free(&e);
 }
 
-// P2 for FSDP2 (DESIGN §5): fully_shard's per-parameter rows train as FSDP1
+// P2 for FSDP2 (docs/contract.md §5): fully_shard's per-parameter rows train as FSDP1
 // and DDP do, bit for bit in the reference, under FSDP2's own divide (AVG)
 // and with clipping (the exact norm makes the layouts' different partials
 // agree), in fp32 and in bf16; HSDP against FSDP1's HSDP at each F dividing W.
@@ -413,7 +413,7 @@ static void check_determinism_offload(const char *model) {
     mt_result a, b;
     run(&c, &a);
     run(&c, &b);
-    // determinism is bitwise for any implementation (DESIGN §8), as in the sweep
+    // determinism is bitwise for any implementation (docs/contract.md §8), as in the sweep
     if (rank == 0)
         mt_judge(&(mt_judgement){.p = FC_P12_DETERMINISM, .what = "itself (full_shard, prefetch)",
                                  .tested = {&c, W, &b, 0}, .expected = {&c, 0, &a, 0},
@@ -442,7 +442,7 @@ static void check_determinism_offload(const char *model) {
 }
 
 // P15: the recompute computes the same activations from the same parameters
-// and micro-batch, so checkpointing changes no bit (DESIGN §5), for any
+// and micro-batch, so checkpointing changes no bit (docs/contract.md §5), for any
 // implementation (as the sweep judges it). Ports without it (core/impl.h
 // features) are not asked.
 static void check_act_ckpt(const char *model) {
@@ -484,7 +484,7 @@ static void check_act_ckpt(const char *model) {
 }
 
 // ---------------------------------------------------------------------------
-// divide modes (DESIGN §4)
+// divide modes (docs/contract.md §4)
 
 // (a) the closed forms: FSDP1's factor (torch.distributed.fsdp
 // _get_gradient_predivide_factor) doubles f while W % f == 0 and W / f > f, so

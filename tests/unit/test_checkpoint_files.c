@@ -1,4 +1,4 @@
-// tests/unit/test_checkpoint_files.c — checkpoints (DESIGN §6), single process:
+// tests/unit/test_checkpoint_files.c — checkpoints (docs/contract.md §6), single process:
 // the core reader/writer in-process (core/checkpoint.h), and the fsdpcheck
 // binary run as a user runs it (fork + execv of FC_FSDPCHECK_BIN, the
 // environment variable of the same name overrides it; strategy local, so no

@@ -6,7 +6,7 @@
 // timeout. Nothing here links the CLI's own code: the tests see only the exit
 // status, the two output streams and the files left on disk.
 //
-// Contracts checked (DESIGN §6-§7):
+// Contracts checked (docs/contract.md §6-§7):
 //  - misuse: exit 2, nothing on stdout, exactly one line on stderr that starts
 //    with "fsdpcheck: " and names the problem (a distinctive substring of it),
 //    and nothing written: each misuse runs in an empty working directory with
@@ -189,7 +189,7 @@ Test(cli, misuse_unknown_subcommand) { MISUSE("frobnicate", "unknown", "frobnica
 Test(cli, misuse_positional_argument) { MISUSE("stray", "unexpected", "run", "stray"); }
 
 Test(cli, misuse_no_subcommand) {
-    // DESIGN §7: bad usage is exit 2 with one clear line, as for every other misuse.
+    // docs/contract.md §7: bad usage is exit 2 with one clear line, as for every other misuse.
     MISUSE(NULL, "command", NULL);
 }
 

@@ -1,8 +1,8 @@
 // tests/unit/test_config_model.c — presets, the parameter registry (names,
 // shapes, units, offsets, stages), config.json parsing and refusals, and the
-// run config's JSON round trip and world checks (DESIGN §2, §3, §5, §7).
+// run config's JSON round trip and world checks (docs/contract.md §2, §3, §5, §7).
 //
-// The expected names and shapes are written out here from DESIGN §2's table
+// The expected names and shapes are written out here from docs/contract.md §2's table
 // (Hugging Face GPT-2 names, Conv1D [in, out] layout; nn.Linear [out, in]),
 // not derived from core/model.c.
 #include <criterion/criterion.h>
@@ -24,7 +24,7 @@ static void load(const char *name, fc_model_config *c) {
 }
 
 // ---------------------------------------------------------------------------
-// expected registries, from DESIGN §2
+// expected registries, from docs/contract.md §2
 
 typedef struct {
     char name[96];
@@ -135,7 +135,7 @@ Test(presets, gpt2_tiny_names_and_shapes) {
     want_param *w = calloc(4 + 12 * (size_t)c.n_layer, sizeof *w);
     int n = gpt2_expected(&c, w);
     check_registry(&m, w, n);
-    // DESIGN §2: a few thousand to a few hundred thousand parameters
+    // docs/contract.md §2: a few thousand to a few hundred thousand parameters
     cr_expect(m.numel >= 2000 && m.numel <= 500000, "gpt2-tiny has %zu parameters", m.numel);
     free(w);
     fc_model_free(&m);
@@ -338,7 +338,7 @@ Test(units, mlp_units) {
     fc_model_free(&m);
 }
 
-// DESIGN §2: pick sizes so that some units shard unevenly for W = 3, 5, 6, 7.
+// docs/contract.md §2: pick sizes so that some units shard unevenly for W = 3, 5, 6, 7.
 Test(units, tiny_presets_shard_unevenly) {
     const char *presets[2] = {"gpt2-tiny", "mlp-tiny"};
     const int Ws[4] = {3, 5, 6, 7};

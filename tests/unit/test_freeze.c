@@ -1,4 +1,4 @@
-// Frozen parameters (--freeze, DESIGN §2): which parameters a regex freezes,
+// Frozen parameters (--freeze, docs/contract.md §2): which parameters a regex freezes,
 // what it refuses, the runs and shard counts the engines and the P11
 // formulas step through, and the one-process trainer's semantics: a frozen
 // parameter has no gradient, no optimizer state, no decay and no part in the
@@ -263,7 +263,7 @@ Test(freeze, the_local_trainer_never_touches_a_frozen_parameter) {
     free(start);
 }
 
-// LoRA (--lora R:ALPHA:REGEX, DESIGN §2): PEFT's names, shapes and order,
+// LoRA (--lora R:ALPHA:REGEX, docs/contract.md §2): PEFT's names, shapes and order,
 // every base parameter frozen, the init (lora_B zero, so the adapted model
 // starts as the base model, bit for bit), and the config's round trip.
 Test(lora, registry_is_pefts_and_freezes_the_base) {

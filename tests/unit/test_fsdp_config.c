@@ -178,7 +178,7 @@ Test(fsdp_config, keys_that_leave_results_unchanged) {
 }
 
 // Accelerate's fsdp_activation_checkpointing and XLA's xla_fsdp_grad_ckpt both
-// wrap the layer inside its FSDP unit (DESIGN §5); one key is an alias of the other.
+// wrap the layer inside its FSDP unit (docs/contract.md §5); one key is an alias of the other.
 Test(fsdp_config, activation_checkpointing) {
     fc_run_config c;
     const char *on[] = {"{\"fsdp_activation_checkpointing\": true}", "{\"activation_checkpointing\": \"true\"}",

@@ -1,4 +1,4 @@
-// tests/unit/test_init_data.c — counter-based init and data (DESIGN §3).
+// tests/unit/test_init_data.c — counter-based init and data (docs/contract.md §3).
 //
 // The contract: initial weights are a pure function of (seed, name, index) and
 // the data a pure function of (seed, step, sample), so whatever slice a rank

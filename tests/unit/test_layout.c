@@ -7,7 +7,7 @@
 //  - FSDP1 pads the flat unit to 3282 (S = 1094);
 //  - FSDP2 pads every tensor's rows to a multiple of 3: 16 rows become 18
 //    (c = 6), 48 become 48 (c = 16), 64 become 66 (c = 22): the unit is 3582
-//    elements, 14328 bytes in fp32 (DESIGN §5, issue 25's figure).
+//    elements, 14328 bytes in fp32 (docs/contract.md §5, issue 25's figure).
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 // tests/unit/test_model_grad.c — P13 for whole models, and the training-step
-// semantics of the local trainer (DESIGN §4, §8).
+// semantics of the local trainer (docs/contract.md §4, §8).
 //
 //  - Finite differences: in double (the fc_refmath_f64 build), dLoss/dparam of
 //    the full model against central differences of the mean loss, for a random
@@ -597,7 +597,7 @@ static void local_ok(fc_local *L, const fc_run_config *c) {
 }
 
 // K micro-batches, each mean loss scaled by 1/K, give the gradient of the mean
-// over the joined batch (DESIGN §4, P6), and that gradient is the double
+// over the joined batch (docs/contract.md §4, P6), and that gradient is the double
 // model's on the global batch of step 0.
 static void check_grad_accum(const char *model, int B, int T) {
     fc_run_config c1 = run_cfg(model, B, T, 1);

@@ -1,5 +1,5 @@
 // tests/unit/test_rules.c — the oracle's own statement of FSDP's rules
-// (oracle/rules.h) against exact values worked out by hand from DESIGN §5 and
+// (oracle/rules.h) against exact values worked out by hand from docs/contract.md §5 and
 // PyTorch, and against core/layout.c for every strategy, model, W and rank the
 // sweep draws (the two writings must agree; a disagreement is named).
 #include <criterion/criterion.h>
