@@ -5,9 +5,9 @@
 #   1. Debug + ASan/UBSan + gcov build: unit, mpi, property and gate tests (not the W=4
 #      sweep and the checkpoint crash trials), and from the same run the line coverage of
 #      core/, reference/ and oracle/ (ci/coverage.sh: fails below 90% of lines in any of them);
-#   2. Release build: the conformance gate (label gate: the default sweep per W,
-#      the fault catalogue each caught by its own property, the out-of-tree port
-#      template, the watchdog), the CUDA port's host-side tests and its gpu tests
+#   2. Release build: the code's shape (ci/shape.sh, ci/callcycles.sh: docs/testing.md),
+#      the conformance gate (label gate: the default sweep per W, the fault catalogue each
+#      caught by its own property, the out-of-tree port template, the watchdog), the CUDA port's host-side tests and its gpu tests
 #      (skipped with the reason where there is no device), then valgrind (memcheck);
 #   2b. the rules' mutation test (tests/mutation/rules.sh: "rules mutants caught: X/Y");
 #   3. clang ASan/UBSan build: the unit suite again, and each libFuzzer harness
@@ -76,6 +76,9 @@ bash ci/coverage.sh --preset debug-coverage --labels 'unit|mpi|property|gate' --
 stage "release: the conformance gate (sweep per W, fault catalogue, port template, watchdog)"
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$JOBS"
+stage "the code's shape: core/ and oracle/ functions <= 80 lines, files <= 700, no call cycle between oracle's files"
+bash ci/shape.sh
+bash ci/callcycles.sh build/default oracle
 # -j: the gate's tests say what they take (PROCESSORS: the W=4 runs take the whole machine;
 # the watchdog, which waits out its timeouts, one core). Twice the cores, so that the W=2 runs
 # go beside the waiting watchdog (docs/measurements/ci-time.md)

@@ -196,6 +196,9 @@ endforeach()
 
 # the port template, for a team that has only the package
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/plugin/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/plugin)
+# the contract and the guides the template cites (docs/contract.md §8, §9), beside it
+install(FILES ${PROJECT_SOURCE_DIR}/README.md ${PROJECT_SOURCE_DIR}/CHANGELOG.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/docs FILES_MATCHING PATTERN "*.md" PATTERN "*.svg")
 
 # ---- the tests of the package (labels mpi, unit) -----------------------------
 add_subdirectory(${PROJECT_SOURCE_DIR}/tests/abi ${PROJECT_BINARY_DIR}/tests/abi)
