@@ -2,7 +2,7 @@
 //
 // Draws seeded random cases from the config space (sweep_draw.c) at every
 // world size W' = 1..W (sub-communicators of the job), runs each with the
-// implementation under test and checks every property of DESIGN §8 that
+// implementation under test and checks every property of docs/contract.md §8 that
 // applies (sweep_case.c: numbers through the one comparison engine, the
 // schedule and memory through the one theory). The first failing case is
 // shrunk (sweep_shrink.c) while it keeps failing, and a one-line command that
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "flags.h"
 #include "mpicheck.h"
 #include "runner.h"
 #include "sweep_internal.h"
@@ -142,69 +143,73 @@ static _Noreturn void die_all(int rank, const char *fmt, ...) {
 // ---------------------------------------------------------------------------
 // flags
 
-// The flags without a value: NULL when a is none of them.
-static int *switch_flag(sweep_flags *f, const char *a) {
-    return !strcmp(a, "--keep-going") ? &f->keep_going
-         : !strcmp(a, "--quiet")      ? &f->quiet
-         : !strcmp(a, "--candidates") ? &f->candidates
-                                      : NULL;
-}
+enum { F_HELP, F_KEEP_GOING, F_QUIET, F_CANDIDATES, F_IMPL, F_REPORT, F_JUNIT, F_REPLAY, F_CASES, F_SEED, F_INJECT,
+       F_THREADS, F_TIMEOUT };
+static const fc_flag FLAGS[] = {
+    [F_HELP] = {"--help", FC_FLAG_SWITCH},      [F_KEEP_GOING] = {"--keep-going", FC_FLAG_SWITCH},
+    [F_QUIET] = {"--quiet", FC_FLAG_SWITCH},    [F_CANDIDATES] = {"--candidates", FC_FLAG_SWITCH},
+    [F_IMPL] = {"--impl", FC_FLAG_VALUE},       [F_REPORT] = {"--report", FC_FLAG_VALUE},
+    [F_JUNIT] = {"--junit", FC_FLAG_VALUE},     [F_REPLAY] = {"--replay", FC_FLAG_VALUE},
+    [F_CASES] = {"--cases", FC_FLAG_VALUE},     [F_SEED] = {"--seed", FC_FLAG_VALUE},
+    [F_INJECT] = {"--inject", FC_FLAG_VALUE},   [F_THREADS] = {"--threads", FC_FLAG_VALUE},
+    [F_TIMEOUT] = {"--timeout", FC_FLAG_VALUE},
+};
 
-// The flags whose value is any text: NULL when a is none of them.
-static const char **text_flag(sweep_flags *f, const char *a) {
-    return !strcmp(a, "--impl")   ? &f->impl
-         : !strcmp(a, "--report") ? &f->report
-         : !strcmp(a, "--junit")  ? &f->junit
-         : !strcmp(a, "--replay") ? &f->replay
-                                  : NULL;
-}
-
-// The flags whose value is checked: 0 when a is none of them; a bad value ends the job.
-static int checked_flag(sweep_flags *f, int rank, const char *a, const char *v) {
+// One flag (not --help) with its value into f; a bad value ends the job.
+static void apply(sweep_flags *f, int rank, int id, const char *v) {
     char *end;
     fc_error e;
-    if (!strcmp(a, "--cases")) {
-        long n = strtol(v, &end, 10);
-        if (*end || n < 1 || n > 1000000) die_all(rank, "sweep --cases: '%s' is not an integer in 1..1000000", v);
-        f->cases = (int)n;
-    } else if (!strcmp(a, "--seed")) {
-        unsigned long long n = strtoull(v, &end, 10);
+    switch (id) {
+    case F_KEEP_GOING: f->keep_going = 1; break;
+    case F_QUIET: f->quiet = 1; break;
+    case F_CANDIDATES: f->candidates = 1; break;
+    case F_IMPL: f->impl = v; break;
+    case F_REPORT: f->report = v; break;
+    case F_JUNIT: f->junit = v; break;
+    case F_REPLAY: f->replay = v; break;
+    case F_CASES:
+        if (fc_flag_int(FLAGS[id].name, v, 1, 1000000, &f->cases, &e)) die_all(rank, "sweep %s", e.msg);
+        break;
+    case F_SEED:  // strtoull's own forms ("+5", an overflow), which fc_flag_u64 refuses, as sweep has always taken them
+        f->seed = strtoull(v, &end, 10);
         if (*end || !*v || *v == '-') die_all(rank, "sweep --seed: '%s' is not a non-negative integer", v);
-        f->seed = n;
-    } else if (!strcmp(a, "--inject")) {
+        break;
+    case F_INJECT:
         if (fc_fault_parse(v, &f->inject) || f->inject == FC_FAULT_NONE)
             die_all(rank, "sweep --inject: unknown fault '%s'", v);
-    } else if (!strcmp(a, "--threads")) {
+        break;
+    case F_THREADS:
         if (fc_threads_parse(v, &f->threads, &e)) die_all(rank, "sweep %s", e.msg);
-    } else if (!strcmp(a, "--timeout")) {
+        break;
+    case F_TIMEOUT:  // strtod's own forms (hex), which fc_flag_double refuses, as sweep has always taken them
         f->timeout = strtod(v, &end);
         if (*end || !*v || !(f->timeout >= 1 && f->timeout <= 604800))
             die_all(rank, "sweep --timeout: '%s' is not a number of seconds in 1..604800", v);
-    } else {
-        return 0;
+        break;
     }
-    return 1;
 }
 
 // Parses the command's flags into f; 1 when --help asked for the usage (printed).
+// Every rank parses and only rank 0 prints, so misuse comes back (FC_FLAGS_PASS,
+// fc_flags_try_next) to die_all rather than ending the job from the helper.
 static int parse_flags(int argc, char **argv, int rank, sweep_flags *f) {
+    static const fc_flag_words words = {"", "", "", ""};  // FC_FLAGS_PASS: never used
     *f = (sweep_flags){.cases = 300, .timeout = FC_DEFAULT_TIMEOUT, .seed = 1, .impl = "reference"};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *on = switch_flag(f, a);
-        const char **text = text_flag(f, a);
-        if (!strcmp(a, "--help")) {
+    fc_flags it = fc_flags_begin(argc, argv, FLAGS, FC_FLAGS_COUNT(FLAGS), &words, FC_FLAGS_PASS);
+    fc_error e;
+    for (int id; (id = fc_flags_try_next(&it, &e)) != FC_FLAGS_END;) {
+        if (id == FC_FLAGS_ERROR) die_all(rank, "%s", e.msg);
+        if (id == F_HELP) {
             if (rank == 0) usage(stdout);
             return 1;
         }
-        if (on) {
-            *on = 1;
-            continue;
-        }
-        if (!v) die_all(rank, "sweep: %s needs a value (or is unknown: see fsdpcheck sweep --help)", a);
-        if (text) *text = v;
-        else if (!checked_flag(f, rank, a, v)) die_all(rank, "sweep: unknown flag %s (see fsdpcheck sweep --help)", a);
-        i++;
+        // an unknown flag (or any other word) comes back as FC_FLAGS_ARG: sweep names it
+        // unknown only when a value could follow it
+        if (id == FC_FLAGS_ARG && it.i < argc)
+            die_all(rank, "sweep: unknown flag %s (see fsdpcheck sweep --help)", it.arg);
+        if (id == FC_FLAGS_ARG || (FLAGS[id].kind == FC_FLAG_VALUE && !it.value))
+            die_all(rank, "sweep: %s needs a value (or is unknown: see fsdpcheck sweep --help)", it.arg);
+        apply(f, rank, id, it.value);
     }
     if (f->candidates && !f->replay)
         die_all(rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
