@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/sensitivity.sh [OUT] — the published sensitivity of `fsdpcheck compare`
-# (README, "Sensitivity"): for fp32, bf16 and fp16, a W=1 run (local for fp32,
+# (docs/oracle.md, "Sensitivity"): for fp32, bf16 and fp16, a W=1 run (local for fp32,
 # no_shard for 16-bit) against a W=2 full_shard run of the same training, step
 # 0, and `fsdpcheck sensitivity` on the pair. gpt2-tiny always;
 # FSDPCHECK_SENSITIVITY_124M=1 adds gpt2-124m (B=4, T=64: minutes per run and

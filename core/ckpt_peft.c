@@ -1,5 +1,5 @@
 // core/ckpt_peft.c — what PEFT writes for a LoRA model, beside FSDP's FULL
-// checkpoint (docs/contract.md §6; README "Frozen parameters and LoRA"). A Trainer or
+// checkpoint (docs/contract.md §6; docs/contract.md "LoRA"). A Trainer or
 // accelerate run of a PeftModel saves its adapters with
 // PeftModel.save_pretrained: adapter_model.safetensors holds lora_A and lora_B
 // of every adapted linear under "base_model.model." + the parameter's name

@@ -51,7 +51,7 @@ int fc_rule_checkpointed(const fc_run_config *cfg, const fc_model *m, int u);
 // backward's all-gather.
 int fc_rule_recompute_gathers(const fc_run_config *cfg, const fc_model *m, int u);
 // Real FSDP's measured divergences from docs/contract.md §5 (torch 2.15), each for one
-// API alone (README, "Real FSDP's schedule"); for FC_API_REFERENCE each is the
+// API alone (docs/adapter.md, "Real FSDP's schedule"); for FC_API_REFERENCE each is the
 // rule above.
 //  - FSDP2 frees the root unit after forward too (reshard_after_forward on the
 //    root's fully_shard), and gathers it again first in backward.
@@ -106,7 +106,7 @@ int fc_rule_late_post_backward_as(fc_sched_api api, const fc_run_config *cfg, in
 //    2.15: test_schedule.py's fsdp1-act_ckpt-outside); FSDP2 never does. The
 //    reference states FSDP1's second all-gather (docs/contract.md §5), which a
 //    REENTRANT checkpoint_wrapper does pay (measured: 4 backward all-gathers
-//    against 2 for two checkpointed FSDP1 blocks, README).
+//    against 2 for two checkpointed FSDP1 blocks, docs/adapter.md).
 int fc_rule_recompute_gathers_as(fc_sched_api api, const fc_run_config *cfg, const fc_model *m, int u);
 //  - FSDP1's limit_all_gathers bounds device work, not units gathered: before
 //    an all-gather it waits (CPU thread) for the free event of the all-gather

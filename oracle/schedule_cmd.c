@@ -27,7 +27,7 @@ static void usage(void) {
            "--backward-prefetch, --forward-prefetch, --limit-all-gathers, --grad-accum, --no-sync, "
            "--cpu-offload, --param-dtype, --reduce-dtype, --steps, ...]\n"
            "P10 (comm log == theory) on every rank's events of LOG, against the oracle's own rules; --api: whose\n"
-           "schedule LOG is (default reference): real FSDP's measured divergences (README) are accepted for it "
+           "schedule LOG is (default reference): real FSDP's measured divergences (docs/adapter.md) are accepted for it "
            "alone\n");
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # frozen_ckpt.sh MPIEXEC BINARY — checkpoints of frozen parameters and LoRA
-# (README "Frozen parameters"): a LoRA run saved as FULL and as DCP holds
+# (docs/contract.md, "Frozen parameters"): a LoRA run saved as FULL and as DCP holds
 # optimizer state for the adapters only (the file lists no state of a base
 # parameter) and loads back at another world size; a gpt2 run with frozen
 # parameters loads into the same freeze and is refused (exit 2, one line) by

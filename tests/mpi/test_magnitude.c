@@ -10,7 +10,7 @@
 //     the gradient itself).
 //  3. Judgement: under a bf16 policy with the magnitudes, a gradient element
 //     moved by a third of n u mag passes, one moved by 3x the whole per-element
-//     bound (README: n u mag + 0.5 L s u max|A| + fp32's row) fails, and a tensor
+//     bound (docs/oracle.md, 16-bit: n u mag + 0.5 L s u max|A| + fp32's row) fails, and a tensor
 //     scaled by (1 + 4u) fails as a whole; with both sides the reference
 //     (activations in fp32: no per-layer roundings, no floor), an element
 //     moved by twice that smaller bound fails where bf16 activations pass it.
@@ -92,7 +92,7 @@ static void bound_and_judgement(void) {
     fc_cmp_policy_defaults(&pol, fc_cmp_precision(&b16, &b16));
     // both sides computing their activations in bf16 (PyTorch's mixed precision)
     fc_cmp_ctx ctx = {&s.m, &pol, &b16, 1, &c.optim, &b16, 1, 0, 0, 0, 0};
-    int depth = c.model.n_layer, rounds = 2 * (1 + 4 * depth);  // README: per side K + 4 per layer
+    int depth = c.model.n_layer, rounds = 2 * (1 + 4 * depth);  // docs/oracle.md: per side K + 4 per layer
     double u = 0x1p-8;
     const fc_param *w = &s.m.params[0];  // wte
     size_t i = w->offset + w->numel / 3;
