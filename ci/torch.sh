@@ -3,7 +3,8 @@
 #   1. a virtual environment with the pinned packages of adapters/torch/requirements.lock
 #      (reused while the lock's hash matches; FSDPCHECK_TORCH_VENV moves it, e.g. to a
 #      cache directory that outlives the clone), and the adapter installed in it;
-#   2. the Release fsdpcheck binary (built if missing);
+#   2. the Release fsdpcheck binary: $FSDPCHECK, or build/default's (built if missing),
+#      exported as FSDPCHECK, which is how the tests and the adapter's checks find it;
 #   3. the adapter's tests with pytest on the CPU with gloo, at W = 1, 2 and 4, for
 #      FSDP1 and FSDP2, each judged by `fsdpcheck compare` under the default policy;
 #      JUnit XML in out/torch-junit-<lock name>.xml;
@@ -62,11 +63,19 @@ fi
 [ $venv_only = 1 ] && exit 0
 
 echo "== torch adapter: fsdpcheck (Release)"
-if [ ! -x build/default/oracle/fsdpcheck ]; then
-  cmake --preset default >/dev/null
-  cmake --build --preset default -j "$(nproc)" --target fsdpcheck
+# the tests hand the adapter this binary explicitly (it never looks for one in a build tree):
+# FSDPCHECK where it is set, else build/default's, built if missing
+if [ -z "${FSDPCHECK:-}" ]; then
+  if [ ! -x build/default/oracle/fsdpcheck ]; then
+    cmake --preset default >/dev/null
+    cmake --build --preset default -j "$(nproc)" --target fsdpcheck
+  fi
+  FSDPCHECK=$ROOT/build/default/oracle/fsdpcheck
 fi
-export FSDPCHECK=$ROOT/build/default/oracle/fsdpcheck
+[ -x "$FSDPCHECK" ] || { echo "ci/torch.sh: FSDPCHECK=$FSDPCHECK is not an executable fsdpcheck" >&2; exit 2; }
+FSDPCHECK=$(cd "$(dirname "$FSDPCHECK")" && pwd)/$(basename "$FSDPCHECK")  # the tests run from other directories
+export FSDPCHECK
+echo "fsdpcheck: $FSDPCHECK"
 
 echo "== torch adapter: tests (CPU, gloo)"
 mkdir -p out

@@ -7,4 +7,5 @@ reference's batches with PyTorch FSDP and writes an fsdpcheck trace that
 the reference, torch and compare together.
 """
 
-__version__ = "0.1.0"
+# fsdpcheck's version (CMakeLists.txt project()), the package's too (pyproject.toml reads it here)
+__version__ = "0.6.0"

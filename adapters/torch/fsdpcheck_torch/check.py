@@ -49,13 +49,13 @@ from .config import (
     default_config,
     freeze_unsupported,
     fsdp2_only,
-    gather_mode,
     inject_refusal,
     lora_flag,
     premul_refusal,
     shard_size,
     validate,
 )
+from .env import find_fsdpcheck, gather_mode
 
 OWN = {
     "--api": True,
@@ -78,27 +78,6 @@ OWN = {
 }
 TORCH_PASS = ("--api", "--device", "--backend", "--inject", "--ckpt-at", "--ckpt-state-dict")
 TORCH_PASS_BOOL = ("--force-sum-reduction", "--optim-state-offload")
-
-
-def find_fsdpcheck(explicit=None):
-    """The fsdpcheck binary: --fsdpcheck, $FSDPCHECK, PATH, or a build of the
-    repository this package sits in (build/default/oracle/fsdpcheck)."""
-    if explicit and not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
-        raise UsageError(f"--fsdpcheck {explicit}: not an executable fsdpcheck binary")
-    cands = [explicit, os.environ.get("FSDPCHECK"), shutil.which("fsdpcheck")]
-    here = os.path.dirname(os.path.abspath(__file__))
-    for up in (os.getcwd(), here):
-        d = up
-        for _ in range(6):
-            cands.append(os.path.join(d, "build", "default", "oracle", "fsdpcheck"))
-            d = os.path.dirname(d)
-    for c in cands:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return os.path.abspath(c)
-    raise UsageError(
-        "cannot find the fsdpcheck binary: pass --fsdpcheck PATH or set FSDPCHECK "
-        "(build it with cmake --preset default && cmake --build --preset default)"
-    )
 
 
 def model_stub(flags):
@@ -598,7 +577,7 @@ def compare(job, fsdpcheck, env):
 
 def torch_timing(torch_dir):
     """What rank 0 of the torch run spent gathering full tensors and writing
-    the trace, and every rank's peak resident set (engine.train records them
+    the trace, and every rank's peak resident set (recording.Recorder records them
     in trace.json's torch.timing_s and torch.peak_rss_mib)."""
     try:
         with open(os.path.join(torch_dir, "trace.json")) as f:

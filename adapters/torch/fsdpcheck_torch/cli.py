@@ -17,7 +17,7 @@ Exit codes as fsdpcheck's: 0 pass, 1 a comparison failed, 2 bad input or usage
 import os
 import sys
 
-from . import planwait
+from . import env, planwait
 from .config import (
     APIS,
     BACKENDS,
@@ -28,8 +28,6 @@ from .config import (
     UsageError,
     freeze_unsupported,
     frozen_of,
-    frozen_units,
-    gather_mode,
     inject_refusal,
     like_config,
     premul_refusal,
@@ -37,6 +35,7 @@ from .config import (
 )
 from .errors import refuse
 from .flags import split_args
+from .freeze import frozen_units
 
 PROG = "fsdpcheck-torch"
 BACKEND_DEVICE = {"gloo": ("cpu", "cuda"), "nccl": ("cuda",), "hccl": ("hpu",), "xla": ("xla",)}
@@ -72,7 +71,7 @@ def parse_run(argv, world):
     api = opts.get("--api")
     if api not in APIS:
         raise UsageError("run: --api fsdp1|fsdp2 is required" if api is None else f"--api {api!r}: not fsdp1 or fsdp2")
-    gather_mode()  # FSDPCHECK_GATHER, before anything runs
+    env.gather_mode()  # FSDPCHECK_GATHER, before anything runs
     device = opts.get("--device", "cpu")
     if device not in DEVICES:
         raise UsageError(f"--device {device!r}: not one of {', '.join(DEVICES)}")
@@ -99,7 +98,7 @@ def parse_run(argv, world):
     if not planwait.ready():  # started beside the reference's plan, which failed: `check` says why
         raise UsageError(f"--like {opts['--like']}: the reference's plan was not written")
     ref = RefTrace(opts["--like"])
-    cfg, extras = like_config(ref.meta, flags, device)
+    cfg, extras = like_config(ref, flags, device)
     if extras.get("api") and extras["api"] != api:
         raise UsageError(f"--fsdp-config says FSDP version {extras['api'][-1]}, the run says --api {api}")
     if "--ckpt-at" in opts and not 1 <= ckpt_at < cfg["steps"]:
@@ -160,7 +159,7 @@ def parse_run(argv, world):
         why = refusal(api)
         if why:
             raise UsageError(why)
-    whole = frozen_units(frozen_of(cfg, ref.names), ref.units)
+    whole = frozen_units(frozen_of(cfg, ref.names, ref.lora), ref.units)
     why = freeze_unsupported(cfg, a.comm_log, "--ckpt-at" if ckpt_at else "--load" if load else None, api, whole)
     why = why or inject_refusal(inject, cfg)
     if why:
@@ -201,9 +200,8 @@ def cmd_run(argv):
     after the other in one process group (the tests and the sweep use it to
     pay for starting torch once per world size, not once per case); a job that
     fails writes error.txt into its --trace directory and the next one runs."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    rank, world = env.rank(), env.world()
+    env.default_threads()
     jobs = None
     if argv[:1] == ["--jobs"] and len(argv) == 2:
         import json
@@ -248,13 +246,13 @@ def _train(parsed, several, rank):
     import torch.distributed as dist
 
     args0 = parsed[0][0]
-    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+    torch.set_num_threads(env.threads())
     if args0.device == "hpu":  # pragma: no cover (hpu)
         os.environ.setdefault("PT_HPU_LAZY_MODE", "0")  # eager mode
         import habana_frameworks.torch.core
         import habana_frameworks.torch.distributed.hccl  # noqa: F401
     if args0.device == "cuda":  # pragma: no cover (cuda)
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(env.local_rank())
     dist.init_process_group(args0.backend, timeout=datetime.timedelta(seconds=300))
     from .engine import Run
     from .teardown import shutdown

@@ -158,7 +158,7 @@ class CommLog:
     def group_name(self, group):
         """world, shard, replicate or post_forward, from the group's ranks (a
         shard group is F consecutive ranks, a replica group the ranks F apart,
-        DESIGN §2; a post-forward group R consecutive ranks, torch's
+        docs/contract.md §2; a post-forward group R consecutive ranks, torch's
         mesh.view(-1, R))."""
         if isinstance(group, tuple):  # the functional collectives' (mesh, dim)
             mesh, d = group

@@ -5,17 +5,17 @@ The config is the dictionary `fsdpcheck run` writes into trace.json
 no_sync, clip, offload, optimizer, steps, global_batch, seq_len, seed, ...), so
 the trace this adapter writes carries a config the C reader accepts as it is.
 
-Flags are the `fsdpcheck run` flags (DESIGN §7) and apply left to right, like
+Flags are the `fsdpcheck run` flags (docs/contract.md §7) and apply left to right, like
 the C CLI: `--fsdp-config FILE` sets what the file sets, at its position.
 """
 
 import copy
 import math
-import os
-import re
 
-from . import fsdp_config, strictjson
+from . import fsdp_config
 from .errors import UsageError
+from .freeze import freeze_flag, freeze_pattern, frozen_names
+from .lora import LORA_WITH_FREEZE, lora_of, parse_flag
 
 STRATEGIES = ("no_shard", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2")
 PREFETCH = ("none", "pre", "post")
@@ -27,7 +27,7 @@ APIS = ("fsdp1", "fsdp2")
 DEVICES = ("cpu", "cuda", "hpu", "xla")
 BACKENDS = ("gloo", "nccl", "hccl", "xla")
 # faults this adapter can put into the torch run: numerical ones (names from
-# DESIGN §9) that compare must catch, and two crashes of the implementation
+# docs/contract.md §9) that compare must catch, and two crashes of the implementation
 # under test that check must report as a verdict (exit 1) naming the rank:
 # segv (the last rank dies of SIGSEGV in step 1's backward, or step 0's with
 # one step) and abort_at_exit (the last rank aborts after the whole trace is
@@ -47,24 +47,6 @@ FAULTS = (
     "hang",
     "frozen_decay",
     "lora_alpha",
-)
-
-# the longest --freeze the reference keeps (core/config.h: char freeze[256])
-FREEZE_MAX = 255
-
-# --lora R:ALPHA:REGEX, as the reference keeps it (core/config.h: int lora_r, char lora_target[128])
-LORA_R_MAX = 4096
-LORA_TARGET_MAX = 127
-# llama's decoder-layer linears in registration order (core/config.c FC_LLAMA_LINEAR): what
-# --lora may adapt, each under the module path model.layers.N.<linear>
-LLAMA_LINEARS = (
-    "self_attn.q_proj",
-    "self_attn.k_proj",
-    "self_attn.v_proj",
-    "self_attn.o_proj",
-    "mlp.gate_proj",
-    "mlp.up_proj",
-    "mlp.down_proj",
 )
 
 # Flags that change what the run trains on: with --like they must equal the
@@ -98,58 +80,6 @@ def _choice(flag, v, choices):
     return v
 
 
-def _freeze_flag(v):
-    """--freeze REGEX as the reference's parser takes it (oracle/cli.c)."""
-    if not v:
-        raise UsageError("--freeze: give a regex of parameter names")
-    if len(v) > FREEZE_MAX:
-        raise UsageError(f"--freeze: regex longer than {FREEZE_MAX} characters")
-    return v
-
-
-# C's strtol and strtod prefixes (leading white space, a sign; decimal or hexadecimal
-# floats, inf, nan), matched whole: the reference takes the text up to each ':' only
-# when the number ends there (core/config.c fc_model_config_set_lora)
-_C_SPACE = "[ \t\n\v\f\r]*"
-_STRTOL = re.compile(_C_SPACE + "[+-]?[0-9]+")
-_STRTOD = re.compile(
-    _C_SPACE + "[+-]?(?:(?:[0-9]+[.]?[0-9]*|[.][0-9]+)(?:[eE][+-]?[0-9]+)?"
-    "|0[xX](?:[0-9a-fA-F]+[.]?[0-9a-fA-F]*|[.][0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?"
-    "|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?|[nN][aA][nN](?:[(][0-9A-Za-z_]*[)])?)"
-)
-
-
-def _strtod(text):
-    """The value C's strtod gives text (one _STRTOD matches whole): out of range, +-inf."""
-    t = text.strip(" \t\n\v\f\r")
-    if t.lstrip("+-")[:2] in ("0x", "0X"):
-        try:
-            return float.fromhex(t)
-        except OverflowError:
-            return -math.inf if t.startswith("-") else math.inf
-    if t.lstrip("+-")[:3].lower() == "nan":
-        return float("nan")
-    return float(t)
-
-
-def _lora_flag(v):
-    """--lora R:ALPHA:REGEX as the reference's parser takes it (core/config.c
-    fc_model_config_set_lora): what needs the model (a llama, a target that
-    matches) is checked once it is known (lora_spec)."""
-    bad = f"--lora {v}: expected R:ALPHA:REGEX (4:8:q_proj)"
-    parts = v.split(":", 2)
-    if len(parts) < 3 or not _STRTOL.fullmatch(parts[0]) or not _STRTOD.fullmatch(parts[1]) or not parts[2]:
-        raise UsageError(bad)
-    r = int(parts[0])
-    if not -(2**63) <= r < 2**63:  # strtol's ERANGE
-        raise UsageError(bad)
-    if len(parts[2]) > LORA_TARGET_MAX:
-        raise UsageError(f"--lora: the target regex is longer than {LORA_TARGET_MAX} characters")
-    if not 1 <= r <= LORA_R_MAX:
-        raise UsageError(f"--lora {v}: rank R {r} is outside 1..{LORA_R_MAX}")
-    return {"r": r, "lora_alpha": _strtod(parts[1]), "target": parts[2]}
-
-
 def _forward_prefetch(cfg, n):
     """--forward-prefetch (n = 1) and --forward-prefetch-units N, as the reference keeps them (one int:
     the last given wins) and writes them: "forward_prefetch" true, "forward_prefetch_units" only above 1."""
@@ -174,20 +104,6 @@ def _divide_factor(flag, v):
 def forward_prefetch_units(cfg):
     """How many units each unit's forward prefetch list names: 0 (off), 1 (--forward-prefetch), N."""
     return cfg.get("forward_prefetch_units", 1) if cfg["forward_prefetch"] else 0
-
-
-# How FSDP2's sets reach the trace (gather.py): "auto" has each rank write its own shards
-# where every rank shares this host, "shm" and "collective" gather each set to rank 0
-# (through /dev/shm files, or gloo's dist.gather)
-GATHER_MODES = ("auto", "shm", "collective")
-
-
-def gather_mode():
-    """FSDPCHECK_GATHER, checked: a misspelt value is refused, never taken for another."""
-    mode = os.environ.get("FSDPCHECK_GATHER", "auto")
-    if mode not in GATHER_MODES:
-        raise UsageError(f"FSDPCHECK_GATHER={mode!r}: not one of {', '.join(GATHER_MODES)}")
-    return mode
 
 
 # The process group's backend a device gets unless --backend says otherwise
@@ -283,9 +199,9 @@ RUN_FLAGS = {
     "--global-batch": (True, lambda c, v: c.__setitem__("global_batch", _int("--global-batch", v))),
     "--seq-len": (True, lambda c, v: c.__setitem__("seq_len", _int("--seq-len", v))),
     "--seed": (True, lambda c, v: c.__setitem__("seed", str(_int("--seed", v, lo=0)))),
-    "--freeze": (True, lambda c, v: c.__setitem__("freeze", _freeze_flag(v))),
+    "--freeze": (True, lambda c, v: c.__setitem__("freeze", freeze_flag(v))),
     # the adapters of the model finally chosen: applied after --model, wherever it stands (lora_flag)
-    "--lora": (True, lambda c, v: c.__setitem__("_lora_flag", _lora_flag(v))),
+    "--lora": (True, lambda c, v: c.__setitem__("_lora_flag", parse_flag(v))),
     "--fsdp-config": (True, None),  # handled in apply_flags
 }
 
@@ -403,190 +319,25 @@ def validate(cfg, world):
         raise UsageError(f"--seq-len {cfg['seq_len']} is outside 1..n_positions ({n})")
 
 
-# --freeze REGEX (DESIGN §2, frozen parameters): the reference matches it with
-# POSIX regcomp (REG_EXTENDED), this adapter with Python's re.search. Where the
-# two read a pattern differently they would freeze different parameters, so such
-# a pattern is refused here (the rest are the same language on ASCII names).
-_QUANTIFIERS = "*+?"
-_SPECIAL = ".[]()*+?{}|^$\\"  # what both read as a literal when escaped
-_INTERVAL = re.compile(r"\{(\d+(,\d*)?|,\d+)\}")
-
-
-def freeze_syntax(rx):
-    """Why Python's re and POSIX extended regular expressions read the --freeze
-    pattern rx differently, as a sentence, or None where they agree."""
-    if not rx.isascii() or not rx.isprintable():
-        return "use printable ASCII only (POSIX regcomp reads bytes, Python's re characters)"
-    i, quantifier = 0, None  # where the quantifier just read starts, None after anything else
-    while i < len(rx):
-        c = rx[i]
-        if c == "\\":
-            nxt = rx[i + 1 : i + 2]
-            if nxt not in _SPECIAL:  # \d, \w, \b, \<, \1, ...: Python's and GNU regcomp's extensions differ
-                return (
-                    f"\\{nxt} means different things to Python's re and POSIX regcomp (escape only one of "
-                    f"{_SPECIAL}; write a bracket expression such as [0-9] for \\d)"
-                )
-            i, quantifier = i + 2, None
-            continue
-        if c == "[":
-            j = i + 1
-            j += rx[j : j + 1] == "^"
-            j += rx[j : j + 1] == "]"  # a leading ] is a member in both
-            while j < len(rx) and rx[j] != "]":
-                if rx[j] == "\\":
-                    return "a backslash inside [...] escapes in Python's re and is a member in POSIX: leave it out"
-                if rx[j] == "[" and rx[j + 1 : j + 2] in (":", ".", "="):
-                    d = rx[j + 1]
-                    return f"[{d}...{d}] inside [...] is POSIX's class syntax and literal characters to Python's re"
-                j += 1
-            i, quantifier = j + 1, None
-            continue
-        if c == "(" and rx[i + 1 : i + 2] == "?":
-            return "(?...) is Python's extension syntax (groups, lookarounds, flags), not POSIX"
-        m = _INTERVAL.match(rx, i) if c == "{" else None
-        if c in _QUANTIFIERS or m:
-            end = m.end() if m else i + 1
-            if quantifier is not None:
-                return (
-                    f"{rx[quantifier:end]} (a quantifier right after another) is non-greedy or possessive in "
-                    "Python's re and a repeated repetition in POSIX"
-                )
-            i, quantifier = end, i
-            continue
-        i, quantifier = i + 1, None
-    return None
-
-
-def freeze_pattern(rx):
-    """--freeze rx compiled by Python's re; refuses (UsageError) a pattern the
-    two regex languages read differently, or that re does not compile."""
-    why = freeze_syntax(rx)
-    if why:
-        raise UsageError(f"--freeze {rx!r}: {why}, so that the reference and torch freeze the same parameters")
-    try:
-        return re.compile(rx)
-    except (re.error, OverflowError, RecursionError) as e:  # a repeat count too large: OverflowError
-        raise UsageError(f"--freeze {rx!r} is not a regular expression Python's re compiles: {e}")
-
-
-def frozen_names(rx, names):
-    """The parameter names (the trace's, Hugging Face's) --freeze rx freezes,
-    in order; refuses (UsageError) what the reference refuses: a pattern that
-    does not compile, or that matches no parameter or every one (torch.optim
-    refuses an empty list), and a pattern the two regex languages read
-    differently. Whether a unit may be frozen whole is the reference's to say."""
-    if not rx:
-        return []
-    pat = freeze_pattern(rx)
-    hit = [n for n in names if pat.search(n)]
-    if not hit or len(hit) == len(names):
-        what = "matches no parameter" if not hit else "freezes every parameter"
-        raise UsageError(f"--freeze {rx!r} {what} of the model (its names are Hugging Face's, e.g. {names[0]!r})")
-    return hit
-
-
-def frozen_units(frozen, units):
-    """The units (trace.json's "units": name, params) every parameter of which is frozen."""
-    return [u["name"] for u in units if u["params"] and all(p in frozen for p in u["params"])]
-
-
-# --lora (DESIGN §2, LoRA): PEFT's adapters on llama's decoder-layer linears, every base
-# parameter frozen by get_peft_model. The reference writes it into the model config
-# ("fsdpcheck_lora": r, lora_alpha, target); a run --like that trace takes it from there.
-LORA_WITH_FREEZE = "--freeze with --lora: LoRA freezes every base parameter itself (PEFT's default)"
-
-
-def lora_of(cfg):
-    """The run's LoRA ({"r", "lora_alpha", "target"}, its model config's), or None."""
-    m = cfg.get("model")
-    return m.get("fsdpcheck_lora") if isinstance(m, dict) else None
-
-
-def lora_spec(model_cfg, where=""):
-    """A model config's "fsdpcheck_lora", checked as the reference checks it
-    (core/config.c: its JSON reader, then validate_lora), or None without one.
-    where: the file it came from, to name in a refusal."""
-    lora = model_cfg.get("fsdpcheck_lora")
-    if lora is None:
-        return None
-    at = f"{where}: " if where else ""
-    r, alpha, target = (lora.get(k) if isinstance(lora, dict) else None for k in ("r", "lora_alpha", "target"))
-    if (
-        not _finite(r)
-        or r != int(r)
-        or not 1 <= r <= LORA_R_MAX
-        or isinstance(alpha, bool)
-        or not isinstance(alpha, (int, float))
-        or not isinstance(target, str)
-        or len(target) > LORA_TARGET_MAX
-    ):
-        raise UsageError(f'{at}"fsdpcheck_lora" must be {{"r": 1..4096, "lora_alpha": number, "target": regex}}')
-    try:
-        alpha = float(alpha)
-    except OverflowError:  # an integer beyond any double: the reference's JSON reader reads inf
-        alpha = math.inf
-    kind = model_cfg.get("model_type")
-    if kind != "llama":
-        name = model_cfg.get("fsdpcheck_name", "?")
-        raise UsageError(f"{at}LoRA applies to llama's decoder-layer linears; model {name} is {kind}")
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise UsageError(f"{at}LoRA alpha {alpha:g} must be a finite number above 0")
-    # layer 0's linears, as the reference checks (every layer has the same)
-    pat = _lora_pattern(target, at)
-    if not any(pat.search(f"model.layers.0.{lin}") for lin in LLAMA_LINEARS):
-        raise UsageError(
-            f"{at}LoRA target {target!r} matches no decoder-layer linear (q_proj, k_proj, v_proj, o_proj, "
-            "gate_proj, up_proj, down_proj under model.layers.N)"
-        )
-    return {"r": int(r), "lora_alpha": alpha, "target": target}
-
-
-def _lora_pattern(rx, at=""):
-    """The LoRA target compiled by Python's re. The reference matches it with
-    POSIX regcomp: a target the two read differently would adapt other modules
-    than the reference's, and is refused (UsageError)."""
-    why = freeze_syntax(rx)
-    if why:
-        raise UsageError(f"{at}--lora target {rx!r}: {why}, so that the reference and torch adapt the same modules")
-    try:
-        return re.compile(rx)
-    except (re.error, OverflowError, RecursionError) as e:
-        raise UsageError(f"{at}--lora target {rx!r} is not a regular expression Python's re compiles: {e}")
-
-
-def lora_modules(model_cfg, lora):
-    """The module paths LoRA adapts, in registration order: every decoder-layer
-    linear of every layer whose path the target matches anywhere (re.search,
-    as the reference's regexec)."""
-    pat = _lora_pattern(lora["target"])
-    paths = (f"model.layers.{i}.{lin}" for i in range(model_cfg["num_hidden_layers"]) for lin in LLAMA_LINEARS)
-    return [p for p in paths if pat.search(p)]
-
-
-def lora_parameters(model_cfg, lora):
-    """The adapters' parameter names (PEFT's, the trace's), in registration order."""
-    return [f"{m}.lora_{ab}.default.weight" for m in lora_modules(model_cfg, lora) for ab in "AB"]
-
-
 def lora_flag(cfg, model_name):
-    """Applies a --lora flag (apply_flags kept it aside) to cfg's model, a
-    check's: the model is known only after every flag, as in the reference."""
+    """Applies a --lora flag (apply_flags kept it aside, a LoraSpec) to cfg's model,
+    a check's: the model is known only after every flag, as in the reference.
+    Returns the LoraSpec, or None without --lora."""
     lora = cfg.pop("_lora_flag", None)
     if lora is None:
-        return
-    cfg["model"] = dict(cfg["model"], fsdpcheck_lora=lora, fsdpcheck_name=model_name)
-    lora_spec(cfg["model"])
+        return None
+    cfg["model"] = dict(cfg["model"], fsdpcheck_lora=lora.as_json(), fsdpcheck_name=model_name)
+    lora.check_model(cfg["model"])
     if cfg.get("freeze"):
         raise UsageError(LORA_WITH_FREEZE)
+    return lora
 
 
-def frozen_of(cfg, names):
+def frozen_of(cfg, names, lora):
     """The parameter names the run freezes, in order: --freeze's, or with LoRA
-    every parameter but the adapters (get_peft_model's default)."""
-    lora = lora_of(cfg)
+    (lora: the run's LoraSpec) every parameter but the adapters (get_peft_model's default)."""
     if lora:
-        adapters = set(lora_parameters(cfg["model"], lora))
+        adapters = set(lora.parameters(cfg["model"]))
         return [n for n in names if n not in adapters]
     return frozen_names(cfg.get("freeze", ""), names)
 
@@ -654,92 +405,11 @@ def optim_state_names(cfg):
     return [] if o["momentum"] == 0 else ["momentum_buffer"]
 
 
-def read_trace_json(directory):
-    path = os.path.join(directory, "trace.json")
-    if not os.path.isdir(directory):
-        raise UsageError(f"{directory}: not a trace directory")
-    try:
-        with open(path) as f:
-            t = strictjson.load(f)
-    except FileNotFoundError:
-        raise UsageError(f"{directory}: no trace.json (an incomplete trace, or not a trace)")
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read: {e.strerror}")
-    except ValueError as e:
-        raise UsageError(f"{path}: not valid JSON ({e})")
-    if not isinstance(t, dict) or t.get("format") != "fsdpcheck-trace":
-        raise UsageError(f'{path}: "format" is not "fsdpcheck-trace" (not an fsdpcheck trace)')
-    if t.get("version") != 1 or isinstance(t.get("version"), bool):
-        raise UsageError(f"{path}: trace format version {t.get('version')!r}, this adapter reads version 1")
-    for k in ("config", "units", "steps", "first_step", "world_size"):
-        if k not in t:
-            raise UsageError(f'{path}: missing "{k}"')
-    if isinstance(t["config"], dict):  # not an object: tracefile says so
-        _check_run_config(path, t["config"])
-    return t
-
-
-def _finite(v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return False
-    try:
-        return math.isfinite(float(v))
-    except OverflowError:  # an integer beyond any float
-        return False
-
-
-# The run settings of a reference trace's config that the run reads, beyond
-# those tracefile._check_meta checks, as fsdpcheck's C reader requires them
-# (core/config.c fc_run_config_from_json and its validate): key -> (valid?, what).
-_RUN_CONFIG = {
-    "shard_group": (lambda v: type(v) is int and v >= 0, "an integer >= 0"),
-    # written by the reference only when it is an integer R (absent: 0)
-    "reshard_after_forward": (lambda v: type(v) is int and v >= 0, "an integer >= 0", 0),
-    "activation_checkpointing": (lambda v: v in ("none", "inside", "outside"), "none, inside or outside", "none"),
-    "clip_grad_norm": (lambda v: _finite(v) and v >= 0, "a finite number >= 0"),
-    **{
-        k: (lambda v: isinstance(v, bool), "true or false")
-        for k in ("forward_prefetch", "limit_all_gathers", "no_sync", "cpu_offload")
-    },
-    "backward_prefetch": (lambda v: v in PREFETCH, "one of " + ", ".join(PREFETCH)),
-    **{k: (lambda v: v in DTYPES, "one of " + ", ".join(DTYPES)) for k in ("param_dtype", "reduce_dtype")},
-    "divide": (lambda v: v in DIVIDES, "one of " + ", ".join(DIVIDES)),
-    "norm_type": (lambda v: v in NORMS, "one of " + ", ".join(NORMS)),
-    "seed": (lambda v: isinstance(v, str) and v.isascii() and v.isdigit() and int(v) < 2**64, "a string of digits"),
-    # written by the reference since frozen parameters (absent: none frozen)
-    "freeze": (lambda v: isinstance(v, str), "a string", ""),
-    # FSDP2's lists and divide factor, written by the reference only when set (absent: not set;
-    # forward_prefetch_units is read only with forward_prefetch true, as the reference reads it)
-    "forward_prefetch_units": (lambda v: type(v) is int and v >= 1, "an integer >= 1", 1),
-    "backward_prefetch_units": (lambda v: type(v) is int and v >= 0, "an integer >= 0", 0),
-    "gradient_divide_factor": (lambda v: _finite(v) and v >= 0, "a finite number >= 0", 0),
-}
-_OPTIMIZER = {
-    "kind": (lambda v: v in OPTIMIZERS, "one of " + ", ".join(OPTIMIZERS)),
-    **{k: (lambda v: _finite(v) and v >= 0, "a finite number >= 0") for k in ("lr", "weight_decay", "eps", "momentum")},
-    **{k: (lambda v: _finite(v) and 0 <= v < 1, "a number in [0, 1)") for k in ("beta1", "beta2")},
-    "dampening": (lambda v: _finite(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    "nesterov": (lambda v: isinstance(v, bool), "true or false"),
-}
-
-
-def _check_run_config(path, c):
-    """A reference trace's run settings, so that a trace.json edited by hand is
-    refused here (exit 2), not by a KeyError halfway through training."""
-    o = c.get("optimizer")
-    fields = [(f"config.{k}", c, k, rule) for k, rule in _RUN_CONFIG.items()]
-    if isinstance(o, dict):  # not an object: tracefile says so
-        fields += [(f"config.optimizer.{k}", o, k, rule) for k, rule in _OPTIMIZER.items()]
-    for name, obj, k, (ok, what, *default) in fields:
-        if k not in obj and default:  # an optional key: traces written before it have none
-            continue
-        if k not in obj or not ok(obj[k]):
-            raise UsageError(f'{path}: "{name}" is missing or not {what}')
-
-
-def like_config(ref, flags, device="cpu"):
-    """The config of a run --like the reference trace `ref` (trace.json as a
-    dict), changed by flags; data-defining flags must agree with the trace."""
+def like_config(trace, flags, device="cpu"):
+    """The config of a run --like the reference trace (a tracefile.RefTrace: its
+    trace.json and LoRA spec), changed by flags; data-defining flags must agree
+    with the trace."""
+    ref, lora_ref = trace.meta, trace.lora
     base = copy.deepcopy(ref["config"])
     # as the reference reads them: units only with forward_prefetch, 0 for "not set" (none is written)
     if not base.get("forward_prefetch") or base.get("forward_prefetch_units") == 1:
@@ -762,14 +432,11 @@ def like_config(ref, flags, device="cpu"):
             )
     if ref["first_step"] != 0:
         raise UsageError("--like needs a trace that starts at step 0 (this one continues a checkpoint)")
-    lora_ref = lora_spec(ref["config"]["model"], "the reference trace's model")
     lora = cfg.pop("_lora_flag", None)
     if lora is not None and lora != lora_ref:
-        have = (
-            f"LoRA r {lora_ref['r']} alpha {lora_ref['lora_alpha']:g} on {lora_ref['target']!r}" if lora_ref else "none"
-        )
+        have = f"LoRA r {lora_ref.r} alpha {lora_ref.lora_alpha:g} on {lora_ref.target!r}" if lora_ref else "none"
         raise UsageError(
-            f"--lora {lora['r']}:{lora['lora_alpha']:g}:{lora['target']}: the reference trace's adapters are {have} "
+            f"--lora {lora.r}:{lora.lora_alpha:g}:{lora.target}: the reference trace's adapters are {have} "
             "(--like takes the model, its adapters included, from the trace)"
         )
     if lora_ref and cfg.get("freeze"):

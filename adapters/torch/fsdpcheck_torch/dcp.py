@@ -1,7 +1,7 @@
 """FSDP2's SHARDED_STATE_DICT checkpoints as torch writes them: what
 `torch.distributed.checkpoint` saves with its Hugging Face storage
 (`HuggingFaceStorageWriter(save_distributed=True)`), with fsdpcheck's manifest
-beside it (DESIGN §6, "FSDP2 SHARDED checkpoint").
+beside it (docs/contract.md §6, "FSDP2 SHARDED checkpoint").
 
 A checkpoint directory:
   shard-SSSSS-model-00001-of-00001.safetensors  torch's files, one per rank that
@@ -32,7 +32,7 @@ import os
 
 import torch
 
-from .config import FROZEN_CHECKPOINT, UsageError, lora_of, optim_state_names
+from .config import FROZEN_CHECKPOINT, UsageError, optim_state_names
 from .fileio import write_whole
 
 MANIFEST = "fsdpcheck.json"
@@ -341,7 +341,7 @@ def import_checkpoint(src, dst, like, step=None):
     cfg = ref.meta["config"]
     if cfg.get("freeze"):
         raise UsageError(f"--like {like}: the run froze parameters (--freeze {cfg['freeze']!r}): {FROZEN_CHECKPOINT}")
-    if lora_of(cfg):
+    if ref.lora:
         raise UsageError(f"--like {like}: the run is of a LoRA model (its base frozen): {FROZEN_CHECKPOINT}")
     state_names = optim_state_names(cfg)
     init = ref.init()

@@ -18,17 +18,16 @@ otherwise) takes `full_tensor()` for the whole set instead.
 
 The buffers travel through shared memory when every rank runs on this host
 with its buffer on the CPU (what `check` starts): each rank writes its buffer
-to a file of its own in a /dev/shm folder rank 0 made, and rank 0 maps them.
-Measured side by side (2026-11-27, 2 ranks, a 250 MB buffer a rank, one
-gpt2-124m set): gloo's `dist.gather` 2.8 s, /dev/shm 1.1 s. Elsewhere (another
-host, a GPU buffer, no /dev/shm) `dist.gather` carries them.
+to a file of its own in a /dev/shm folder rank 0 made, and rank 0 maps them,
+faster than gloo's `dist.gather` (docs/measurements/check-cost.md). Elsewhere
+(another host, a GPU buffer, no /dev/shm) `dist.gather` carries them.
 FSDPCHECK_GATHER=collective forces `dist.gather` (the tests compare both).
 
 A trace needs no full tensor in memory at all when the ranks share a file
 system (one host): write_shards has each rank of rank 0's shard group write
 its own rows of every tensor into the step file, where the full tensor's rows
 go (tracefile.StepFile lays the file out before any rank writes). That is
-what `engine` does for FSDP2 on one host; gather_full is what it does
+what `recording` does for FSDP2 on one host; gather_full is what it does
 elsewhere, and what FSDPCHECK_GATHER=collective or =shm asks for.
 """
 
@@ -41,7 +40,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 
-from .config import gather_mode
+from .env import gather_mode
 
 _SHM = {"dir": None, "n": 0, "decided": False}
 

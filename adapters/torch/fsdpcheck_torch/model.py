@@ -11,7 +11,7 @@ embed_tokens or not, as tie_word_embeddings says.
 
 Both: the loss is the model's own causal-LM loss (`loss_function`, which
 upcasts logits to fp32) on the trace's targets passed as `shift_labels`, so
-every one of the B*T targets counts, as in the reference (DESIGN §2: input =
+every one of the B*T targets counts, as in the reference (docs/contract.md §2: input =
 tokens[0:T], target = tokens[1:T+1]).
 
 mlp: nn.Linear layers named `layers.{i}`, tanh-form GELU between them,
@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import UsageError, lora_modules, lora_spec
+from .errors import UsageError
 
 
 class MLP(nn.Module):
@@ -223,6 +223,14 @@ def trace_name(n):
     return n.removeprefix(PEFT_ROOT).replace(".base_layer.", ".")
 
 
+def clean_name(n):
+    """A wrapped model's parameter name as the trace writes it: without FSDP's and
+    checkpointing's wrappers, and PEFT's names mapped (trace_name)."""
+    for wrapper in ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_module.", "_orig_mod."):
+        n = n.replace(wrapper, "")
+    return trace_name(n)
+
+
 def base_of(model):
     """The Hugging Face model inside PEFT's wrapper (model itself without one)."""
     if "peft" in sys.modules:
@@ -255,17 +263,17 @@ def lora_scalings(model):
 
 
 def apply_lora(model, model_cfg, lora):
-    """model (a llama) wrapped by peft.get_peft_model as a user applies LoRA,
-    checked against the reference's LoRA: the layers PEFT adapted and the
-    scaling each applies (ValueError where PEFT's differ from the reference's)."""
+    """model (a llama) wrapped by peft.get_peft_model as a user applies LoRA (lora:
+    the reference's lora.LoraSpec), checked against the reference's LoRA: the layers
+    PEFT adapted and the scaling each applies (ValueError where PEFT's differ)."""
     try:
         import peft
     except ImportError as e:
         raise UsageError(f"--lora needs the peft package, which is not installed ({e}); requirements.lock pins it")
-    targets = lora_modules(model_cfg, lora)
+    targets = lora.modules(model_cfg)
     conf = peft.LoraConfig(
-        r=lora["r"],
-        lora_alpha=lora["lora_alpha"],
+        r=lora.r,
+        lora_alpha=lora.lora_alpha,
         target_modules=targets,
         lora_dropout=0.0,
         bias="none",
@@ -279,7 +287,7 @@ def apply_lora(model, model_cfg, lora):
     layers = lora_layers(model)
     if list(layers) != targets:
         raise ValueError(f"peft {peft.__version__} adapted {list(layers)}, the reference {targets}")
-    want = lora["lora_alpha"] / lora["r"]  # the reference's lora_scale, a double like this float
+    want = lora.lora_alpha / lora.r  # the reference's lora_scale, a double like this float
     for path, layer in layers.items():
         if layer.scaling["default"] != want:
             raise ValueError(
@@ -291,14 +299,16 @@ def apply_lora(model, model_cfg, lora):
     return model
 
 
-def build(model_cfg):
+def build(model_cfg, lora=None):
     """A freshly constructed model (fp32, CPU); weights come from load_init.
-    With "fsdpcheck_lora", PEFT's model around it (apply_lora)."""
+    With lora (the model config's "fsdpcheck_lora" as a lora.LoraSpec, parsed
+    where the config was read), PEFT's model around it (apply_lora)."""
+    if lora is None and model_cfg.get("fsdpcheck_lora") is not None:
+        raise ValueError('a model config with "fsdpcheck_lora" is built with its LoraSpec (lora.parse)')
     h = hf(model_cfg)
     if h is not None:
         model = h.model_class()(h.config(model_cfg))
         model.config._attn_implementation = "eager"
-        lora = lora_spec(model_cfg)
         return apply_lora(model, model_cfg, lora) if lora else model
     if model_cfg.get("model_type") == "fsdpcheck-mlp":
         return MLP(model_cfg["dims"])
@@ -344,7 +354,7 @@ class SkipRandomFills(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def build_loaded(model_cfg, init, names):
+def build_loaded(model_cfg, init, names, lora=None):
     """build() then load_init(), without the random draws of build()'s
     initialisation, which load_init overwrites (gpt2-124m's build: 124M normals
     on one thread, 1.4 s of each torch rank; 0.03 s without them).
@@ -354,33 +364,33 @@ def build_loaded(model_cfg, init, names):
     draw made, so the model is always build()'s with the trace's weights."""
     mode = SkipRandomFills()
     with mode:
-        model = build(model_cfg)
+        model = build(model_cfg, lora)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     buffers = {b.untyped_storage().data_ptr() for b in model.buffers()}
     if (mode.filled - params) & buffers:
-        model = build(model_cfg)
+        model = build(model_cfg, lora)
     load_init(model, init, names)
     return model
 
 
-def build_meta(model_cfg):
+def build_meta(model_cfg, lora=None):
     """build() on the meta device: the parameters' names and shapes, no memory.
     What it imports is imported first: torch 2.7 fails an import made under the
     meta device (transformers' modeling code, torch._dynamo through it)."""
     h = hf(model_cfg)
     if h is not None:
         importlib.import_module(h.module)
-    if lora_spec(model_cfg):
+    if lora:
         try:
             importlib.import_module("peft")
         except ImportError:
             pass  # build says so, as one line
     with torch.device("meta"):
-        return build(model_cfg)
+        return build(model_cfg, lora)
 
 
 def unit_class(model_cfg):
-    """The module class FSDP wraps as a unit (DESIGN §2 units)."""
+    """The module class FSDP wraps as a unit (docs/contract.md §2 units)."""
     h = hf(model_cfg)
     return h.block_class() if h else nn.Linear
 

@@ -3,6 +3,7 @@ is an error, not "the last one wins" as Python's json module has it, so a
 file both readers accept means the same thing to both."""
 
 import json
+import math
 
 
 def _no_duplicates(pairs):
@@ -25,3 +26,13 @@ def loads(text):
 
 def load(f):
     return loads(f.read())
+
+
+def finite(v):
+    """Whether a JSON value is a finite number (true and false are not numbers)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:  # an integer beyond any float
+        return False

@@ -1,4 +1,4 @@
-"""fsdpcheck traces (DESIGN §6).
+"""fsdpcheck traces (docs/contract.md §6).
 
 Reading, through the `safetensors` package: a reference trace's trace.json,
 init.safetensors and the batches of its step files. Writing (StepFile, below:
@@ -17,8 +17,9 @@ import os
 import torch
 from safetensors import SafetensorError, safe_open
 
-from . import strictjson
-from .config import STRATEGIES, UsageError, lora_spec, read_trace_json
+from . import lora as L
+from . import strictjson, tracejson
+from .errors import UsageError
 from .fileio import write_whole
 
 FORMAT = "fsdpcheck-trace"
@@ -69,59 +70,6 @@ def _numel(shape):
     return n
 
 
-def _check_meta(path, t):
-    """The parts of trace.json this adapter relies on, with their types."""
-
-    def need(cond, what):
-        if not cond:
-            raise UsageError(f"{path}: {what}")
-
-    def is_int(v, lo):
-        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
-
-    need(is_int(t["world_size"], 1), '"world_size" is not an integer >= 1')
-    need(is_int(t["steps"], 1), '"steps" is not an integer >= 1')
-    need(is_int(t["first_step"], 0), '"first_step" is not an integer >= 0')
-    # a plan (`fsdpcheck plan`) ran no step: from step 0, no tensor set (oracle/tracefile.c)
-    planned = t.get("planned", False)
-    need(isinstance(planned, bool), '"planned" is not true or false')
-    need(not planned or t["first_step"] == 0, f'a plan ("planned": true) starts at step 0, not {t["first_step"]}')
-    if "tensor_steps" in t or planned:
-        lo, hi = (0, 0) if planned else (1, t["steps"])
-        need(
-            is_int(t.get("tensor_steps"), lo) and t["tensor_steps"] <= hi,
-            f'"tensor_steps" is not an integer in {lo}..{hi}' + (" (a plan holds no tensor set)" if planned else ""),
-        )
-    c = t["config"]
-    need(isinstance(c, dict), '"config" is not an object')
-    for k in ("model", "strategy", "global_batch", "seq_len", "seed", "steps", "optimizer", "grad_accum"):
-        need(k in c, f'"config" has no "{k}"')
-    need(
-        isinstance(c["model"], dict) and isinstance(c["model"].get("model_type"), str), '"config.model" is not a model'
-    )
-    known = (*STRATEGIES, "local")  # a reference trace may be the local (W=1, unsharded) run
-    need(c["strategy"] in known, f'"config.strategy" {c["strategy"]!r} is not one of {", ".join(known)}')
-    for k in ("global_batch", "seq_len", "grad_accum", "steps"):
-        need(is_int(c[k], 1), f'"config.{k}" is not an integer >= 1')
-    need(isinstance(c["optimizer"], dict) and "kind" in c["optimizer"], '"config.optimizer" is not an optimizer')
-    need(
-        c["global_batch"] % t["world_size"] == 0,
-        f'"config.global_batch" {c["global_batch"]} is not divisible by "world_size" {t["world_size"]}',
-    )
-    u = t["units"]
-    need(isinstance(u, list) and u, '"units" is not a non-empty list')
-    for x in u:
-        need(
-            isinstance(x, dict)
-            and isinstance(x.get("name"), str)
-            and is_int(x.get("numel"), 1)
-            and isinstance(x.get("params"), list)
-            and x["params"]
-            and all(isinstance(p, str) for p in x["params"]),
-            '"units": each needs a "name", a "numel" >= 1 and a list of "params"',
-        )
-
-
 class RefTrace:
     """A reference trace opened for replay. Everything the run will read is
     checked here, before any rank starts: trace.json, init.safetensors and
@@ -130,8 +78,7 @@ class RefTrace:
 
     def __init__(self, directory):
         self.dir = directory
-        self.meta = read_trace_json(directory)
-        _check_meta(os.path.join(directory, "trace.json"), self.meta)
+        self.meta = tracejson.read(directory)
         self.config = self.meta["config"]
         self.units = self.meta["units"]
         # model parameter names in registry order (the units list them all)
@@ -171,10 +118,12 @@ class RefTrace:
         from . import model as M
 
         where = os.path.join(self.dir, "trace.json")
-        lora_spec(self.config["model"], where)  # a LoRA the reference would refuse, named before building
+        # the LoRA spec (a LoraSpec, None without), parsed once here and passed along from here;
+        # one the reference would refuse is named before building
+        self.lora = L.parse(self.config["model"], where)
         try:
             # PEFT's names (a LoRA model) as the trace writes them
-            built = {M.trace_name(n): p for n, p in M.build_meta(self.config["model"]).named_parameters()}
+            built = {M.trace_name(n): p for n, p in M.build_meta(self.config["model"], self.lora).named_parameters()}
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RuntimeError) as e:
             why = (str(e).strip().splitlines() or [type(e).__name__])[0]  # torch's messages run over lines
             raise UsageError(f'{where}: "config.model" does not describe a model this adapter builds ({why})')

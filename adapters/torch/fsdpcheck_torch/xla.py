@@ -75,7 +75,8 @@ def run(args, cfg, ref):
 
     from . import model as M
     from . import tracefile
-    from .engine import build_optimizer, clean_name, clip_grad_norm
+    from .model import clean_name
+    from .optimizer import build_optimizer, clip_grad_norm
 
     xr.use_spmd()
     n = xr.global_runtime_device_count()

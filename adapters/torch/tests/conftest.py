@@ -1,8 +1,11 @@
 """Shared helpers: every test drives the real commands (`fsdpcheck-torch check`,
 torchrun, mpiexec, `fsdpcheck compare`) as a user or CI would.
 
-FSDPCHECK names the fsdpcheck binary (ci/torch.sh sets it); otherwise the
-repository's build/default/oracle/fsdpcheck is used.
+FSDPCHECK names the fsdpcheck binary (ci/torch.sh sets it); otherwise it is
+set here to the repository's build/default/oracle/fsdpcheck, so that every
+check the tests run, in this process or another, is given the binary (the
+adapter looks for it by --fsdpcheck, FSDPCHECK, PATH and its install prefix
+only, never in a source tree).
 """
 
 import glob
@@ -16,6 +19,8 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 EXAMPLES = os.path.join(ROOT, "examples", "fsdp_config")  # copies of ../shared/examples
+if not os.environ.get("FSDPCHECK"):
+    os.environ["FSDPCHECK"] = os.path.join(ROOT, "build", "default", "oracle", "fsdpcheck")
 
 
 def torch_version():
@@ -77,7 +82,7 @@ def assert_verdict(rc, out, expect):
 
 
 def fsdpcheck_bin():
-    b = os.environ.get("FSDPCHECK") or os.path.join(ROOT, "build", "default", "oracle", "fsdpcheck")
+    b = os.environ["FSDPCHECK"]
     if not os.access(b, os.X_OK):
         pytest.fail(f"no fsdpcheck binary at {b}: build it (cmake --preset default && cmake --build --preset default)")
     return b

@@ -18,7 +18,8 @@ from torch.distributed.fsdp import fully_shard
 from fsdpcheck_torch import dcp as fdcp
 from fsdpcheck_torch import model as M
 from fsdpcheck_torch.config import optim_state_names
-from fsdpcheck_torch.engine import build_optimizer, clean_name
+from fsdpcheck_torch.model import clean_name
+from fsdpcheck_torch.optimizer import build_optimizer
 from fsdpcheck_torch.tracefile import RefTrace
 
 

@@ -115,9 +115,8 @@ def main():
     if rank == 0:
         print(f"gather_worker W={W}: transport {'shm' if shm else 'collective'}", flush=True)
         print(f"gather_worker W={W}: {int(total.item())} failures", flush=True)
-    # the adapter's own teardown (teardown.py): destroy_process_group alone let gloo's
-    # threads outlive the interpreter, "terminate called without an active exception"
-    # (SIGABRT on rank 1 once in this suite, 2026-11-27)
+    # the adapter's own teardown (teardown.py): destroy_process_group alone can let gloo's
+    # threads outlive the interpreter ("terminate called without an active exception")
     shutdown(meet=True)
     return 1 if total.item() else 0
 

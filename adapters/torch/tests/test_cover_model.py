@@ -81,10 +81,10 @@ def test_build_loaded_is_build_then_load_init(tmp_path, flags):
     every buffer (RoPE's inv_freq, the causal mask) bit for bit, the same ties."""
     ref = tracefile.RefTrace(reference_trace(tmp_path / "ref", *flags, "--steps", "1", "--strategy", "full_shard"))
     cfg = ref.config["model"]
-    want = M.build(cfg)
+    want = M.build(cfg, ref.lora)
     M.load_init(want, ref.init(), ref.names)
     rng = torch.get_rng_state()
-    got = M.build_loaded(cfg, ref.init(), ref.names)
+    got = M.build_loaded(cfg, ref.init(), ref.names, ref.lora)
     assert torch.equal(rng, torch.get_rng_state()), "build_loaded drew random numbers"
     a, b = tensors_of(want), tensors_of(got)
     assert list(a) == list(b)
@@ -106,7 +106,7 @@ class DrawnBuffer(nn.Module):
 def test_build_loaded_draws_a_random_buffer(monkeypatch):
     """A random fill that lands on a buffer (no load overwrites it) is made:
     the model is built again with every draw, as build() draws them."""
-    monkeypatch.setattr(M, "build", lambda cfg: DrawnBuffer())
+    monkeypatch.setattr(M, "build", lambda cfg, lora: DrawnBuffer())
     torch.manual_seed(7)
     want = DrawnBuffer()
     torch.manual_seed(7)

@@ -1,4 +1,4 @@
-"""Frozen parameters (`--freeze REGEX`, DESIGN §2) under real FSDP1
+"""Frozen parameters (`--freeze REGEX`, docs/contract.md §2) under real FSDP1
 (`use_orig_params=True`) and FSDP2, judged by `fsdpcheck compare`, which holds
 every frozen tensor bitwise: its gradient and optimizer state zeros, its value
 the initial one.
@@ -29,7 +29,7 @@ from conftest import (
 )
 from safetensors.torch import load_file
 
-from fsdpcheck_torch.config import freeze_syntax
+from fsdpcheck_torch.freeze import freeze_syntax
 
 GPT2 = ["--model", "gpt2-tiny", "--steps", "2", "--strategy", "full_shard"]
 LLAMA = ["--model", "llama-tiny", "--steps", "2", "--strategy", "full_shard"]

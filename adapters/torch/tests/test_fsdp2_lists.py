@@ -159,15 +159,17 @@ def test_a_reference_traces_settings_are_read_and_checked(tmp_path, capsys):
     refused(["run", "--api", "fsdp1", "--like", like, "--trace", out], capsys, "--forward-prefetch-units 2")
     if "train_sampling_strategy" in {f.name for f in dataclasses.fields(transformers.TrainingArguments)}:
         refused(["trainer", "--like", like, "--trace", out], capsys, "--backward-prefetch-units", "Trainer")
-    t = config(like)
-    cfg, _ = like_config(t, [])
+    from fsdpcheck_torch.tracefile import RefTrace
+
+    ref = RefTrace(like)
+    cfg, _ = like_config(ref, [])
     assert "--backward-prefetch-units" in xla._unsupported(dict(cfg, forward_prefetch=False))
     assert "--gradient-divide-factor" in xla._unsupported(dict(cfg, forward_prefetch=False, backward_prefetch_units=0))
     assert "give one of them" in unsupported("fsdp2", dict(cfg, backward_prefetch="pre"), "cpu")
     with pytest.raises(UsageError, match="--backward-prefetch-units needs a sharded strategy"):
         validate(dict(cfg, strategy="no_shard", forward_prefetch=False), 1)
     # the last flag wins, as in the reference: --forward-prefetch is a list of one again
-    cfg, _ = like_config(t, ["--forward-prefetch"])
+    cfg, _ = like_config(ref, ["--forward-prefetch"])
     assert cfg["forward_prefetch"] and "forward_prefetch_units" not in cfg
     t = config(like)
     for key, bad, what in (

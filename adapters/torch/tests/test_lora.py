@@ -1,4 +1,4 @@
-"""LoRA (`--lora R:ALPHA:REGEX`, DESIGN §2) through the real `peft` package,
+"""LoRA (`--lora R:ALPHA:REGEX`, docs/contract.md §2) through the real `peft` package,
 under real FSDP1 (`use_orig_params=True`) and FSDP2, judged by `fsdpcheck
 compare`: the adapters by the policy, every frozen base parameter bitwise.
 
@@ -156,10 +156,10 @@ def test_check_refuses_a_bad_spec(spec, needle, capsys):
 def test_check_accepts_the_specs_the_reference_parses():
     """What C's strtol and strtod take (white space, a sign, hexadecimal
     floats), read as the reference reads it."""
-    from fsdpcheck_torch.config import _lora_flag
+    from fsdpcheck_torch.lora import LoraSpec, parse_flag
 
-    assert _lora_flag(" +2:0x1p3:mlp:x") == {"r": 2, "lora_alpha": 8.0, "target": "mlp:x"}
-    assert _lora_flag("4:2.5e0:[qv]_proj") == {"r": 4, "lora_alpha": 2.5, "target": "[qv]_proj"}
+    assert parse_flag(" +2:0x1p3:mlp:x") == LoraSpec(2, 8.0, "mlp:x")
+    assert parse_flag("4:2.5e0:[qv]_proj") == LoraSpec(4, 2.5, "[qv]_proj")
 
 
 @pytest.mark.parametrize(
@@ -252,11 +252,13 @@ def test_a_peft_scaling_other_than_the_reference_s_is_refused(lora_ref, monkeypa
     from fsdpcheck_torch import model as M
     from fsdpcheck_torch.tracefile import RefTrace
 
-    model_cfg = RefTrace(lora_ref).config["model"]
+    ref = RefTrace(lora_ref)
     config = peft.LoraConfig
     monkeypatch.setattr(peft, "LoraConfig", lambda **kw: config(**kw, use_rslora=True))
     with pytest.raises(ValueError, match=r"scales model.layers.0.self_attn.q_proj's adapter by 4.0, the reference by"):
-        M.build_meta(model_cfg)
+        M.build_meta(ref.config["model"], ref.lora)
+    with pytest.raises(ValueError, match=r'"fsdpcheck_lora" is built with its LoraSpec'):
+        M.build_meta(ref.config["model"])  # the spec is parsed once (RefTrace.lora) and passed along
 
 
 def test_trainer_ckpt_import_and_load_refuse_a_lora_run(lora_ref, tmp_path, capsys):

@@ -497,7 +497,7 @@ def test_model_file_check_parse(request, files):
 
 @st.composite
 def model_configs(draw):
-    """A valid model config of each kind the adapter trains (DESIGN §2)."""
+    """A valid model config of each kind the adapter trains (docs/contract.md §2)."""
     kind = draw(st.sampled_from(["mlp", "gpt2", "llama"]))
     if kind == "mlp":
         return {"model_type": "fsdpcheck-mlp", "dims": draw(st.lists(st.integers(1, 9), min_size=2, max_size=6))}
@@ -540,7 +540,7 @@ def meta_build(m):
 
 
 def layout(m):
-    """DESIGN §2: name -> shape of every parameter (the tied LM head is wte), units in order."""
+    """docs/contract.md §2: name -> shape of every parameter (the tied LM head is wte), units in order."""
     if m["model_type"] == "llama":
         return llama_layout(m)
     if m["model_type"] == "fsdpcheck-mlp":
@@ -602,7 +602,7 @@ def llama_layout(m):
 
 
 def test_model_config_builds_the_design_layout(request, files):
-    """model.py: a valid model config builds the model of DESIGN §2 (the
+    """model.py: a valid model config builds the model of docs/contract.md §2 (the
     parameter names and shapes the reference's traces hold: checked on the
     mlp-micro, gpt2-micro, llama-micro (tied) and llama-tiny (untied) ones
     first), one unit per layer (mlp) or block (gpt2, llama), the Hugging Face
@@ -1088,7 +1088,7 @@ def test_trainer_command_line(request, files):
         head = ["--like", files["gpt2"], "--trace", out] + (["--fsdp", fsdp] if fsdp is not None else [])
         ok, res = outcome(trainer.parse, head + confine(argv, files), 1)
         if ok:
-            assert_valid(res[1], res[3])
+            assert_valid(res.cfg, res.extras)
 
     prop()
     ran(request, count, 100)
@@ -1358,7 +1358,7 @@ def usable(ref, cfg):
     step's batch."""
     import torch
 
-    from fsdpcheck_torch.engine import build_optimizer
+    from fsdpcheck_torch.optimizer import build_optimizer
 
     net = meta_build(cfg["model"])
     init = ref.init()
@@ -1532,7 +1532,7 @@ def test_trace_valid_settings(request, files, tmp_path):
             write(os.path.join(d, "trace.json"), json.dumps(t, indent=1))
             ref = tracefile.RefTrace(d)
             assert ref.meta == t
-            cfg, extras = config.like_config(ref.meta, [])
+            cfg, extras = config.like_config(ref, [])
             assert cfg == t["config"] and extras == {}
             config.validate(cfg, world)  # what the reference accepts, the run's checks accept
         finally:

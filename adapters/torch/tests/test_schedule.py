@@ -12,7 +12,7 @@ Activation checkpointing (the act-ckpt cases): the recompute's forward is
 recorded in phase recompute, with whatever FSDP issues for it (commlog.py).
 With the checkpoint outside the unit, torch's FSDP1 gathers nothing in the
 recompute (oracle/rules.h fc_rule_recompute_gathers_as), where the reference
-states a second all-gather (DESIGN §5): judged as the reference, that case
+states a second all-gather (docs/contract.md §5): judged as the reference, that case
 fails on it."""
 
 import json

@@ -40,7 +40,7 @@ def tensor_class(n):
 
 def exact_grads(ref):
     cfg = ref.config
-    model = M.build(cfg["model"])
+    model = M.build(cfg["model"], ref.lora)
     M.load_init(model, ref.init(), ref.names)
     model = model.double()
     x, y = ref.batch(0)
