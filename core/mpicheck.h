@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "check.h"
+#include "dtype.h"
 #include "mpiwait.h"
 
 static inline void fc_mpi_check(int rc, const char *file, int line) {
@@ -18,6 +19,9 @@ static inline void fc_mpi_check(int rc, const char *file, int line) {
     MPI_Abort(MPI_COMM_WORLD, FC_EXIT_INTERNAL);
 }
 #define mpiCheck(call) fc_mpi_check((call), __FILE__, __LINE__)
+
+// The MPI type that carries a buffer stored in precision p (16-bit ones as raw bits).
+static inline MPI_Datatype fc_prec_mpi_type(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 // The ranks of comm on this node (that share its memory): the default thread
 // count divides the cores by it (core/threads.h). Collective on comm; before

@@ -136,6 +136,19 @@ static inline FC_HD float fc_round(fc_prec p, float x) {
     }
 }
 
+// Element i of a buffer stored in precision p, as fp32; and x rounded into it.
+static inline FC_HD float fc_prec_load(fc_prec p, const void *b, size_t i) {
+    if (p == FC_PREC_FP32) return ((const float *)b)[i];
+    uint16_t h = ((const uint16_t *)b)[i];
+    return p == FC_PREC_BF16 ? fc_bf16_to_f32(h) : fc_f16_to_f32(h);
+}
+static inline FC_HD void fc_prec_store(fc_prec p, void *b, size_t i, float x) {
+    if (p == FC_PREC_FP32)
+        ((float *)b)[i] = x;
+    else
+        ((uint16_t *)b)[i] = p == FC_PREC_BF16 ? fc_f32_to_bf16(x) : fc_f32_to_f16(x);
+}
+
 FC_END_DECLS
 
 #endif

@@ -17,7 +17,7 @@ void fc_findings_add(fc_findings *f, const char *fmt, ...) __attribute__((format
 
 // Whose schedule a comm log is. This project's engines follow docs/contract.md §5 as
 // written. Real PyTorch FSDP, recorded by the adapter (fsdpcheck_torch/
-// commlog.py), departs from it in a few places measured and named in docs/adapter.md ("Real FSDP's schedule")
+// commlog.py), departs from it in a few places measured and named in docs/adapter.md
 // ("Real FSDP's schedule"); the theory accepts each for its API alone
 // (oracle/rules.h, the fc_rule_*_as functions).
 typedef enum { FC_API_REFERENCE, FC_API_TORCH_FSDP1, FC_API_TORCH_FSDP2, FC_API_COUNT } fc_sched_api;

@@ -79,7 +79,6 @@ static float round_p(const fc_fsdp *f, fc_prec p, float x) {
     if (p == FC_PREC_BF16) return fc_bf16_to_f32(seam_to_bf16(f, x));
     return fc_round(p, x);
 }
-static MPI_Datatype prec_type(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 // dst[i] = src[i] rounded to p, in p's storage format
 static void pack(const fc_fsdp *f, fc_prec p, const float *src, void *dst, size_t n) {
@@ -89,12 +88,6 @@ static void pack(const fc_fsdp *f, fc_prec p, const float *src, void *dst, size_
     }
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++) d[i] = p == FC_PREC_BF16 ? seam_to_bf16(f, src[i]) : fc_f32_to_f16(src[i]);
-}
-
-static float unpack1(fc_prec p, const void *src, size_t i) {
-    if (p == FC_PREC_FP32) return ((const float *)src)[i];
-    uint16_t h = ((const uint16_t *)src)[i];
-    return p == FC_PREC_BF16 ? fc_bf16_to_f32(h) : fc_f16_to_f32(h);
 }
 
 // ---------------------------------------------------------------------------
@@ -137,11 +130,11 @@ static void issue_all_gather(fc_fsdp *f, int u, fc_phase ph, int prefetch) {
         U->pf_slice = NULL;
         U->ag_from_slice = 1;
         int n = (int)(U->padded / (size_t)f->g.PF);
-        mpiCheck(MPI_Iallgather(U->ag_send, n, prec_type(pd), U->ag_recv, n, prec_type(pd), f->post_fwd, &U->ag_req));
+        mpiCheck(MPI_Iallgather(U->ag_send, n, fc_prec_mpi_type(pd), U->ag_recv, n, fc_prec_mpi_type(pd), f->post_fwd, &U->ag_req));
     } else {
         U->ag_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, U->shard * pb, U->shard * pb);
         pack(f, pd, U->param, U->ag_send, U->shard);
-        mpiCheck(MPI_Iallgather(U->ag_send, (int)U->shard, prec_type(pd), U->ag_recv, (int)U->shard, prec_type(pd),
+        mpiCheck(MPI_Iallgather(U->ag_send, (int)U->shard, fc_prec_mpi_type(pd), U->ag_recv, (int)U->shard, fc_prec_mpi_type(pd),
                                 f->shard, &U->ag_req));
     }
     U->ag_pending = 1;
@@ -159,7 +152,7 @@ static void wait_all_gather(fc_fsdp *f, int u, fc_phase ph) {
             const fc_piece *pc = unit_pieces(f, u, j);
             for (int k = 0; k < U->n_pieces[j]; k++)
                 for (size_t i = 0; i < pc[k].count; i++)
-                    U->gathered[pc[k].unit_off + i] = unpack1(pd, U->ag_recv, (size_t)j * U->shard + pc[k].chunk_off + i);
+                    U->gathered[pc[k].unit_off + i] = fc_prec_load(pd, U->ag_recv, (size_t)j * U->shard + pc[k].chunk_off + i);
         }
         free(U->ag_recv);
     }
@@ -260,14 +253,14 @@ static void all_reduce_canonical(fc_fsdp *f, MPI_Comm comm, float *x, size_t n, 
     void *send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     void *recv = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     pack(f, rd, padded, send, P);
-    fc_mpi_alltoall(send, (int)S, prec_type(rd), recv, comm);
+    fc_mpi_alltoall(send, (int)S, fc_prec_mpi_type(rd), recv, comm);
     float *acc = callocCheck(S, sizeof(float));
-    for (size_t i = 0; i < S; i++) acc[i] = unpack1(rd, recv, i);
+    for (size_t i = 0; i < S; i++) acc[i] = fc_prec_load(rd, recv, i);
     for (int j = 1; j < G; j++)
-        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + unpack1(rd, recv, (size_t)j * S + i));
+        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + fc_prec_load(rd, recv, (size_t)j * S + i));
     pack(f, rd, acc, send, S);
-    fc_mpi_allgather(send, (int)S, prec_type(rd), recv, comm);
-    for (size_t i = 0; i < n; i++) x[i] = unpack1(rd, recv, i);
+    fc_mpi_allgather(send, (int)S, fc_prec_mpi_type(rd), recv, comm);
+    for (size_t i = 0; i < n; i++) x[i] = fc_prec_load(rd, recv, i);
     free(acc);
     free(padded);
     mem_free(f, send, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb);
@@ -289,9 +282,9 @@ static void complete_reduce(fc_fsdp *f) {
     int G = f->g.G;
     fc_mpi_wait(&f->rs_req);
     float *acc = callocCheck(S, sizeof(float));  // this rank's chunk, summed in rank order
-    for (size_t i = 0; i < S; i++) acc[i] = unpack1(rd, f->rs_recv, i);
+    for (size_t i = 0; i < S; i++) acc[i] = fc_prec_load(rd, f->rs_recv, i);
     for (int j = 1; j < G; j++)
-        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + unpack1(rd, f->rs_recv, (size_t)j * S + i));
+        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + fc_prec_load(rd, f->rs_recv, (size_t)j * S + i));
     if (f->g.sharded) {
         log_ev(f, FC_OP_WAIT, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, 0, rd, FC_PHASE_BACKWARD, 0);
         if (f->g.hybrid && f->g.R > 1 && seam_replicate(f)) {
@@ -310,10 +303,10 @@ static void complete_reduce(fc_fsdp *f) {
     } else {
         // DDP: all-gather the summed chunks back into the whole gradient
         pack(f, rd, acc, f->rs_send, S);
-        fc_mpi_allgather(f->rs_send, (int)S, prec_type(rd), f->rs_recv, f->world);
+        fc_mpi_allgather(f->rs_send, (int)S, fc_prec_mpi_type(rd), f->rs_recv, f->world);
         log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_WORLD, 0, rd, FC_PHASE_BACKWARD, 0);
         float *sum = mallocCheck(U->numel * sizeof(float));  // [N] the summed gradient
-        for (size_t i = 0; i < U->numel; i++) sum[i] = unpack1(rd, f->rs_recv, i);
+        for (size_t i = 0; i < U->numel; i++) sum[i] = fc_prec_load(rd, f->rs_recv, i);
         for (size_t i = 0; i < U->numel; i++) U->grad[i] += round_p(f, rd, sum[i] / f->post);
         seam_divided(f, U->grad, sum, U->numel, rd);
         free(sum);
@@ -352,7 +345,7 @@ static void issue_reduce(fc_fsdp *f, int u) {
     mem_free(f, U->full_grad, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->gathered_numel * fc_prec_size(f->cfg.param_dtype));
     U->full_grad = NULL;
     MPI_Comm comm = f->g.sharded ? f->shard : f->world;
-    mpiCheck(MPI_Ialltoall(f->rs_send, (int)S, prec_type(rd), f->rs_recv, (int)S, prec_type(rd), comm, &f->rs_req));
+    mpiCheck(MPI_Ialltoall(f->rs_send, (int)S, fc_prec_mpi_type(rd), f->rs_recv, (int)S, fc_prec_mpi_type(rd), comm, &f->rs_req));
     f->rs_unit = u;
     if (f->g.sharded)
         log_ev(f, FC_OP_REDUCE_SCATTER, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, P * rb, rd, FC_PHASE_BACKWARD, 0);
