@@ -1,8 +1,6 @@
 // core/threads.c — see threads.h.
 #include "threads.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #ifdef _OPENMP
@@ -29,14 +27,4 @@ int fc_threads_setup(int requested, int ranks_on_node) {
     n = 1;
 #endif
     return n;
-}
-
-int fc_threads_parse(const char *v, int *out, fc_error *e) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > FC_THREADS_MAX)
-        return fc_fail(e, "--threads: '%s' is not an integer in 1..%d", v, FC_THREADS_MAX);
-    *out = (int)x;
-    return 0;
 }

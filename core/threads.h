@@ -24,9 +24,6 @@ int fc_threads_default(int ranks_on_node);
 // or fc_threads_default(ranks_on_node) when requested is 0. Returns the count.
 int fc_threads_setup(int requested, int ranks_on_node);
 
-// Parses a --threads value: returns 0, or -1 with e set for anything but 1..FC_THREADS_MAX.
-int fc_threads_parse(const char *v, int *out, fc_error *e);
-
 FC_END_DECLS
 
 #endif

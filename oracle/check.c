@@ -27,13 +27,6 @@
 #include "watchdog.h"
 #include "threads.h"
 
-static _Noreturn void die_all(int rank, const char *msg) {
-    fc_watchdog_stop();
-    MPI_Finalize();
-    if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
-    exit(FC_EXIT_USAGE);
-}
-
 // Full tensors of one implementation after a step, on rank 0, and the
 // parameters before it (the optimizer allowance of compare.h needs them).
 typedef struct {
@@ -44,9 +37,10 @@ static void export_all(const fc_impl_ops *ops, fc_impl *im, int n_state, full_se
     fc_error e;
     if (ops->export_full(im, FC_EXPORT_PARAMS, s->params, 0, &e) ||
         ops->export_full(im, FC_EXPORT_GRADS, s->grads, 0, &e))
-        die_all(rank, e.msg);
+        fc_die_all(rank, "%s", e.msg);
     for (int i = 0; i < n_state; i++)
-        if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, s->state[i], 0, &e)) die_all(rank, e.msg);
+        if (ops->export_full(im, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, s->state[i], 0, &e))
+            fc_die_all(rank, "%s", e.msg);
 }
 
 // One check: the two implementations side by side and what judges them.
@@ -74,33 +68,29 @@ static void parse_args(check_run *c, int argc, char **argv, const char **impl, c
     enum { IMPL, AGAINST, BITWISE };
     static const fc_flag flags[] = {[IMPL] = {"--impl", FC_FLAG_VALUE}, [AGAINST] = {"--against", FC_FLAG_VALUE},
                                     [BITWISE] = {"--bitwise", FC_FLAG_SWITCH}};
-    static const fc_flag_words words = {"", "", "", ""};  // FC_FLAGS_PASS: never used
     char **rest = callocCheck((size_t)argc + 1, sizeof *rest);
     int n = 0;
-    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), &words, FC_FLAGS_PASS);
+    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), NULL, FC_FLAGS_PASS);
     for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
         if (id == IMPL && it.value) *impl = it.value;
         else if (id == AGAINST && it.value) *against = it.value;
         else if (id == BITWISE) c->bitwise = 1;
         else rest[n++] = (char *)it.arg;  // run's parser says what is wrong with a value flag left without one
     }
-    if (!*impl) die_all(c->rank, "check: --impl X is required (reference, or a port's PATH.so)");
+    if (!*impl) fc_die_all(c->rank, "check: --impl X is required (reference, or a port's PATH.so)");
     fc_error e;
     int rc = fc_cli_parse_run(n, rest, &c->a, &e);
     free(rest);
-    if (rc == 1) die_all(c->rank, "check: see fsdpcheck run --help for the config flags");
-    if (rc) die_all(c->rank, e.msg);
-    if (fc_run_config_validate_world(&c->a.cfg, c->W, &e)) die_all(c->rank, e.msg);
+    if (rc == 1) fc_die_all(c->rank, "check: see fsdpcheck run --help for the config flags");
+    if (rc) fc_die_all(c->rank, "%s", e.msg);
+    if (fc_run_config_validate_world(&c->a.cfg, c->W, &e)) fc_die_all(c->rank, "%s", e.msg);
     // check compares in memory and writes nothing: run's output flags would
     // change nothing here, so they are refused rather than ignored
     const fc_run_args *a = &c->a;
     const char *writes = a->trace_dir[0] ? "--trace" : a->comm_log[0] ? "--comm-log" : a->save_dir[0] ? "--save" : NULL;
-    if (writes) {
-        char msg[256];
-        snprintf(msg, sizeof msg, "check: %s is run's (check compares in memory and writes nothing): use "
-                 "fsdpcheck run %s", writes, writes);
-        die_all(c->rank, msg);
-    }
+    if (writes)
+        fc_die_all(c->rank, "check: %s is run's (check compares in memory and writes nothing): use fsdpcheck run %s",
+                   writes, writes);
 }
 
 // --load: both start from the checkpoint (parameters, optimizer state, the
@@ -115,32 +105,30 @@ static void load_both(check_run *c) {
             fc_fail(&e, "implementation %s does not load checkpoints", ops[k]->name);
         else if (ops[k]->load(ims[k], c->a.load_dir, &e) == 0)
             continue;
-        char msg[sizeof e.msg + 32];
-        snprintf(msg, sizeof msg, "--load: %s", e.msg);  // the same on every rank
         c->tested->destroy(c->ti);  // refused: what the two created is released before MPI ends
         c->expected->destroy(c->ei);
-        die_all(c->rank, msg);
+        fc_die_all(c->rank, "--load: %s", e.msg);  // the same on every rank
     }
 }
 
 // The watchdog, the threads, and both implementations created (and loaded).
 static void start(check_run *c, const char *impl, const char *against) {
     fc_error e;
-    if (fc_watchdog_start(MPI_COMM_WORLD, c->a.timeout, &e)) die_all(c->rank, e.msg);
+    if (fc_watchdog_start(MPI_COMM_WORLD, c->a.timeout, &e)) fc_die_all(c->rank, "%s", e.msg);
     fc_threads_setup(c->a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
     c->tested = fc_impl_resolve(impl, &e);
     if (c->tested) c->tested = fc_impl_for(c->tested, &c->a.cfg, &e);
-    if (!c->tested) die_all(c->rank, e.msg);
+    if (!c->tested) fc_die_all(c->rank, "%s", e.msg);
     c->expected = fc_impl_resolve(against, &e);
-    if (!c->expected) die_all(c->rank, e.msg);
+    if (!c->expected) fc_die_all(c->rank, "%s", e.msg);
     c->tcfg = c->ecfg = c->a.cfg;
     c->ecfg.inject = FC_FAULT_NONE;
     c->ti = c->tested->create(&c->tcfg, MPI_COMM_WORLD, &e);
-    if (!c->ti) die_all(c->rank, e.msg);
+    if (!c->ti) fc_die_all(c->rank, "%s", e.msg);
     c->ei = c->expected->create(&c->ecfg, MPI_COMM_WORLD, &e);
     if (!c->ei) {
         c->tested->destroy(c->ti);
-        die_all(c->rank, e.msg);
+        fc_die_all(c->rank, "%s", e.msg);
     }
     if (c->a.load_dir[0]) load_both(c);
 }
@@ -171,7 +159,7 @@ static void prepare_judging(check_run *c) {
     // the parameters both start from (initial, or loaded)
     if (c->tested->export_full(c->ti, FC_EXPORT_PARAMS, c->ts.prev, 0, &e) ||
         c->expected->export_full(c->ei, FC_EXPORT_PARAMS, c->es.prev, 0, &e))
-        die_all(c->rank, e.msg);
+        fc_die_all(c->rank, "%s", e.msg);
 }
 
 // Rank 0 judges step t from both implementations' exported sets: the verdict.
@@ -222,15 +210,15 @@ static int run_step(check_run *c, int t) {
     fc_error e;
     long step = c->first + t;
     fc_watchdog_mark(step, "step");
-    if (c->tested->step(c->ti, &ti_info, &e)) die_all(c->rank, e.msg);
+    if (c->tested->step(c->ti, &ti_info, &e)) fc_die_all(c->rank, "%s", e.msg);
     if (t > 0) {
         fc_watchdog_mark(step, "lockstep load");
         const float *const state[2] = {c->ts.state[0], c->ts.state[1]};
         if (fc_lockstep_handover(c->expected, c->ei, &c->ecfg, c->ts.prev, state, step, c->dir, MPI_COMM_WORLD, &e))
-            die_all(c->rank, e.msg);
+            fc_die_all(c->rank, "%s", e.msg);
         if (c->rank == 0) memcpy(c->es.prev, c->ts.prev, c->m.numel * sizeof(float));
     }
-    if (c->expected->step(c->ei, &ei_info, &e)) die_all(c->rank, e.msg);
+    if (c->expected->step(c->ei, &ei_info, &e)) fc_die_all(c->rank, "%s", e.msg);
     fc_watchdog_mark(step, "export");
     export_all(c->tested, c->ti, c->n_state, &c->ts, c->rank);
     export_all(c->expected, c->ei, c->n_state, &c->es, c->rank);
@@ -274,7 +262,7 @@ int fc_cmd_check(int argc, char **argv) {
                fc_strategy_name(cfg->strategy), cfg->fsdp_version, c->W, cfg->steps);
     if (cfg->steps > 1) {
         fc_lockstep_dir(MPI_COMM_WORLD, c->dir, sizeof c->dir);
-        if (!c->dir[0]) die_all(c->rank, "check: cannot create a directory for the lockstep state handover");
+        if (!c->dir[0]) fc_die_all(c->rank, "check: cannot create a directory for the lockstep state handover");
     }
     c->first = c->expected->steps_done ? c->expected->steps_done(c->ei) : 0;
     int verdict = FC_EXIT_PASS;

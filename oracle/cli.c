@@ -161,7 +161,7 @@ static int apply_run(fc_run_args *a, int id, const char *v, fc_error *e) {
             return fc_fail(e, "--inject: unknown fault '%s' (see docs/contract.md §9)", v);
         return 0;
     case F_QUIET: a->quiet = 1; return 0;
-    case F_THREADS: return fc_threads_parse(v, &a->threads, e);
+    case F_THREADS: return fc_flag_int(FLAGS[id].name, v, 1, FC_THREADS_MAX, &a->threads, e);
     case F_TIMEOUT:
         if (fc_flag_double(FLAGS[id].name, v, &a->timeout, e)) return -1;
         if (a->timeout < 1 || a->timeout > 604800)

@@ -269,7 +269,6 @@ static void element_pass(const fc_tol *tol, const float *a, const float *b, cons
 // A's, which catches an error spread thinly over every element.
 static void whole_tensor(const fc_cmp_ctx *c, const fc_tol *tol, const elem_allow *al, const float *a, const float *b,
                          size_t n, fc_cmp_tensor *t, float_pass *fp) {
-    fp->n_allowed = 0;
     if (al->rounding) {
         // norm_ratio reports |delta|
         fc_cmp_proj pj = fc_cmp_projection(c->policy, tol->ntol, a, b, al->explained, fp->allowed, n);

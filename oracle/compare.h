@@ -103,6 +103,9 @@ void fc_cmp_policy_defaults(fc_cmp_policy *p, fc_prec prec);
 // offload) differ in lockstep only by their reductions: the lockstep row is
 // the reduce_dtype's, the diverged row the least precise dtype's.
 void fc_cmp_policy_same_compute(fc_cmp_policy *p, const fc_run_config *a, const fc_run_config *b);
+// The default policy of a comparison of a with b: fc_cmp_policy_same_compute
+// when they share their per-rank arithmetic, else the defaults of fc_cmp_precision.
+void fc_cmp_policy_of(fc_cmp_policy *p, const fc_run_config *a, const fc_run_config *b, int same_compute);
 // has_rtol/has_atol say which of the two replace the defaults of every float kind.
 void fc_cmp_policy_override(fc_cmp_policy *p, int has_rtol, double rtol, int has_atol, double atol);
 void fc_cmp_policy_bitwise(fc_cmp_policy *p);

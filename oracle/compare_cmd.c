@@ -80,7 +80,8 @@ static int parse_args(int argc, char **argv, compare_args *o) {
         case RTOL: o->rtol = parse_tol(it.name, it.value), o->has_rtol = 1; break;
         case ATOL: o->atol = parse_tol(it.name, it.value), o->has_atol = 1; break;
         case THREADS:
-            if (fc_threads_parse(it.value, &o->threads, &te)) fc_die(FC_EXIT_USAGE, "compare %s", te.msg);
+            if (fc_flag_int(it.name, it.value, 1, FC_THREADS_MAX, &o->threads, &te))
+                fc_die(FC_EXIT_USAGE, "compare %s", te.msg);
             break;
         case REPORT: o->report = it.value; break;
         }
@@ -126,7 +127,7 @@ static void make_policy(fc_cmp_policy *pol, const fc_trace_pair *p, const compar
         fc_die(FC_EXIT_USAGE, "--same-compute: the traces must come from one implementation at one world size, "
                               "batch, accumulation and param_dtype (%s W=%d vs %s W=%d)", ta->impl, ta->world_size,
                tb->impl, tb->world_size);
-    fc_pair_policy(pol, p, o->same_compute);
+    fc_cmp_policy_of(pol, &p->a.cfg, &p->b.cfg, o->same_compute);
     fc_cmp_policy_override(pol, o->has_rtol, o->rtol, o->has_atol, o->atol);
     if (o->bitwise) fc_cmp_policy_bitwise(pol);
 }

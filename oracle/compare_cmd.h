@@ -25,9 +25,6 @@ long fc_pair_first_step(const fc_trace_pair *p);
 int fc_pair_rerun_open(fc_rerun *rr, const fc_trace_pair *p, fc_error *e);
 int fc_pair_magnitude_open(fc_rerun *mag, const fc_trace_pair *p, fc_error *e);
 
-// The policy of A's and B's precisions, or of their shared arithmetic (--same-compute).
-void fc_pair_policy(fc_cmp_policy *pol, const fc_trace_pair *p, int same_compute);
-
 // How the engine judges B under B's layout against A's step: the recorded one
 // (rr NULL) or rr's re-run, which is one process dividing as its config says.
 fc_cmp_ctx fc_pair_ctx(const fc_trace_pair *p, const fc_cmp_policy *pol, const fc_rerun *rr);

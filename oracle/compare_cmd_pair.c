@@ -29,11 +29,6 @@ int fc_pair_magnitude_open(fc_rerun *mag, const fc_trace_pair *p, fc_error *e) {
     return fc_magnitude_open(mag, &p->a.cfg, p->a.world_size, p->b_init, e);
 }
 
-void fc_pair_policy(fc_cmp_policy *pol, const fc_trace_pair *p, int same_compute) {
-    if (same_compute) fc_cmp_policy_same_compute(pol, &p->a.cfg, &p->b.cfg);
-    else fc_cmp_policy_defaults(pol, fc_cmp_precision(&p->a.cfg, &p->b.cfg));
-}
-
 fc_cmp_ctx fc_pair_ctx(const fc_trace_pair *p, const fc_cmp_policy *pol, const fc_rerun *rr) {
     // the same model, so one registry describes both; B's config is the layout
     fc_cmp_ctx c = {&p->b.model, pol, &p->b.cfg, p->b.world_size, &p->a.cfg.optim, &p->a.cfg, p->a.world_size,

@@ -95,6 +95,11 @@ void fc_cmp_policy_same_compute(fc_cmp_policy *p, const fc_run_config *a, const 
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) p->tol[k] = FC_CMP_LOCKSTEP[lock][k];
 }
 
+void fc_cmp_policy_of(fc_cmp_policy *p, const fc_run_config *a, const fc_run_config *b, int same_compute) {
+    if (same_compute) fc_cmp_policy_same_compute(p, a, b);
+    else fc_cmp_policy_defaults(p, fc_cmp_precision(a, b));
+}
+
 void fc_cmp_policy_override(fc_cmp_policy *p, int has_rtol, double rtol, int has_atol, double atol) {
     if (!has_rtol && !has_atol) return;
     p->overridden = 1;

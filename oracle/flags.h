@@ -53,7 +53,8 @@ enum {
     FC_FLAGS_SHORT = 2,   // an argument starting with a single '-' is a flag too (else only "--")
     FC_FLAGS_PASS = 4,    // a flag not in the table comes back as FC_FLAGS_ARG, and a value
                           // flag that is the last argument as its id with value NULL: the
-                          // command's own flags, picked out of flags another parser reads
+                          // command's own flags, picked out of flags another parser reads;
+                          // without FC_FLAGS_EQUALS nothing is a misuse, and words may be NULL
 };
 
 // fc_flags_next's answers besides a flag's index in the table.

@@ -66,11 +66,10 @@ static int parse_args(int argc, char **argv, fc_run_args *a, int *W) {
         return 1;
     }
     static const fc_flag flags[] = {{"--world", FC_FLAG_VALUE}};
-    static const fc_flag_words words = {"", "", "", ""};  // FC_FLAGS_PASS: never used
     char **rest = mallocCheck((size_t)(argc + 1) * sizeof *rest);
     int nrest = 0;
     *W = 0;
-    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), &words, FC_FLAGS_PASS);
+    fc_flags it = fc_flags_begin(argc, argv, flags, FC_FLAGS_COUNT(flags), NULL, FC_FLAGS_PASS);
     for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
         if (id == FC_FLAGS_ARG) {
             rest[nrest++] = (char *)it.arg;

@@ -176,8 +176,7 @@ int fc_props_compare(fc_props *r, const fc_judgement *j) {
     fc_model m;
     fc_model_build_run(&m, cfg);
     fc_cmp_policy pol;
-    if (j->same_compute) fc_cmp_policy_same_compute(&pol, cfg, against);
-    else fc_cmp_policy_defaults(&pol, fc_cmp_precision(cfg, against));
+    fc_cmp_policy_of(&pol, cfg, against, j->same_compute);
     if (j->bitwise) fc_cmp_policy_bitwise(&pol);
     fc_cmp_ctx ctx = {&m, &pol, cfg, j->tested.W, &against->optim, against, expected_world(j),
                       j->expected.run->act32, j->tested.run->act32, 0, 0};

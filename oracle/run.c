@@ -32,17 +32,6 @@ static int agree(int ok) {
     return ok;
 }
 
-// Ends the run on every rank with the usage exit code; rank 0 prints e.
-static _Noreturn void fail_all(int rank, const char *prefix, const fc_error *e) {
-    fc_watchdog_stop();
-    if (rank == 0) {
-        MPI_Finalize();
-        fc_die(FC_EXIT_USAGE, "%s%s", prefix, e->msg);
-    }
-    MPI_Finalize();
-    exit(FC_EXIT_USAGE);
-}
-
 // Gathers every rank's comm log to rank 0 and writes it as JSON lines.
 static int write_comm_log(const fc_comm_log *log, int rank, int W, const char *path, fc_error *e) {
     int n = (int)log->n, bytes = n * (int)sizeof(fc_event);
@@ -207,26 +196,26 @@ static int start(run_state *r, int argc, char **argv) {
         MPI_Finalize();
         return 1;
     }
-    if (rc) fail_all(r->rank, "", &e);
-    if (fc_run_config_validate_world(&r->a.cfg, r->W, &e)) fail_all(r->rank, "", &e);
-    if (fc_watchdog_start(MPI_COMM_WORLD, r->a.timeout, &e)) fail_all(r->rank, "", &e);
+    if (rc) fc_die_all(r->rank, "%s", e.msg);
+    if (fc_run_config_validate_world(&r->a.cfg, r->W, &e)) fc_die_all(r->rank, "%s", e.msg);
+    if (fc_watchdog_start(MPI_COMM_WORLD, r->a.timeout, &e)) fc_die_all(r->rank, "%s", e.msg);
     r->threads = fc_threads_setup(r->a.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
     r->ops = fc_impl_resolve(r->a.cfg.impl, &e);
     if (r->ops) r->ops = fc_impl_for(r->ops, &r->a.cfg, &e);
     fc_watchdog_mark(0, "create");
     r->im = r->ops ? r->ops->create(&r->a.cfg, MPI_COMM_WORLD, &e) : NULL;
-    if (!r->im) fail_all(r->rank, "", &e);
+    if (!r->im) fc_die_all(r->rank, "%s", e.msg);
     fc_model_build_run(&r->m, &r->a.cfg);
     if (r->a.load_dir[0] && load_checkpoint(r->ops, r->im, &r->a, &r->m, r->rank, r->W, &e)) {
         r->ops->destroy(r->im);  // refused: nothing was written, nothing is left
-        fail_all(r->rank, "--load: ", &e);
+        fc_die_all(r->rank, "--load: %s", e.msg);
     }
     r->first_step = r->ops->steps_done ? r->ops->steps_done(r->im) : 0;
     if (r->a.save_dir[0]) {  // an unusable --save path fails now, before any training
         int ok = r->rank != 0 || fc_mkdir_p(r->a.save_dir, &e) == 0;
         if (!agree(ok)) {
             r->ops->destroy(r->im);
-            fail_all(r->rank, "--save: ", &e);
+            fc_die_all(r->rank, "--save: %s", e.msg);
         }
     }
     return 0;
@@ -239,9 +228,9 @@ static void begin_trace(run_state *r) {
     r->set = r->rank == 0 && r->tracing ? mallocCheck(r->m.numel * sizeof(float)) : NULL;
     r->n_state = fc_optim_state_names(&r->a.cfg.optim, r->state_names);
     if (!r->tracing) return;
-    if (r->ops->export_full(r->im, FC_EXPORT_PARAMS, r->set, 0, &e)) fail_all(r->rank, "", &e);
+    if (r->ops->export_full(r->im, FC_EXPORT_PARAMS, r->set, 0, &e)) fc_die_all(r->rank, "%s", e.msg);
     int ok = r->rank != 0 || fc_trace_begin(&r->tw, r->a.trace_dir, &r->m, r->set, &e) == 0;
-    if (!agree(ok)) fail_all(r->rank, "--trace: ", &e);
+    if (!agree(ok)) fc_die_all(r->rank, "--trace: %s", e.msg);
     if (r->rank == 0) fc_batch_alloc(&r->batch, &r->a.cfg.model, r->a.cfg.global_batch, r->a.cfg.seq_len);
 }
 
@@ -278,12 +267,12 @@ static void trace_step(run_state *r, int t, const fc_step_info *info) {
     // the sets in the step file's order; a rank 0 that failed to write
     // still exports every set, since every rank takes part in each
     for (int k = 0; sets && k < 2 + r->n_state; k++) {
-        if (r->ops->export_full(r->im, fc_step_set_exports[k], r->set, 0, &e)) fail_all(r->rank, "", &e);
+        if (r->ops->export_full(r->im, fc_step_set_exports[k], r->set, 0, &e)) fc_die_all(r->rank, "%s", e.msg);
         if (r->rank == 0 && ok) ok = fc_trace_write_put(&r->tw, r->set, &e) == 0;
     }
     if (r->rank == 0 && ok) ok = fc_trace_write_commit(&r->tw, &e) == 0;
     if (r->rank == 0 && !ok) fc_trace_abort(&r->tw);
-    if (!agree(ok)) fail_all(r->rank, "--trace: ", &e);
+    if (!agree(ok)) fc_die_all(r->rank, "--trace: %s", e.msg);
 }
 
 static void run_step(run_state *r, int t) {
@@ -291,14 +280,14 @@ static void run_step(run_state *r, int t) {
     double t0 = now_ms();
     fc_step_info info;
     fc_watchdog_mark(r->first_step + t, "step");
-    if (r->ops->step(r->im, &info, &e)) fail_all(r->rank, "", &e);
+    if (r->ops->step(r->im, &info, &e)) fc_die_all(r->rank, "%s", e.msg);
     double ms = now_ms() - t0;
     if (!r->a.quiet && r->rank == 0)
         printf("step %ld: loss %.6f  grad-norm %.6g  (%.1f ms)\n", r->first_step + t, info.loss, info.grad_norm, ms);
     if (r->a.save_dir[0] && t + 1 == r->a.save_at && save_checkpoint(r->ops, r->im, &r->a, r->rank, &e)) {
         if (r->tracing && r->rank == 0) fc_trace_abort(&r->tw);
         r->ops->destroy(r->im);
-        fail_all(r->rank, "--save: ", &e);
+        fc_die_all(r->rank, "--save: %s", e.msg);
     }
     if (r->tracing) trace_step(r, t, &info);
 }
@@ -309,11 +298,11 @@ static void finish(run_state *r) {
     if (r->tracing) {
         int ok = r->rank != 0 || fc_trace_finish(&r->tw, &r->a.cfg, r->W, &e) == 0;
         if (!ok) fc_trace_abort(&r->tw);
-        if (!agree(ok)) fail_all(r->rank, "--trace: ", &e);
+        if (!agree(ok)) fc_die_all(r->rank, "--trace: %s", e.msg);
         if (!r->a.quiet && r->rank == 0) printf("trace written to %s\n", r->a.trace_dir);
     }
     if (r->a.comm_log[0] && write_comm_log(r->ops->comm_log(r->im), r->rank, r->W, r->a.comm_log, &e))
-        fail_all(r->rank, "", &e);
+        fc_die_all(r->rank, "%s", e.msg);
     fc_mem_stats mem;
     r->ops->memory(r->im, &mem);
     if (!r->a.quiet && r->a.cfg.strategy != FC_STRATEGY_LOCAL) print_memory(&mem, r->rank, r->W);

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,4 +367,16 @@ const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e) {
         return NULL;
     }
     return ops;  // the library stays loaded for the life of the process
+}
+
+void fc_die_all(int rank, const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fc_watchdog_stop();
+    MPI_Finalize();
+    if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
+    exit(FC_EXIT_USAGE);
 }

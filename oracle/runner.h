@@ -94,4 +94,9 @@ const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e);
 // fault is asked of another implementation (faults exist in the reference only).
 const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg, fc_error *e);
 
+// Ends an MPI command (run, check, sweep) on every rank with the usage exit
+// code: the watchdog stopped and MPI finalized first, so no rank hangs or
+// aborts; rank 0 alone prints the message, as fc_die does.
+FC_NORETURN void fc_die_all(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #endif

@@ -42,12 +42,11 @@ static int parse_args(int argc, char **argv, const char **path, int *W, fc_sched
     *path = argv[0];
     enum { WORLD, API };
     static const fc_flag flags[] = {[WORLD] = {"--world", FC_FLAG_VALUE}, [API] = {"--api", FC_FLAG_VALUE}};
-    static const fc_flag_words words = {"", "", "", ""};  // FC_FLAGS_PASS: never used
     char **rest = mallocCheck((size_t)argc * sizeof *rest);
     int nrest = 0;
     *W = 0;
     *api = FC_API_REFERENCE;
-    fc_flags it = fc_flags_begin(argc - 1, argv + 1, flags, FC_FLAGS_COUNT(flags), &words, FC_FLAGS_PASS);
+    fc_flags it = fc_flags_begin(argc - 1, argv + 1, flags, FC_FLAGS_COUNT(flags), NULL, FC_FLAGS_PASS);
     for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
         const char *bad = id == WORLD && (!it.value || fc_cli_parse_world(it.value, W))
                               ? "--world W: an integer in 1..1024"

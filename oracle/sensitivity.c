@@ -227,7 +227,8 @@ static int parse_args(int argc, char **argv, sens_args *o) {
         case TRAJECTORY: o->trajectory = 1; break;
         case STEP: o->step = parse_step(it.value); break;
         case THREADS:
-            if (fc_threads_parse(it.value, &o->threads, &te)) fc_die(FC_EXIT_USAGE, "sensitivity %s", te.msg);
+            if (fc_flag_int(it.name, it.value, 1, FC_THREADS_MAX, &o->threads, &te))
+                fc_die(FC_EXIT_USAGE, "sensitivity %s", te.msg);
             break;
         }
     }
@@ -368,7 +369,7 @@ int fc_cmd_sensitivity(int argc, char **argv) {
     j.lock = !recorded && (j.step > tb->first_step || j.first_rerun);
     read_step(&j, &tp);
     fc_cmp_policy pol;
-    fc_pair_policy(&pol, &tp, o.same_compute);
+    fc_cmp_policy_of(&pol, &tp.a.cfg, &tp.b.cfg, o.same_compute);
     fc_cmp_ctx ctx = judge_a(&j, &tp, &pol, !recorded);
     fc_cmp_result r;
     fc_cmp_result_init(&r, j.step);

@@ -8,7 +8,6 @@
 // shrunk (sweep_shrink.c) while it keeps failing, and a one-line command that
 // replays it is printed. This file is the command: flags, the loop, the
 // memory profile for the report's plot, the reports.
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -127,19 +126,6 @@ static void on_timeout(const char *line, void *ctx) {
     fflush(stdout);
 }
 
-static _Noreturn void die_all(int rank, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static _Noreturn void die_all(int rank, const char *fmt, ...) {
-    char msg[600];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fc_watchdog_stop();
-    MPI_Finalize();
-    if (rank == 0) fc_die(FC_EXIT_USAGE, "%s", msg);
-    exit(FC_EXIT_USAGE);
-}
-
 // ---------------------------------------------------------------------------
 // flags
 
@@ -168,37 +154,34 @@ static void apply(sweep_flags *f, int rank, int id, const char *v) {
     case F_JUNIT: f->junit = v; break;
     case F_REPLAY: f->replay = v; break;
     case F_CASES:
-        if (fc_flag_int(FLAGS[id].name, v, 1, 1000000, &f->cases, &e)) die_all(rank, "sweep %s", e.msg);
+        if (fc_flag_int(FLAGS[id].name, v, 1, 1000000, &f->cases, &e)) fc_die_all(rank, "sweep %s", e.msg);
         break;
     case F_SEED:  // strtoull's own forms ("+5", an overflow), which fc_flag_u64 refuses, as sweep has always taken them
         f->seed = strtoull(v, &end, 10);
-        if (*end || !*v || *v == '-') die_all(rank, "sweep --seed: '%s' is not a non-negative integer", v);
+        if (*end || !*v || *v == '-') fc_die_all(rank, "sweep --seed: '%s' is not a non-negative integer", v);
         break;
     case F_INJECT:
         if (fc_fault_parse(v, &f->inject) || f->inject == FC_FAULT_NONE)
-            die_all(rank, "sweep --inject: unknown fault '%s'", v);
+            fc_die_all(rank, "sweep --inject: unknown fault '%s'", v);
         break;
     case F_THREADS:
-        if (fc_threads_parse(v, &f->threads, &e)) die_all(rank, "sweep %s", e.msg);
+        if (fc_flag_int(FLAGS[id].name, v, 1, FC_THREADS_MAX, &f->threads, &e)) fc_die_all(rank, "sweep %s", e.msg);
         break;
     case F_TIMEOUT:  // strtod's own forms (hex), which fc_flag_double refuses, as sweep has always taken them
         f->timeout = strtod(v, &end);
         if (*end || !*v || !(f->timeout >= 1 && f->timeout <= 604800))
-            die_all(rank, "sweep --timeout: '%s' is not a number of seconds in 1..604800", v);
+            fc_die_all(rank, "sweep --timeout: '%s' is not a number of seconds in 1..604800", v);
         break;
     }
 }
 
 // Parses the command's flags into f; 1 when --help asked for the usage (printed).
-// Every rank parses and only rank 0 prints, so misuse comes back (FC_FLAGS_PASS,
-// fc_flags_try_next) to die_all rather than ending the job from the helper.
+// Every rank parses and only rank 0 prints, so the parser judges nothing
+// (FC_FLAGS_PASS) and sweep's own misuse messages end the job through fc_die_all.
 static int parse_flags(int argc, char **argv, int rank, sweep_flags *f) {
-    static const fc_flag_words words = {"", "", "", ""};  // FC_FLAGS_PASS: never used
     *f = (sweep_flags){.cases = 300, .timeout = FC_DEFAULT_TIMEOUT, .seed = 1, .impl = "reference"};
-    fc_flags it = fc_flags_begin(argc, argv, FLAGS, FC_FLAGS_COUNT(FLAGS), &words, FC_FLAGS_PASS);
-    fc_error e;
-    for (int id; (id = fc_flags_try_next(&it, &e)) != FC_FLAGS_END;) {
-        if (id == FC_FLAGS_ERROR) die_all(rank, "%s", e.msg);
+    fc_flags it = fc_flags_begin(argc, argv, FLAGS, FC_FLAGS_COUNT(FLAGS), NULL, FC_FLAGS_PASS);
+    for (int id; (id = fc_flags_next(&it)) != FC_FLAGS_END;) {
         if (id == F_HELP) {
             if (rank == 0) usage(stdout);
             return 1;
@@ -206,13 +189,13 @@ static int parse_flags(int argc, char **argv, int rank, sweep_flags *f) {
         // an unknown flag (or any other word) comes back as FC_FLAGS_ARG: sweep names it
         // unknown only when a value could follow it
         if (id == FC_FLAGS_ARG && it.i < argc)
-            die_all(rank, "sweep: unknown flag %s (see fsdpcheck sweep --help)", it.arg);
+            fc_die_all(rank, "sweep: unknown flag %s (see fsdpcheck sweep --help)", it.arg);
         if (id == FC_FLAGS_ARG || (FLAGS[id].kind == FC_FLAG_VALUE && !it.value))
-            die_all(rank, "sweep: %s needs a value (or is unknown: see fsdpcheck sweep --help)", it.arg);
+            fc_die_all(rank, "sweep: %s needs a value (or is unknown: see fsdpcheck sweep --help)", it.arg);
         apply(f, rank, id, it.value);
     }
     if (f->candidates && !f->replay)
-        die_all(rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
+        fc_die_all(rank, "sweep --candidates: needs --replay 'RUN FLAGS' (the case to simplify)");
     return 0;
 }
 
@@ -222,15 +205,15 @@ static void setup(sweep_run *sw) {
     fc_sweep_ctx *x = &sw->x;
     fc_error e;
     sw->f.threads = fc_threads_setup(sw->f.threads, fc_mpi_ranks_on_node(MPI_COMM_WORLD));
-    if (fc_watchdog_start(MPI_COMM_WORLD, sw->f.timeout, &e)) die_all(x->rank, "%s", e.msg);
+    if (fc_watchdog_start(MPI_COMM_WORLD, sw->f.timeout, &e)) fc_die_all(x->rank, "%s", e.msg);
     x->tested = fc_impl_resolve(sw->f.impl, &e);
-    if (!x->tested) die_all(x->rank, "%s", e.msg);
+    if (!x->tested) fc_die_all(x->rank, "%s", e.msg);
     x->ref = fc_reference_impl();
     x->tested_is_ref = x->tested == x->ref;
     x->inject = sw->f.inject;
     x->expect = (fc_prop)fc_fault_property(x->inject);
     if (x->inject != FC_FAULT_NONE && !x->tested_is_ref)
-        die_all(x->rank, "sweep --inject: faults are injected into the reference only");
+        fc_die_all(x->rank, "sweep --inject: faults are injected into the reference only");
     fc_sweep_subs_make(x);
     fc_sweep_report *rep = callocCheck(1, sizeof *rep);
     snprintf(rep->impl, sizeof rep->impl, "%s", sw->f.impl);
@@ -262,14 +245,14 @@ static void parse_replay(const sweep_run *sw, fc_run_args *ra, fc_case_ckpt *ck)
         if (!v || sscanf(v, "%15[a-z]:%d:%d:%31[a-z_0-9]", kind, &ck->at, &ck->W, strat) != 4 ||
             (strcmp(kind, "full") && strcmp(kind, "sharded")) || fc_strategy_parse(strat, &ck->strategy) ||
             ck->W < 1 || ck->W > x->W || ck->at < 1)
-            die_all(x->rank, "sweep --replay: --ckpt takes full|sharded:AT:W:STRATEGY with W <= the job's size");
+            fc_die_all(x->rank, "sweep --replay: --ckpt takes full|sharded:AT:W:STRATEGY with W <= the job's size");
         ck->on = 1;
         ck->sharded = !strcmp(kind, "sharded");
     }
-    if (fc_cli_parse_run(n, args, ra, &e) != 0) die_all(x->rank, "%s", e.msg);
-    if (fc_run_config_validate_world(&ra->cfg, x->W, &e)) die_all(x->rank, "%s", e.msg);
+    if (fc_cli_parse_run(n, args, ra, &e) != 0) fc_die_all(x->rank, "%s", e.msg);
+    if (fc_run_config_validate_world(&ra->cfg, x->W, &e)) fc_die_all(x->rank, "%s", e.msg);
     if (ck->on && (ck->at >= ra->cfg.steps || ra->cfg.global_batch % (ck->W * ra->cfg.grad_accum)))
-        die_all(x->rank, "sweep --replay: --ckpt AT must be below --steps and W must divide the batch");
+        fc_die_all(x->rank, "sweep --replay: --ckpt AT must be below --steps and W must divide the batch");
 }
 
 static int run_replay(sweep_run *sw) {
@@ -370,10 +353,8 @@ static void shrink_failure(sweep_run *sw, int failed_at) {
     unsigned failed = rep->shrunk.v.failed;
     rep->caught_by = x->expect && (failed >> x->expect) & 1 ? x->expect : fc_props_lowest(failed);
     int n = snprintf(rep->repro, sizeof rep->repro, "mpiexec -n %d fsdpcheck sweep --replay '%s'", rep->shrunk.W,
-                     rep->shrunk.spec);
-    const char *impl = sw->f.impl;
-    if (strcmp(impl, "reference")) n += snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --impl %s", impl);
-    if (x->inject) snprintf(rep->repro + n, sizeof rep->repro - (size_t)n, " --inject %s", fc_fault_name(x->inject));
+                     rep->shrunk.spec);  // under sizeof repro: spec is shorter
+    extra_flags(sw, rep->repro + n, sizeof rep->repro - (size_t)n);
 }
 
 // Rank 0's summary lines and reports; returns rc, or FC_EXIT_USAGE when a report cannot be written.

@@ -131,7 +131,7 @@ static void measurements(fc_case_result *res, const fc_run_result *t) {
 typedef struct {
     const fc_sweep_ctx *x;
     const fc_run_config *cfg;  // the case
-    fc_run_config tc;          // as the tested implementation runs it (with the fault)
+    const fc_run_config *tc;   // as the tested implementation runs it (with the fault)
     int W;
     const fc_case_ckpt *k;
     fc_state_dict kind;        // what is saved
@@ -143,7 +143,7 @@ typedef struct {
 // The loading run: another W and strategy, the steps after the save.
 static fc_run_config loading_config(const round_trip *rt) {
     const fc_case_ckpt *k = rt->k;
-    fc_run_config lc = rt->tc;
+    fc_run_config lc = *rt->tc;
     lc.strategy = k->strategy;
     lc.reshard_after_forward = 0;  // the loading run's own schedule
     lc.shard_group = 0;
@@ -178,7 +178,7 @@ static void resume_and_judge(const round_trip *rt) {
     int r_ok = r.ok;
     fc_mpi_bcast(&r_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!bitwise && r_ok && lc.steps > 1) {
-        fc_run_config uc = rt->tc;
+        fc_run_config uc = *rt->tc;
         uc.steps = lc.steps;
         sub = x->sub[rt->W];
         if (sub != MPI_COMM_NULL) fc_runner_lockstep(x->tested, &uc, sub, &r, 0, rt->t->first_step + k->at, &lock);
@@ -198,10 +198,9 @@ static void resume_and_judge(const round_trip *rt) {
     fc_runner_free(&r);
 }
 
-static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, const fc_case_ckpt *k,
-                             const fc_run_result *t, fc_case_result *res) {
-    round_trip rt = {.x = x, .cfg = cfg, .tc = *cfg, .W = W, .k = k, .t = t, .res = res};
-    rt.tc.inject = x->inject;
+static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, const fc_run_config *tc, int W,
+                             const fc_case_ckpt *k, const fc_run_result *t, fc_case_result *res) {
+    round_trip rt = {.x = x, .cfg = cfg, .tc = tc, .W = W, .k = k, .t = t, .res = res};
     if (x->rank == 0 && !mkdtemp(strcpy(rt.dir, "/tmp/fsdpcheck-sweep-XXXXXX"))) rt.dir[0] = '\0';
     fc_mpi_bcast(rt.dir, sizeof rt.dir, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (!rt.dir[0]) {
@@ -212,7 +211,7 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
     int saved = 1;
     fc_error e = {{0}};
     MPI_Comm sub = x->sub[W];
-    if (sub != MPI_COMM_NULL) saved = fc_runner_save(x->tested, &rt.tc, sub, k->at, rt.dir, rt.kind, &e) == 0;
+    if (sub != MPI_COMM_NULL) saved = fc_runner_save(x->tested, rt.tc, sub, k->at, rt.dir, rt.kind, &e) == 0;
     fc_mpi_barrier(MPI_COMM_WORLD);
     fc_mpi_bcast(&saved, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (saved) resume_and_judge(&rt);
@@ -227,7 +226,7 @@ static void check_round_trip(const fc_sweep_ctx *x, const fc_run_config *cfg, in
 typedef struct {
     const fc_sweep_ctx *x;
     const fc_run_config *cfg;  // the case
-    fc_run_config tc;          // as the tested implementation runs it (with the fault)
+    const fc_run_config *tc;   // as the tested implementation runs it (with the fault)
     int W;
     MPI_Comm sub;              // its W' ranks
     const fc_run_result *t;    // the tested run
@@ -249,7 +248,7 @@ static int judge(const case_ctx *cc, fc_prop p, const char *against, const fc_ru
 // P12: the same case again, bitwise (any implementation: docs/contract.md §8).
 static void check_determinism(const case_ctx *cc) {
     fc_run_result again;
-    fc_runner_run(cc->x->tested, &cc->tc, cc->sub, &again);
+    fc_runner_run(cc->x->tested, cc->tc, cc->sub, &again);
     fc_judgement j = {.p = FC_P12_DETERMINISM, .against = "itself", .tested = {cc->cfg, cc->W, &again, 0},
                       .expected = {cc->cfg, cc->W, cc->t, 0}, .n = cc->cfg->steps, .bitwise = 1,
                       .same_compute = 1};
@@ -331,18 +330,18 @@ static void check_variant(const case_ctx *cc, fc_prop p, const char *against, co
 static void check_variants(const case_ctx *cc) {
     const fc_run_config *cfg = cc->cfg;
     if (cfg->forward_prefetch || cfg->backward_prefetch != FC_PREFETCH_NONE || cfg->backward_prefetch_depth) {
-        fc_run_config nc = no_prefetch(cc->tc);
+        fc_run_config nc = no_prefetch(*cc->tc);
         check_variant(cc, FC_P4_PREFETCH, "no prefetch", &nc, cc->exact);
     }
     if (cfg->cpu_offload) {
-        fc_run_config oc = cc->tc;
+        fc_run_config oc = *cc->tc;
         oc.cpu_offload = 0;
         check_variant(cc, FC_P14_CPU_OFFLOAD, "no offload", &oc, cc->exact);
     }
     // P15 is bitwise for any implementation: the recompute computes the same
     // activations from the same parameters and micro-batch (docs/contract.md §5)
     if (cfg->act_ckpt != FC_ACT_CKPT_NONE) {
-        fc_run_config ac = cc->tc;
+        fc_run_config ac = *cc->tc;
         ac.act_ckpt = FC_ACT_CKPT_NONE;
         check_variant(cc, FC_P15_ACT_CKPT, "no checkpointing", &ac, 1);
     }
@@ -350,13 +349,12 @@ static void check_variants(const case_ctx *cc) {
 
 // Runs the case on its W' ranks and checks every property that applies but P7;
 // t keeps the tested run for the round trip.
-static void check_on_sub(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, fc_run_result *t,
-                         fc_case_result *res) {
-    case_ctx cc = {.x = x, .cfg = cfg, .tc = *cfg, .W = W, .sub = x->sub[W], .t = t, .res = res,
+static void check_on_sub(const fc_sweep_ctx *x, const fc_run_config *cfg, const fc_run_config *tc, int W,
+                         fc_run_result *t, fc_case_result *res) {
+    case_ctx cc = {.x = x, .cfg = cfg, .tc = tc, .W = W, .sub = x->sub[W], .t = t, .res = res,
                    .is0 = x->rank == 0, .exact = x->tested_is_ref,
                    .mixed = cfg->param_dtype != FC_PREC_FP32 || cfg->reduce_dtype != FC_PREC_FP32};
-    cc.tc.inject = x->inject;
-    fc_runner_run(x->tested, &cc.tc, cc.sub, t);
+    fc_runner_run(x->tested, tc, cc.sub, t);
     if (!t->ok) {
         if (cc.is0) fc_props_record(&res->v, FC_P12_DETERMINISM, 0, "the case did not run: %s", t->error);
         return;
@@ -387,13 +385,15 @@ void fc_sweep_run_case(const fc_sweep_ctx *x, const fc_run_config *cfg, int W, c
     res->cfg = *cfg;
     res->ckpt = *k;
     fc_sweep_case_spec(cfg, k, res->spec, sizeof res->spec);
+    fc_run_config tc = *cfg;  // the case as the tested implementation runs it: with the fault
+    tc.inject = x->inject;
     fc_run_result t;  // the tested run, kept for the round trip below
     memset(&t, 0, sizeof t);
-    if (x->sub[W] != MPI_COMM_NULL) check_on_sub(x, cfg, W, &t, res);
+    if (x->sub[W] != MPI_COMM_NULL) check_on_sub(x, cfg, &tc, W, &t, res);
     fc_mpi_barrier(MPI_COMM_WORLD);
     int t_ok = t.ok;
     fc_mpi_bcast(&t_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    if (k->on && t_ok) check_round_trip(x, cfg, W, k, &t, res);
+    if (k->on && t_ok) check_round_trip(x, cfg, &tc, W, k, &t, res);
     fc_runner_free(&t);
     res->seconds = fc_sweep_now() - t0;
     // everyone learns rank 0's verdict (shrinking must take the same path everywhere)

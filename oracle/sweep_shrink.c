@@ -52,6 +52,13 @@ static int simpler_round_trip(fc_run_config *c, int W, fc_case_ckpt *ck) {
     return 1;
 }
 
+// Turns a switch off: 0 if it was off already (nothing simpler), else 1.
+static int cleared(int *f) {
+    if (!*f) return 0;
+    *f = 0;
+    return 1;
+}
+
 // Simplifications of the schedule: no clipping, accumulation, no_sync,
 // offload, limiter, prefetch, integer reshard_after_forward or divide factor.
 static int drop_schedule_option(int k, fc_run_config *c) {
@@ -64,35 +71,17 @@ static int drop_schedule_option(int k, fc_run_config *c) {
         if (c->grad_accum == 1) return 0;
         c->grad_accum = 1, c->no_sync = 0;
         return 1;
-    case 3:
-        if (!c->no_sync) return 0;
-        c->no_sync = 0;
-        return 1;
-    case 4:
-        if (!c->cpu_offload) return 0;
-        c->cpu_offload = 0;
-        return 1;
-    case 5:
-        if (!c->limit_all_gathers) return 0;
-        c->limit_all_gathers = 0;
-        return 1;
-    case 6:
-        if (!c->forward_prefetch) return 0;
-        c->forward_prefetch = 0;
-        return 1;
+    case 3: return cleared(&c->no_sync);
+    case 4: return cleared(&c->cpu_offload);
+    case 5: return cleared(&c->limit_all_gathers);
+    case 6: return cleared(&c->forward_prefetch);
     case 7:
         if (c->backward_prefetch == FC_PREFETCH_NONE) return 0;
         c->backward_prefetch = FC_PREFETCH_NONE;
         c->limit_all_gathers = c->limit_all_gathers && c->forward_prefetch;
         return 1;
-    case 19:
-        if (!c->reshard_after_forward) return 0;
-        c->reshard_after_forward = 0;
-        return 1;
-    case 22:
-        if (!c->backward_prefetch_depth) return 0;
-        c->backward_prefetch_depth = 0;
-        return 1;
+    case 19: return cleared(&c->reshard_after_forward);
+    case 22: return cleared(&c->backward_prefetch_depth);
     case 23:
         if (c->gradient_divide_factor == 0) return 0;
         c->gradient_divide_factor = 0;

@@ -153,7 +153,7 @@ static int compare(const mt_judgement *j, fc_props *v) {
     }
     fc_judgement fj = {.p = j->p,
                        .against = j->what,
-                       .tested = {j->tested.cfg, j->tested.W, tested, j->tested.at},
+                       .tested = j->tested,
                        .expected = {j->expected.cfg, 0, expected, j->expected.at},
                        .n = n,
                        .bitwise = exact,

@@ -79,13 +79,8 @@ fc_run_config mt_config(const char *model, fc_strategy s, int W, int steps);
 enum { MT_POLICY = 0, MT_BITWISE_REF = 1, MT_BITWISE_ANY = 2 };
 
 // One side of a judgement: a run, its config and world size, and the first of
-// its steps judged.
-typedef struct {
-    const fc_run_config *cfg;
-    int W;
-    const mt_result *run;
-    int at;
-} mt_side;
+// its steps judged (oracle/props.h).
+typedef fc_side mt_side;
 
 // Property p through the engine: the tested run against the expected run, n
 // steps from each side's `at` (n 0: every step of both, which must have as
