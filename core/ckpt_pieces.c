@@ -85,7 +85,7 @@ static int tile(fc_ckpt *c, int n_keys, fc_error *e) {
     qsort(c->pieces, (size_t)c->n_pieces, sizeof *c->pieces, cmp_piece);
     int groups = n_keys * c->n_tensors;
     c->piece_at = callocCheck((size_t)groups + 1, sizeof *c->piece_at);
-    const char *src = c->src[0] ? c->src : "checkpoint";
+    const char *src = fc_ckpt_src_name(c);
     char kt[200];
     int k = 0;
     for (int g = 0; g < groups; g++) {
@@ -115,13 +115,18 @@ static int tile(fc_ckpt *c, int n_keys, fc_error *e) {
     return 0;
 }
 
+// Room for a piece per tensor of every file (at least one, so never NULL).
+static void alloc_pieces(fc_ckpt *c) {
+    int total = 0;
+    for (int i = 0; i < c->man.n_files; i++) total += c->st[i].n_tensors;
+    c->pieces = callocCheck((size_t)(total ? total : 1), sizeof *c->pieces);
+}
+
 // SHARDED: every shard file's tensors have a layout, and the chunks of all
 // files tile every unit's every tensor exactly once.
 int fc_ckpt_check_sharded(fc_ckpt *c, fc_error *e) {
     const fc_model *m = &c->model;
-    int total = 0;
-    for (int i = 0; i < c->man.n_files; i++) total += c->st[i].n_tensors;
-    c->pieces = callocCheck((size_t)(total ? total : 1), sizeof *c->pieces);
+    alloc_pieces(c);
     char path[1200], step[32];
     snprintf(step, sizeof step, "%ld", c->man.step);
     for (int i = 0; i < c->man.n_files; i++) {
@@ -187,7 +192,7 @@ static int parse_dcp_tensor(fc_ckpt *c, int file, const fc_st_tensor *t, const c
         if (t->ndim != 0 || cJSON_GetArraySize(off) != 0)
             return fc_fail(e, "%s: tensor '%s' must be a scalar with saved_offsets []", path, shown.s);
         if (step_seen[p]++)
-            return fc_fail(e, "%s: tensor '%s' is in two shard files", c->src[0] ? c->src : "checkpoint", shown.s);
+            return fc_fail(e, "%s: tensor '%s' is in two shard files", fc_ckpt_src_name(c), shown.s);
         if (fc_st_read(&c->st[file], t, 0, 1, &v, e)) return -1;
         if (v != (float)c->man.step)
             return fc_fail(e, "%s: tensor '%s' is %g, the manifest's step is %ld", path, shown.s, (double)v,
@@ -223,9 +228,7 @@ static int parse_dcp_tensor(fc_ckpt *c, int file, const fc_st_tensor *t, const c
 // every parameter's every tensor exactly once; AdamW's step is in one file.
 int fc_ckpt_check_dcp(fc_ckpt *c, fc_error *e) {
     const fc_model *m = &c->model;
-    int total = 0;
-    for (int i = 0; i < c->man.n_files; i++) total += c->st[i].n_tensors;
-    c->pieces = callocCheck((size_t)(total ? total : 1), sizeof *c->pieces);
+    alloc_pieces(c);
     int *step_seen = callocCheck((size_t)m->n_params, sizeof *step_seen);
     char path[1200];
     int rc = 0;
@@ -259,7 +262,7 @@ int fc_ckpt_check_dcp(fc_ckpt *c, fc_error *e) {
     }
     for (int p = 0; !rc && p < m->n_params; p++)
         if (c->man.cfg.optim.kind == FC_OPT_ADAMW && !step_seen[p] && !m->params[p].frozen)
-            rc = fc_fail(e, "%s: no shard file holds state.%s.step", c->src[0] ? c->src : "checkpoint",
+            rc = fc_fail(e, "%s: no shard file holds state.%s.step", fc_ckpt_src_name(c),
                          m->params[p].name);
     free(step_seen);
     return rc ? -1 : tile(c, m->n_params, e);

@@ -220,7 +220,7 @@ int fc_ckpt_read_unit(fc_ckpt *c, int u, int t, uint64_t first, uint64_t n, floa
 }
 
 int fc_ckpt_check_compatible(const fc_ckpt *c, const fc_run_config *cfg, fc_error *e) {
-    const char *src = c->src[0] ? c->src : "checkpoint";
+    const char *src = fc_ckpt_src_name(c);
     const fc_run_config *saved = &c->man.cfg;
     if (!fc_model_config_equal(&saved->model, &cfg->model))
         return fc_fail(e, "%s: saved from model %s; this run's --model is %s", src, fc_ckpt_describe(&saved->model).s,

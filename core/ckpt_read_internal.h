@@ -41,6 +41,9 @@ struct fc_ckpt {
     uint64_t bytes_read;
 };
 
+// The checkpoint in messages: its directory, or "checkpoint" for memory.
+static inline const char *fc_ckpt_src_name(const fc_ckpt *c) { return c->src[0] ? c->src : "checkpoint"; }
+
 // The name of file name (or of the manifest) in messages: DIR/name, or name.
 const char *fc_ckpt_where(const fc_ckpt *c, const char *name, char *buf, size_t cap);
 // The in-memory file of that name, or NULL.

@@ -76,10 +76,9 @@ static int check_sha(const fc_ckpt_file *F, const char *path, const char *hex, f
     return 0;
 }
 
-// Listed file i of a checkpoint in memory (fc_ckpt_open_mem).
-static int verify_mem_file(fc_ckpt *c, int i, const char *path, int check_hashes, fc_error *e) {
+// Listed file i of a checkpoint in memory (fc_ckpt_open_mem); kind: json_kind.
+static int verify_mem_file(fc_ckpt *c, int i, int kind, const char *path, int check_hashes, fc_error *e) {
     const fc_ckpt_file *F = &c->man.files[i];
-    int is_config = json_kind(F->name);
     char hex[65];
     const fc_ckpt_mem_file *mf = fc_ckpt_mem_find(c, F->name);
     if (!mf) return fc_fail(e, "%s: listed in the manifest but missing", path);
@@ -90,13 +89,13 @@ static int verify_mem_file(fc_ckpt *c, int i, const char *path, int check_hashes
         fc_sha256_mem(mf->data, mf->size, hex);
         if (check_sha(F, path, hex, e)) return -1;
     }
-    if (is_config) {
+    if (kind) {
         if (mf->size > MAX_CONFIG || (mf->size && memchr(mf->data, '\0', mf->size)))
             return fc_fail(e, "%s: not a config.json", path);
         char *text = mallocCheck(mf->size + 1);
         if (mf->size) memcpy(text, mf->data, mf->size);
         text[mf->size] = '\0';
-        int rc = check_json(c, is_config, text, path, e);
+        int rc = check_json(c, kind, text, path, e);
         free(text);
         return rc;
     }
@@ -105,9 +104,9 @@ static int verify_mem_file(fc_ckpt *c, int i, const char *path, int check_hashes
     return 0;
 }
 
-// A JSON file of a checkpoint on disk (kind: json_kind), read whole and checked.
-static int verify_disk_json(fc_ckpt *c, const fc_ckpt_file *F, int kind, const char *path, int check_hashes,
-                            fc_error *e) {
+// Listed JSON file i of a checkpoint on disk (kind: json_kind), read whole and checked.
+static int verify_disk_json(fc_ckpt *c, int i, int kind, const char *path, int check_hashes, fc_error *e) {
+    const fc_ckpt_file *F = &c->man.files[i];
     char *text, hex[65];
     size_t len;
     if (F->bytes > MAX_CONFIG) return fc_fail(e, "%s: too large for a config.json", path);
@@ -123,7 +122,7 @@ static int verify_disk_json(fc_ckpt *c, const fc_ckpt_file *F, int kind, const c
     return rc;
 }
 
-// A safetensors file of a checkpoint on disk. Hash first (a flipped byte is
+// Listed safetensors file i of a checkpoint on disk. Hash first (a flipped byte is
 // reported as corruption, not as whatever the header parser makes of it), then
 // open, and make sure the file we opened is the inode we hashed: the bytes
 // read later are the verified ones.
@@ -159,7 +158,8 @@ int fc_ckpt_verify_file(fc_ckpt *c, int i, int check_hashes, fc_error *e) {
     const fc_ckpt_file *F = &c->man.files[i];
     char path[1200];
     fc_ckpt_where(c, F->name, path, sizeof path);
-    if (!c->src[0]) return verify_mem_file(c, i, path, check_hashes, e);
+    int kind = json_kind(F->name);
+    if (!c->src[0]) return verify_mem_file(c, i, kind, path, check_hashes, e);
     struct stat st;
     if (stat(path, &st) != 0) {
         if (errno == ENOENT) return fc_fail(e, "%s: listed in the manifest but missing", path);
@@ -169,8 +169,7 @@ int fc_ckpt_verify_file(fc_ckpt *c, int i, int check_hashes, fc_error *e) {
     if ((uint64_t)st.st_size != F->bytes)
         return fc_fail(e, "%s: %lld bytes, the manifest says %" PRIu64 " (truncated or rewritten)", path,
                        (long long)st.st_size, F->bytes);
-    int kind = json_kind(F->name);
-    if (kind) return verify_disk_json(c, F, kind, path, check_hashes, e);
+    if (kind) return verify_disk_json(c, i, kind, path, check_hashes, e);
     return verify_disk_st(c, i, path, &st, check_hashes, e);
 }
 

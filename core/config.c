@@ -190,9 +190,10 @@ static int validate_numbers(const fc_run_config *c, fc_error *e) {
     return 0;
 }
 
-// Options that would change nothing under the chosen strategy are refused;
+// The FSDP options (prefetching, --fsdp-version, the gradient divide factor):
+// those that would change nothing under the chosen strategy are refused;
 // FSDP1's options under FSDP2 and FSDP2's under FSDP1 too.
-static int validate_prefetch(const fc_run_config *c, fc_error *e) {
+static int validate_fsdp_options(const fc_run_config *c, fc_error *e) {
     int sharded = fc_strategy_sharded(c->strategy);
     const char *sname = fc_strategy_name(c->strategy);
     if (!sharded && c->backward_prefetch != FC_PREFETCH_NONE)
@@ -216,7 +217,7 @@ static int validate_prefetch(const fc_run_config *c, fc_error *e) {
         return fc_fail(e, "--gradient-divide-factor must be a finite number above 0");
     // FSDP1 has no set_gradient_divide_factor; the factor stays for the DDP
     // (no_shard) and local runs an FSDP2 run is judged against
-    if (c->gradient_divide_factor > 0 && c->fsdp_version == 1 && fc_strategy_sharded(c->strategy))
+    if (c->gradient_divide_factor > 0 && c->fsdp_version == 1 && sharded)
         return fc_fail(e, "--gradient-divide-factor is FSDP2's set_gradient_divide_factor: give --fsdp-version 2 "
                           "(FSDP1 takes its factors from the world size)");
     if (c->fsdp_version != 1 && c->fsdp_version != 2)
@@ -313,7 +314,7 @@ static int validate_local(const fc_run_config *c, fc_error *e) {
 }
 
 int fc_run_config_validate(const fc_run_config *c, fc_error *e) {
-    if (fc_model_config_validate(&c->model, e) || validate_numbers(c, e) || validate_prefetch(c, e) ||
+    if (fc_model_config_validate(&c->model, e) || validate_numbers(c, e) || validate_fsdp_options(c, e) ||
         validate_inject(c, e) || validate_reshard(c, e) || validate_local(c, e))
         return -1;
     return 0;

@@ -132,46 +132,54 @@ static int parse_metadata(const char *src, const cJSON *obj, fc_st_file *f, fc_e
     return 0;
 }
 
+// The tensor entry being checked: where it is from, its shown name, and where
+// a failure goes.
+typedef struct {
+    const char *src;
+    const char *nm;
+    fc_error *e;
+} tensor_ctx;
+
 // Every message of the tensor checks below starts "tensor 'NAME': "; the
-// first argument is the shown name.
-#define TFAIL(...) fc_st_fail(src, e, "tensor '%s': " __VA_ARGS__)
+// first argument is x->nm.
+#define TFAIL(...) fc_st_fail(x->src, x->e, "tensor '%s': " __VA_ARGS__)
 
 // Exactly the three known keys, each once: an unknown key may mean a format
 // we do not understand, and a repeated one is ambiguous.
-static int tensor_keys(const char *src, const cJSON *obj, const char *nm, const cJSON **dtype, const cJSON **shape,
-                       const cJSON **offsets, fc_error *e) {
+static int tensor_keys(const tensor_ctx *x, const cJSON *obj, const cJSON **dtype, const cJSON **shape,
+                       const cJSON **offsets) {
     const cJSON *kv;
     cJSON_ArrayForEach(kv, obj) {
         const cJSON **slot = NULL;
         if (strcmp(kv->string, "dtype") == 0) slot = dtype;
         else if (strcmp(kv->string, "shape") == 0) slot = shape;
         else if (strcmp(kv->string, "data_offsets") == 0) slot = offsets;
-        else return TFAIL("unknown key '%s'", nm, fc_st_show(kv->string).s);
-        if (*slot) return TFAIL("duplicate key '%s'", nm, kv->string);
+        else return TFAIL("unknown key '%s'", x->nm, fc_st_show(kv->string).s);
+        if (*slot) return TFAIL("duplicate key '%s'", x->nm, kv->string);
         *slot = kv;
     }
-    if (!*dtype) return TFAIL("missing key 'dtype'", nm);
-    if (!*shape) return TFAIL("missing key 'shape'", nm);
-    if (!*offsets) return TFAIL("missing key 'data_offsets'", nm);
+    if (!*dtype) return TFAIL("missing key 'dtype'", x->nm);
+    if (!*shape) return TFAIL("missing key 'shape'", x->nm);
+    if (!*offsets) return TFAIL("missing key 'data_offsets'", x->nm);
     return 0;
 }
 
-// The dtype and shape, and from them numel and *nbytes.
-static int tensor_shape(const char *src, const cJSON *dtype, const cJSON *shape, const char *nm, fc_st_tensor *t,
-                        size_t *nbytes, fc_error *e) {
+// The dtype and shape, and from them numel; numel times the dtype's size
+// (the byte size) is checked to fit too, so later code may compute it.
+static int tensor_shape(const tensor_ctx *x, const cJSON *dtype, const cJSON *shape, fc_st_tensor *t) {
     if (!cJSON_IsString(dtype) || !dtype->valuestring) {
-        return TFAIL("dtype is %s, not a string", nm, json_type_name(dtype));
+        return TFAIL("dtype is %s, not a string", x->nm, json_type_name(dtype));
     }
     if (fc_dtype_parse(dtype->valuestring, &t->dtype) != 0) {
-        return TFAIL("unknown dtype '%s'", nm, fc_st_show(dtype->valuestring).s);
+        return TFAIL("unknown dtype '%s'", x->nm, fc_st_show(dtype->valuestring).s);
     }
 
     if (!cJSON_IsArray(shape)) {
-        return TFAIL("shape is %s, not an array", nm, json_type_name(shape));
+        return TFAIL("shape is %s, not an array", x->nm, json_type_name(shape));
     }
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > FC_ST_MAX_DIMS) {
-        return TFAIL("shape has %d dimensions, at most %d are supported", nm,
+        return TFAIL("shape has %d dimensions, at most %d are supported", x->nm,
                      ndim, FC_ST_MAX_DIMS);
     }
     t->ndim = 0;
@@ -179,59 +187,60 @@ static int tensor_shape(const char *src, const cJSON *dtype, const cJSON *shape,
     char why[96];
     cJSON_ArrayForEach(dim, shape) {
         if (json_uint(dim, &t->shape[t->ndim], why, sizeof why) != 0) {
-            return TFAIL("shape[%d]%s", nm, t->ndim, why);
+            return TFAIL("shape[%d]%s", x->nm, t->ndim, why);
         }
         t->ndim++;
     }
     // numel and the byte size are products of untrusted numbers: check for
     // overflow before comparing them with anything
-    size_t numel = 1;
+    size_t numel = 1, nbytes;
     for (int i = 0; i < t->ndim; i++) {
         if (fc_mul_size(numel, (size_t)t->shape[i], &numel) != 0) {
-            return TFAIL("shape %s has more elements than fit in 64 bits", nm,
+            return TFAIL("shape %s has more elements than fit in 64 bits", x->nm,
                          fc_st_show_shape(t->shape, t->ndim).s);
         }
     }
     t->numel = numel;
-    if (fc_mul_size(numel, fc_dtype_size(t->dtype), nbytes) != 0) {
-        return TFAIL("%s %s is too large: its byte size overflows 64 bits", nm,
+    if (fc_mul_size(numel, fc_dtype_size(t->dtype), &nbytes) != 0) {
+        return TFAIL("%s %s is too large: its byte size overflows 64 bits", x->nm,
                      fc_dtype_name(t->dtype), fc_st_show_shape(t->shape, t->ndim).s);
     }
     return 0;
 }
 
-// data_offsets [begin,end]: inside the data section and exactly nbytes long.
-static int tensor_offsets(const char *src, const cJSON *offsets, const char *nm, uint64_t data_len, size_t nbytes,
-                          fc_st_tensor *t, fc_error *e) {
+// data_offsets [begin,end]: inside the data section and exactly the byte size
+// of t's dtype and shape (which tensor_shape checked does not overflow).
+static int tensor_offsets(const tensor_ctx *x, const cJSON *offsets, uint64_t data_len, fc_st_tensor *t) {
     char why[96];
     if (!cJSON_IsArray(offsets)) {
-        return TFAIL("data_offsets is %s, not an array [begin,end]", nm,
+        return TFAIL("data_offsets is %s, not an array [begin,end]", x->nm,
                      json_type_name(offsets));
     }
     int n_off = cJSON_GetArraySize(offsets);
     if (n_off != 2) {
         return TFAIL("data_offsets has %d elements, expected exactly 2 [begin,end]",
-                     nm, n_off);
+                     x->nm, n_off);
     }
     if (json_uint(cJSON_GetArrayItem(offsets, 0), &t->begin, why, sizeof why) != 0) {
-        return TFAIL("data_offsets[0]%s", nm, why);
+        return TFAIL("data_offsets[0]%s", x->nm, why);
     }
     if (json_uint(cJSON_GetArrayItem(offsets, 1), &t->end, why, sizeof why) != 0) {
-        return TFAIL("data_offsets[1]%s", nm, why);
+        return TFAIL("data_offsets[1]%s", x->nm, why);
     }
     if (t->begin > t->end) {
         return TFAIL("data_offsets [%" PRIu64 ",%" PRIu64 "] have begin > end",
-                     nm, t->begin, t->end);
+                     x->nm, t->begin, t->end);
     }
     if (t->end > data_len) {
         return TFAIL("data_offsets [%" PRIu64 ",%" PRIu64
                      "] run past the end of the data section (%" PRIu64 " bytes)",
-                     nm, t->begin, t->end, data_len);
+                     x->nm, t->begin, t->end, data_len);
     }
+    size_t nbytes = (size_t)t->numel * fc_dtype_size(t->dtype);
     if (t->end - t->begin != nbytes) {
         return TFAIL("data_offsets [%" PRIu64 ",%" PRIu64 "] hold %" PRIu64
                      " bytes but %s %s needs %zu",
-                     nm, t->begin, t->end, t->end - t->begin,
+                     x->nm, t->begin, t->end, t->end - t->begin,
                      fc_dtype_name(t->dtype), fc_st_show_shape(t->shape, t->ndim).s, nbytes);
     }
     return 0;
@@ -242,14 +251,13 @@ static int tensor_offsets(const char *src, const cJSON *offsets, const char *nm,
 static int parse_tensor(const char *src, const cJSON *obj, uint64_t data_len, fc_st_tensor *t,
                         fc_error *e) {
     const fc_st_shown nm = fc_st_show(obj->string);
+    const tensor_ctx ctx = {src, nm.s, e}, *x = &ctx;
     if (!cJSON_IsObject(obj)) {
-        return TFAIL("entry is %s, not an object", nm.s, json_type_name(obj));
+        return TFAIL("entry is %s, not an object", x->nm, json_type_name(obj));
     }
     const cJSON *dtype = NULL, *shape = NULL, *offsets = NULL;
-    size_t nbytes = 0;
-    if (tensor_keys(src, obj, nm.s, &dtype, &shape, &offsets, e) ||
-        tensor_shape(src, dtype, shape, nm.s, t, &nbytes, e) ||
-        tensor_offsets(src, offsets, nm.s, data_len, nbytes, t, e))
+    if (tensor_keys(x, obj, &dtype, &shape, &offsets) || tensor_shape(x, dtype, shape, t) ||
+        tensor_offsets(x, offsets, data_len, t))
         return -1;
     t->name = strdupCheck(obj->string);
     return 0;

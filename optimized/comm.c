@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cuda_check.h"
+#include "layout.h"
 #include "mpicheck.h"
 #include "staged.h"
 
@@ -32,7 +33,6 @@ struct fc_comm_op {
     fc_prec p;
 };
 
-static MPI_Datatype mpi_type(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
 static ncclDataType_t nccl_type(fc_prec p) {
     return p == FC_PREC_BF16 ? ncclBfloat16 : p == FC_PREC_FP16 ? ncclFloat16 : ncclFloat32;
 }
@@ -107,7 +107,7 @@ fc_comm_op *fc_comm_all_gather(fc_cucomm *c, const void *send, void *recv, size_
     }
     op->hsend = download(c, send, count, count, p, s);
     op->hrecv = stage(c, count * (size_t)c->G * fc_prec_size(p));
-    mpiCheck(MPI_Iallgather(op->hsend, (int)count, mpi_type(p), op->hrecv, (int)count, mpi_type(p), c->mpi, &op->req));
+    mpiCheck(MPI_Iallgather(op->hsend, (int)count, fc_prec_mpi_type(p), op->hrecv, (int)count, fc_prec_mpi_type(p), c->mpi, &op->req));
     op->pending = 1;
     return op;
 }
@@ -122,7 +122,7 @@ fc_comm_op *fc_comm_reduce_scatter(fc_cucomm *c, const void *send, void *recv, s
     size_t all = count * (size_t)c->G;
     op->hsend = download(c, send, all, all, p, s);
     op->hrecv = stage(c, all * fc_prec_size(p));
-    mpiCheck(MPI_Ialltoall(op->hsend, (int)count, mpi_type(p), op->hrecv, (int)count, mpi_type(p), c->mpi, &op->req));
+    mpiCheck(MPI_Ialltoall(op->hsend, (int)count, fc_prec_mpi_type(p), op->hrecv, (int)count, fc_prec_mpi_type(p), c->mpi, &op->req));
     op->pending = 1;
     return op;
 }
@@ -135,12 +135,12 @@ fc_comm_op *fc_comm_all_reduce(fc_cucomm *c, void *buf, size_t count, fc_prec p,
         return op;
     }
     // the canonical all-reduce: pad to S*G, all-to-all, rank-ordered sum, all-gather
-    size_t es = fc_prec_size(p), S = (count + (size_t)c->G - 1) / (size_t)c->G, P = S * (size_t)c->G;
+    size_t es = fc_prec_size(p), S = fc_chunk_size(count, c->G), P = S * (size_t)c->G;
     void *h = download(c, buf, count, P, p, s);
     void *r = stage(c, P * es), *acc = stage(c, S * es);
-    mpiCheck(MPI_Alltoall(h, (int)S, mpi_type(p), r, (int)S, mpi_type(p), c->mpi));
+    mpiCheck(MPI_Alltoall(h, (int)S, fc_prec_mpi_type(p), r, (int)S, fc_prec_mpi_type(p), c->mpi));
     fc_staged_sum(p, r, c->G, S, acc);
-    mpiCheck(MPI_Allgather(acc, (int)S, mpi_type(p), h, (int)S, mpi_type(p), c->mpi));
+    mpiCheck(MPI_Allgather(acc, (int)S, fc_prec_mpi_type(p), h, (int)S, fc_prec_mpi_type(p), c->mpi));
     cudaCheck(cudaMemcpyAsync(buf, h, count * es, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaEventRecord(op->done, s));
     cudaCheck(cudaStreamSynchronize(s));  // the staging buffers may go

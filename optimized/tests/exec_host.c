@@ -54,20 +54,6 @@ static void need(fcx *x, const void *p, size_t bytes, const char *what) {
     if (!p || !fc_book_find(&x->book, p, bytes)) violation(x, "%s: %zu bytes at %p are not inside a live allocation", what, bytes, p);
 }
 
-
-static float load(fc_prec p, const void *b, size_t i) {
-    if (p == FC_PREC_FP32) return ((const float *)b)[i];
-    uint16_t h = ((const uint16_t *)b)[i];
-    return p == FC_PREC_BF16 ? fc_bf16_to_f32(h) : fc_f16_to_f32(h);
-}
-
-static void store(fc_prec p, void *b, size_t i, float v) {
-    if (p == FC_PREC_FP32)
-        ((float *)b)[i] = v;
-    else
-        ((uint16_t *)b)[i] = p == FC_PREC_BF16 ? fc_f32_to_bf16(v) : fc_f32_to_f16(v);
-}
-
 void *fcx_alloc(fcx *x, fc_mem_loc loc, fc_mem_cat cat, size_t bytes, fcx_stream s) {
     (void)s;
     void *p = callocCheck(bytes ? bytes : 1, 1);
@@ -129,13 +115,13 @@ void fcx_permute(fcx *x, int u, void *natural, void *wire, int to_wire, fc_prec 
     need(x, wire, P * fc_prec_size(p), "permute wire");
     float *a = mallocCheck(N * sizeof(float) + 1), *b = mallocCheck(P * sizeof(float) + 1);
     if (to_wire) {
-        for (size_t i = 0; i < N; i++) a[i] = load(p, natural, i);
+        for (size_t i = 0; i < N; i++) a[i] = fc_prec_load(p, natural, i);
         fc_layout_to_wire(x->lay, &x->m, u, x->g.G, a, b);
-        for (size_t i = 0; i < P; i++) store(p, wire, i, b[i]);
+        for (size_t i = 0; i < P; i++) fc_prec_store(p, wire, i, b[i]);
     } else {
-        for (size_t i = 0; i < P; i++) b[i] = load(p, wire, i);
+        for (size_t i = 0; i < P; i++) b[i] = fc_prec_load(p, wire, i);
         fc_layout_to_natural(x->lay, &x->m, u, x->g.G, b, a);
-        for (size_t i = 0; i < N; i++) store(p, natural, i, a[i]);
+        for (size_t i = 0; i < N; i++) fc_prec_store(p, natural, i, a[i]);
     }
     free(a);
     free(b);
@@ -145,21 +131,21 @@ void fcx_cast(fcx *x, void *dst, fc_prec p, const float *src, size_t n, fcx_stre
     (void)s;
     need(x, dst, n * fc_prec_size(p), "cast dst");
     need(x, src, n * 4, "cast src");
-    for (size_t i = 0; i < n; i++) store(p, dst, i, src[i]);
+    for (size_t i = 0; i < n; i++) fc_prec_store(p, dst, i, src[i]);
 }
 
 void fcx_predivide(fcx *x, void *dst, fc_prec rd, const void *g, fc_prec pd, size_t n, float pre, fcx_stream s) {
     (void)s;
     need(x, dst, n * fc_prec_size(rd), "predivide dst");
     need(x, g, n * fc_prec_size(pd), "predivide src");
-    for (size_t i = 0; i < n; i++) store(rd, dst, i, fc_round(rd, load(pd, g, i)) / pre);
+    for (size_t i = 0; i < n; i++) fc_prec_store(rd, dst, i, fc_round(rd, fc_prec_load(pd, g, i)) / pre);
 }
 
 void fcx_accumulate(fcx *x, float *grad, const void *src, fc_prec rd, size_t n, float post, fcx_stream s) {
     (void)s;
     need(x, grad, n * 4, "accumulate dst");
     need(x, src, n * fc_prec_size(rd), "accumulate src");
-    for (size_t i = 0; i < n; i++) grad[i] += fc_round(rd, load(rd, src, i) / post);
+    for (size_t i = 0; i < n; i++) grad[i] += fc_round(rd, fc_prec_load(rd, src, i) / post);
 }
 
 // ---------------------------------------------------------------------------
@@ -170,7 +156,6 @@ static MPI_Comm comm_of(fcx *x, fcx_group g) {
     if (c == MPI_COMM_NULL) fc_die(FC_EXIT_INTERNAL, "exec_host: a collective over group %d, which this run has not", g);
     return c;
 }
-static MPI_Datatype type_of(fc_prec p) { return p == FC_PREC_FP32 ? MPI_FLOAT : MPI_UINT16_T; }
 
 static void defer(fcx_req *r, void *result, void *dst, size_t bytes) {
     host_req *h = mallocCheck(sizeof *h);
@@ -188,7 +173,7 @@ void fcx_all_gather(fcx *x, fcx_group g, const void *send, void *recv, size_t co
     need(x, send, count * es, "all_gather send");
     need(x, recv, count * G * es, "all_gather recv");
     void *out = mallocCheck(count * G * es + 1);
-    mpiCheck(MPI_Allgather(send, (int)count, type_of(p), out, (int)count, type_of(p), c));
+    mpiCheck(MPI_Allgather(send, (int)count, fc_prec_mpi_type(p), out, (int)count, fc_prec_mpi_type(p), c));
     defer(r, out, recv, count * G * es);
 }
 
@@ -200,7 +185,7 @@ void fcx_reduce_scatter(fcx *x, fcx_group g, const void *send, void *recv, size_
     need(x, send, count * G * es, "reduce_scatter send");
     need(x, recv, count * es, "reduce_scatter recv");
     void *ex = mallocCheck(count * G * es + 1), *out = mallocCheck(count * es + 1);
-    mpiCheck(MPI_Alltoall(send, (int)count, type_of(p), ex, (int)count, type_of(p), c));
+    mpiCheck(MPI_Alltoall(send, (int)count, fc_prec_mpi_type(p), ex, (int)count, fc_prec_mpi_type(p), c));
     fc_staged_sum(p, ex, G, count, out);
     free(ex);
     defer(r, out, recv, count * es);
@@ -210,13 +195,13 @@ void fcx_all_reduce(fcx *x, fcx_group g, void *buf, size_t count, fc_prec p, fcx
     MPI_Comm c = comm_of(x, g);
     int G;
     mpiCheck(MPI_Comm_size(c, &G));
-    size_t es = fc_prec_size(p), S = (count + (size_t)G - 1) / (size_t)G, P = S * (size_t)G;
+    size_t es = fc_prec_size(p), S = fc_chunk_size(count, G), P = S * (size_t)G;
     need(x, buf, count * es, "all_reduce buf");
     void *pad = callocCheck(P * es + 1, 1), *ex = mallocCheck(P * es + 1), *acc = mallocCheck(S * es + 1);
     memcpy(pad, buf, count * es);
-    mpiCheck(MPI_Alltoall(pad, (int)S, type_of(p), ex, (int)S, type_of(p), c));
+    mpiCheck(MPI_Alltoall(pad, (int)S, fc_prec_mpi_type(p), ex, (int)S, fc_prec_mpi_type(p), c));
     fc_staged_sum(p, ex, G, S, acc);
-    mpiCheck(MPI_Allgather(acc, (int)S, type_of(p), pad, (int)S, type_of(p), c));
+    mpiCheck(MPI_Allgather(acc, (int)S, fc_prec_mpi_type(p), pad, (int)S, fc_prec_mpi_type(p), c));
     free(ex);
     free(acc);
     defer(r, pad, buf, count * es);
@@ -248,7 +233,7 @@ static float *widen(fcx *x, int u, const void *buf, const char *what) {
     need(x, buf, n * fc_prec_size(p), what);
     if (p == FC_PREC_FP32) return (float *)buf;
     float *w = mallocCheck(n * sizeof(float) + 1);
-    for (size_t i = 0; i < n; i++) w[i] = load(p, buf, i);
+    for (size_t i = 0; i < n; i++) w[i] = fc_prec_load(p, buf, i);
     return w;
 }
 
@@ -279,7 +264,7 @@ void fcx_backward(fcx *x, int s, int k, void *const *up, void *const *ug) {
     if (scratch) {
         free(gtab[u]);
     } else if (gtab[u] != ug[u]) {  // back into param_dtype
-        for (size_t i = 0; i < x->m.units[u].numel; i++) store(x->cfg.param_dtype, ug[u], i, gtab[u][i]);
+        for (size_t i = 0; i < x->m.units[u].numel; i++) fc_prec_store(x->cfg.param_dtype, ug[u], i, gtab[u][i]);
         free(gtab[u]);
     }
     if (tab[u] != up[u]) free((void *)tab[u]);
