@@ -15,7 +15,7 @@ import math
 from . import fsdp_config
 from .errors import UsageError
 from .freeze import freeze_flag, freeze_pattern, frozen_names
-from .lora import LORA_WITH_FREEZE, lora_of, parse_flag
+from .lora import LORA_WITH_FREEZE, has_lora, parse_flag
 
 STRATEGIES = ("no_shard", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_zero2")
 PREFETCH = ("none", "pre", "post")
@@ -247,25 +247,32 @@ def apply_flags(cfg, flags, device="cpu"):
     beyond the run config (auto wrap class, xla settings, state dict type)."""
     cfg = copy.deepcopy(cfg)
     extras = {}
+    for flag, value in run_flags(flags):
+        if flag == "--fsdp-config":
+            fsdp_config.apply_file(cfg, extras, value, device)
+        else:
+            RUN_FLAGS[flag][1](cfg, value)
+    return cfg, extras
+
+
+def run_flags(flags):
+    """The run flags as (flag, value or None) pairs, left to right, read as
+    apply_flags reads them: an unknown flag or a missing value is refused
+    where it stands."""
     i = 0
     while i < len(flags):
         flag = flags[i]
         if flag not in RUN_FLAGS:
             raise UsageError(f"unknown flag {flag!r} (run flags: {', '.join(sorted(RUN_FLAGS))})")
-        takes, apply = RUN_FLAGS[flag]
         value = None
-        if takes:
+        if RUN_FLAGS[flag][0]:
             if i + 1 >= len(flags):
                 raise UsageError(f"{flag} needs a value")
             value = flags[i + 1]
             i += 2
         else:
             i += 1
-        if flag == "--fsdp-config":
-            fsdp_config.apply_file(cfg, extras, value, device)
-        else:
-            apply(cfg, value)
-    return cfg, extras
+        yield flag, value
 
 
 def validate(cfg, world):
@@ -303,7 +310,7 @@ def validate(cfg, world):
         raise UsageError(f"--global-batch {B} is not divisible by the data-parallel size {world}")
     if (B // world) % cfg["grad_accum"]:
         raise UsageError(f"per-rank batch {B // world} is not divisible by --grad-accum {cfg['grad_accum']}")
-    if cfg.get("freeze") and lora_of(cfg):
+    if cfg.get("freeze") and has_lora(cfg):
         raise UsageError(LORA_WITH_FREEZE)
     if cfg.get("freeze"):
         freeze_pattern(cfg["freeze"])  # what it matches is the reference's to judge (check) or the run's
@@ -321,16 +328,14 @@ def validate(cfg, world):
 
 def lora_flag(cfg, model_name):
     """Applies a --lora flag (apply_flags kept it aside, a LoraSpec) to cfg's model,
-    a check's: the model is known only after every flag, as in the reference.
-    Returns the LoraSpec, or None without --lora."""
+    a check's: the model is known only after every flag, as in the reference."""
     lora = cfg.pop("_lora_flag", None)
     if lora is None:
-        return None
+        return
     cfg["model"] = dict(cfg["model"], fsdpcheck_lora=lora.as_json(), fsdpcheck_name=model_name)
     lora.check_model(cfg["model"])
     if cfg.get("freeze"):
         raise UsageError(LORA_WITH_FREEZE)
-    return lora
 
 
 def frozen_of(cfg, names, lora):
@@ -351,10 +356,13 @@ FROZEN_CHECKPOINT = (
 def inject_refusal(inject, cfg):
     """Why the torch run cannot inject this fault into a run of cfg, as
     fsdpcheck's own validation says it, or None."""
-    lora = lora_of(cfg)
+    lora = has_lora(cfg)
     if inject == "lora_alpha" and not lora:
         return "--inject lora_alpha needs LoRA adapters: give --lora R:ALPHA:REGEX with R > 1"
-    if inject == "lora_alpha" and lora["r"] == 1:
+    # the model config's own r, not a LoraSpec: a check's model file may hold adapters no --lora gave
+    # (a malformed one is the reference's to refuse, with the file named)
+    spec = cfg["model"]["fsdpcheck_lora"] if lora else None
+    if inject == "lora_alpha" and isinstance(spec, dict) and spec.get("r") == 1:
         return "--inject lora_alpha needs --lora with R > 1 (at r = 1, alpha and alpha / r agree)"
     if inject == "frozen_decay" and not cfg.get("freeze") and not lora:
         return "--inject frozen_decay needs frozen parameters: give --freeze REGEX or --lora"
@@ -366,7 +374,7 @@ def inject_refusal(inject, cfg):
 def freeze_unsupported(cfg, schedule=False, checkpoint=None, api=None, whole=()):
     """Why a run of cfg with frozen parameters cannot be judged, or None.
     whole: the units it freezes whole (frozen_units), where known."""
-    if lora_of(cfg):
+    if has_lora(cfg):
         # LoRA freezes the root unit (embedding, final norm, head) whole, always
         if schedule:
             return (
@@ -498,7 +506,7 @@ def unsupported(api, cfg, device):
             "--freeze with --device xla: the XLA runner (never run here) builds its optimizer over every "
             "parameter and exports gradients as they are; frozen parameters are not wired into it"
         )
-    if lora_of(cfg) and device == "xla":
+    if has_lora(cfg) and device == "xla":
         return (
             "--lora with --device xla: the XLA runner (never run here) builds the model without PEFT's adapters "
             "and its optimizer over every parameter"

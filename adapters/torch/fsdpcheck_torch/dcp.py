@@ -34,6 +34,7 @@ import torch
 
 from .config import FROZEN_CHECKPOINT, UsageError, optim_state_names
 from .fileio import write_whole
+from .model import clean_name
 
 MANIFEST = "fsdpcheck.json"
 CONFIG = "config.json"
@@ -148,13 +149,13 @@ def read_manifest(directory, cfg):
     return step
 
 
-def model_tensors(model, names, clean):
-    """The model's tensors by model name (sharded DTensors under FSDP2; clean
-    strips wrapper prefixes), the tied LM head once (safetensors refuses two
-    names of one storage)."""
+def model_tensors(model, names):
+    """The model's tensors by model name (sharded DTensors under FSDP2;
+    clean_name strips wrapper prefixes), the tied LM head once (safetensors
+    refuses two names of one storage)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    msd = {clean(k): v for k, v in get_model_state_dict(model).items()}
+    msd = {clean_name(k): v for k, v in get_model_state_dict(model).items()}
     missing = [n for n in names if n not in msd]
     if missing:
         raise RuntimeError(f"parameters {missing} missing from the model's state dict")
@@ -184,7 +185,7 @@ def save(run, model, optim, directory, step):
     if run.rank == 0:
         prepare_dir(directory)
     dist.barrier()
-    sd = model_tensors(model, run.names, run.clean)
+    sd = model_tensors(model, run.names)
     sd.update(optim_tensors(model, optim, run.names, run.state_names)[0])
     dcp.save(sd, storage_writer=HuggingFaceStorageWriter(directory, save_distributed=True))
     if run.rank == 0:  # the manifest last: only now is this a checkpoint
@@ -204,7 +205,7 @@ def load(run, model, optim, directory, fault=None):
     )
 
     step = read_manifest(directory, run.cfg)
-    msd = model_tensors(model, run.names, run.clean)
+    msd = model_tensors(model, run.names)
     dcp.load(msd, storage_reader=HuggingFaceStorageReader(directory))
     # strict=False: the tied LM head is the embedding, loaded once under its name
     set_model_state_dict(model, msd, options=StateDictOptions(strict=False))

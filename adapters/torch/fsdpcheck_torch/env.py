@@ -65,15 +65,17 @@ def _executable(path):
 
 def installed_prefixes(package_dir=None):
     """The prefixes whose bin/ may hold an fsdpcheck installed beside this
-    package: sys.prefix, and the prefix of the site-packages the package sits
-    in (PREFIX/lib/pythonX.Y/site-packages/fsdpcheck_torch). A package run from
-    its source tree has no prefix of its own: nothing above it is searched."""
+    package: the prefix of the site-packages the package sits in
+    (PREFIX/lib/pythonX.Y/site-packages/fsdpcheck_torch) first, as it is the
+    one the package came with, then sys.prefix. A package run from its source
+    tree has no prefix of its own: nothing above it is searched."""
     here = os.path.abspath(package_dir or os.path.dirname(__file__))
-    out = [sys.prefix]
+    out = []
     site = os.path.dirname(here)
     lib = os.path.dirname(os.path.dirname(site))
     if os.path.basename(site) in ("site-packages", "dist-packages") and os.path.basename(lib).startswith("lib"):
         out.append(os.path.dirname(lib))
+    out.append(sys.prefix)
     return list(dict.fromkeys(out))
 
 

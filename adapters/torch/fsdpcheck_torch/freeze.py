@@ -2,7 +2,7 @@
 POSIX regcomp (REG_EXTENDED), this adapter with Python's re.search. Where the
 two read a pattern differently they would freeze different parameters, so such
 a pattern is refused here (the rest are the same language on ASCII names).
-freeze_syntax is the check LoRA's target regex gets too (lora.py)."""
+posix_pattern is the check LoRA's target regex gets too (lora.py)."""
 
 import re
 
@@ -72,16 +72,23 @@ def freeze_syntax(rx):
     return None
 
 
-def freeze_pattern(rx):
-    """--freeze rx compiled by Python's re; refuses (UsageError) a pattern the
-    two regex languages read differently, or that re does not compile."""
+def posix_pattern(rx, name, alike):
+    """rx compiled by Python's re; refuses (UsageError) a pattern the two regex
+    languages read differently (freeze_syntax), or that re does not compile.
+    name: the flag a refusal names ("--freeze"); alike: what the reference and
+    torch then do the same ("freeze the same parameters")."""
     why = freeze_syntax(rx)
     if why:
-        raise UsageError(f"--freeze {rx!r}: {why}, so that the reference and torch freeze the same parameters")
+        raise UsageError(f"{name} {rx!r}: {why}, so that the reference and torch {alike}")
     try:
         return re.compile(rx)
     except (re.error, OverflowError, RecursionError) as e:  # a repeat count too large: OverflowError
-        raise UsageError(f"--freeze {rx!r} is not a regular expression Python's re compiles: {e}")
+        raise UsageError(f"{name} {rx!r} is not a regular expression Python's re compiles: {e}")
+
+
+def freeze_pattern(rx):
+    """--freeze rx compiled by Python's re (posix_pattern)."""
+    return posix_pattern(rx, "--freeze", "freeze the same parameters")
 
 
 def frozen_names(rx, names):

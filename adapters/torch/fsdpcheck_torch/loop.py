@@ -25,14 +25,13 @@ class Loop:
             self.rec.set_phase(p)
 
     def run(self, model, optim, first_step, out):
-        """Trains cfg's steps from first_step, writing each into out; returns the
-        model and optimizer (a --ckpt-at round trip replaces them)."""
+        """Trains cfg's steps from first_step, writing each into out (a --ckpt-at
+        round trip replaces the model and optimizer from its step on)."""
         x = self.ctx
         for step in range(first_step, first_step + x.cfg["steps"]):
             if x.args.ckpt_at and step == x.args.ckpt_at:
                 model, optim = self.checkpoints.round_trip(model, optim, os.path.join(out, "ckpt"), step)
             self.step(model, optim, step, out)
-        return model, optim
 
     def step(self, model, optim, step, out):
         x, c = self.ctx, self.ctx.cfg

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import UsageError
-from .freeze import freeze_syntax
+from .freeze import posix_pattern
 from .strictjson import finite
 
 # --lora R:ALPHA:REGEX, as the reference keeps it (core/config.h: int lora_r, char lora_target[128])
@@ -121,11 +121,11 @@ def parse_flag(v):
     return LoraSpec(r, _strtod(parts[1]), parts[2])
 
 
-def lora_of(cfg):
-    """The run config's LoRA as its model config holds it (a dict, checked where
-    the config entered: parse), or None: whether the run has adapters."""
+def has_lora(cfg):
+    """Whether the run config's model config holds adapters ("fsdpcheck_lora",
+    checked where the config entered: parse)."""
     m = cfg.get("model")
-    return m.get("fsdpcheck_lora") if isinstance(m, dict) else None
+    return bool(m.get("fsdpcheck_lora")) if isinstance(m, dict) else False
 
 
 def parse(model_cfg, where=""):
@@ -159,11 +159,5 @@ def parse(model_cfg, where=""):
 def target_pattern(rx, at=""):
     """The LoRA target compiled by Python's re. The reference matches it with
     POSIX regcomp: a target the two read differently would adapt other modules
-    than the reference's, and is refused (UsageError)."""
-    why = freeze_syntax(rx)
-    if why:
-        raise UsageError(f"{at}--lora target {rx!r}: {why}, so that the reference and torch adapt the same modules")
-    try:
-        return re.compile(rx)
-    except (re.error, OverflowError, RecursionError) as e:
-        raise UsageError(f"{at}--lora target {rx!r} is not a regular expression Python's re compiles: {e}")
+    than the reference's, and is refused (UsageError, posix_pattern)."""
+    return posix_pattern(rx, f"{at}--lora target", "adapt the same modules")

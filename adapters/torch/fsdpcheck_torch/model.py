@@ -247,14 +247,7 @@ def lora_layers(model):
         return {}
     from peft.tuners.lora import LoraLayer
 
-    strip = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
-    out = {}
-    for n, m in model.named_modules():
-        if isinstance(m, LoraLayer):
-            for w in strip:
-                n = n.replace(w, "")
-            out[trace_name(n)] = m
-    return out
+    return {clean_name(n): m for n, m in model.named_modules() if isinstance(m, LoraLayer)}
 
 
 def lora_scalings(model):

@@ -10,7 +10,6 @@ import torch.distributed as dist
 from . import env
 from .config import frozen_of, optim_state_names
 from .errors import UsageError
-from .model import clean_name
 
 
 class RunContext:
@@ -27,7 +26,6 @@ class RunContext:
         self.F = (cfg["shard_group"] or self.W) if s.startswith("hybrid") else self.W
         self.R = self.W // self.F
         self.fault = args.inject
-        self.clean = clean_name  # dcp.save and dcp.load name the tensors with it
         # LoRA: the spec the reference trace was read with (tracefile.RefTrace.lora)
         self.lora = ref.lora
         # --freeze: the trace's names (Hugging Face's, the reference's registry) the pattern matches;

@@ -83,11 +83,17 @@ class RefTrace:
         self.units = self.meta["units"]
         # model parameter names in registry order (the units list them all)
         self.names = [n for u in self.units for n in u["params"]]
-        self._check_init()
+        path, h = self._check_init()
+        # the LoRA spec (a LoraSpec, None without), parsed once here and passed along from here;
+        # one the reference would refuse is named before the model is built
+        self.lora = L.parse(self.config["model"], os.path.join(directory, "trace.json"))
+        self._check_model(path, h)
+        self.shapes = {n: tuple(h[n]["shape"]) for n in self.names}  # checked against the model just built
         for step in range(self.meta["first_step"], self.meta["first_step"] + self.meta["steps"]):
             self._check_step(step)
 
     def _check_init(self):
+        """init.safetensors against trace.json's units; returns its path and header."""
         path = os.path.join(self.dir, "init.safetensors")
         if not os.path.exists(path):
             raise UsageError(f"{path}: missing (an incomplete trace)")
@@ -108,19 +114,15 @@ class RefTrace:
         for n in self.names:
             if h[n]["dtype"] != "F32":
                 raise UsageError(f"{path}: {n} is {h[n]['dtype']}, a trace's initial weights are F32")
-        self._check_model(path, h)
-        self.shapes = {n: tuple(h[n]["shape"]) for n in self.names}  # checked against the model just built
+        return path, h
 
     def _check_model(self, path, h):
         """The model config.model describes, built on the meta device (no
-        memory): it must build, and have exactly the parameters init holds, each
-        of its shape (the run loads init into it)."""
+        memory), with its adapters (self.lora): it must build, and have exactly
+        the parameters init holds, each of its shape (the run loads init into it)."""
         from . import model as M
 
         where = os.path.join(self.dir, "trace.json")
-        # the LoRA spec (a LoraSpec, None without), parsed once here and passed along from here;
-        # one the reference would refuse is named before building
-        self.lora = L.parse(self.config["model"], where)
         try:
             # PEFT's names (a LoRA model) as the trace writes them
             built = {M.trace_name(n): p for n, p in M.build_meta(self.config["model"], self.lora).named_parameters()}

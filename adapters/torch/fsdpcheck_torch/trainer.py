@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import dataclass
 
 from . import env
-from .config import UsageError, fsdp2_only, like_config, optim_state_names
+from .config import UsageError, fsdp2_only, like_config, optim_state_names, run_flags
 from .errors import refuse
 
 OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--allow-ddp": False}
@@ -136,8 +136,8 @@ def parse(argv, world):
         from .config import validate
 
         validate(cfg, world)
-    # the first --fsdp-config file among the run flags (apply_flags took every one in turn)
-    fsdp_cfg = next((flags[i + 1] for i in range(len(flags) - 1) if flags[i] == "--fsdp-config"), None)
+    # the first --fsdp-config file among the run flags, read as apply_flags read them (it took every one in turn)
+    fsdp_cfg = next((v for f, v in run_flags(flags) if f == "--fsdp-config"), None)
     return TrainerArgs(ref, cfg, extras, opts["--trace"], fsdp, fsdp_cfg, device, bool(opts.get("--allow-ddp")))
 
 
@@ -175,7 +175,7 @@ def train(a):
     world, rank = env.world(), env.rank()
     cfg, ref = a.cfg, a.ref
     mb = cfg["global_batch"] // world // cfg["grad_accum"]
-    samples = replay_samples(ref, cfg, world)  # ordered for Accelerate's interleaved batch sharding
+    samples = replay_samples(ref, cfg, world, mb)  # ordered for Accelerate's interleaved batch sharding
     init = ref.init()
     model = M.build(cfg["model"])
     M.load_init(model, init, ref.names)

@@ -19,13 +19,12 @@ from .model import clean_name
 from .optimizer import clip_grad_norm
 
 
-def replay_samples(ref, cfg, world):
+def replay_samples(ref, cfg, world, mb):
     """The trace's samples in the order Accelerate's interleaved batch sharding
     (process p takes batches p, p+W, p+2W, ... of the per-device batch size)
     hands rank r micro-batch k of step t the reference's samples
-    [r B/W + k m, r B/W + (k+1) m), m = B/(W K)."""
+    [r B/W + k m, r B/W + (k+1) m), m = mb = B/(W K), the micro-batch size."""
     B, K, steps = cfg["global_batch"], cfg["grad_accum"], cfg["steps"]
-    mb = B // world // K
     samples = []
     batches = [ref.batch(t) for t in range(steps)]
     for t in range(steps):
@@ -129,5 +128,5 @@ class TraceCallback(TrainerCallback):
             tracefile.write_step(
                 self.out, step, loss, inp, tgt, self.grads, params, states, self.names, self.state_names, self.grad_norm
             )
-            print(f"step {step}: loss {float(lt.item()) / self.world:.6f}", flush=True)
+            print(f"step {step}: loss {loss:.6f}", flush=True)
         self.losses, self.inputs = [], []

@@ -18,7 +18,6 @@ from torch.distributed.fsdp import fully_shard
 from fsdpcheck_torch import dcp as fdcp
 from fsdpcheck_torch import model as M
 from fsdpcheck_torch.config import optim_state_names
-from fsdpcheck_torch.model import clean_name
 from fsdpcheck_torch.optimizer import build_optimizer
 from fsdpcheck_torch.tracefile import RefTrace
 
@@ -27,7 +26,7 @@ class Shim:
     """What fsdpcheck_torch.dcp.load reads of a run."""
 
     def __init__(self, ref):
-        self.cfg, self.names, self.clean = ref.meta["config"], ref.names, clean_name
+        self.cfg, self.names = ref.meta["config"], ref.names
         self.state_names = optim_state_names(self.cfg)
 
 

@@ -11,6 +11,7 @@ case). Each case must:
   - leave its scratch directory (where --trace points) empty: nothing half-written.
 """
 
+import json
 import os
 import shlex
 import shutil
@@ -132,3 +133,18 @@ def test_a_misspelt_gather_mode_is_refused(monkeypatch, capsys, tmp_path):
     argv = ["check", "--api", "fsdp2", "-n", "2", "--model", "gpt2-tiny", "--keep", str(tmp_path / "keep")]
     one_line_refusal(argv, capsys, "FSDPCHECK_GATHER='shared'", "auto, shm, collective")
     assert not (tmp_path / "keep" / "ref").exists()
+
+
+def test_a_model_file_s_lora_without_r_is_refused_under_inject(tmp_path, capsys):
+    """--inject lora_alpha reads the model file's r; a "fsdpcheck_lora" without
+    one is the reference's to refuse (one line naming the file), not a KeyError."""
+    cfg = {
+        "model_type": "llama", "vocab_size": 64, "max_position_embeddings": 32, "hidden_size": 16,
+        "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+        "head_dim": 8, "rms_norm_eps": 1e-5, "rope_theta": 10000, "initializer_range": 0.02,
+        "tie_word_embeddings": False, "hidden_act": "silu", "fsdpcheck_lora": {"lora_alpha": 16, "target": "q_proj"},
+    }  # fmt: skip
+    path = tmp_path / "lora_no_r.json"
+    path.write_text(json.dumps(cfg))
+    argv = ["check", "--api", "fsdp1", "-n", "1", "--model", str(path), "--steps", "1", "--inject", "lora_alpha"]
+    one_line_refusal(argv, capsys, "lora_no_r.json", '"fsdpcheck_lora" must be')

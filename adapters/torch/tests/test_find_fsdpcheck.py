@@ -25,12 +25,20 @@ def fake(directory, name="fsdpcheck"):
 
 @pytest.fixture
 def nowhere(monkeypatch, tmp_path):
-    """No FSDPCHECK, an empty PATH, a sys.prefix without bin/fsdpcheck, and the
-    repository (which may hold build/default/oracle/fsdpcheck) as the working directory."""
+    """No FSDPCHECK, an empty PATH, a sys.prefix without bin/fsdpcheck, and a
+    source tree that does hold build/default/oracle/fsdpcheck, with the working
+    directory and the package both inside it: a walk up from either finds it,
+    so any walk-up fails these tests wherever they run."""
     monkeypatch.delenv("FSDPCHECK", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty-path"))
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "prefix"))
-    monkeypatch.chdir(ROOT)
+    tree = tmp_path / "tree"
+    fake(tree / "build" / "default" / "oracle")
+    (tree / "a" / "b").mkdir(parents=True)
+    monkeypatch.chdir(tree / "a" / "b")
+    package = tree / "adapters" / "torch" / "fsdpcheck_torch"
+    package.mkdir(parents=True)
+    monkeypatch.setattr(env, "__file__", str(package / "env.py"))
     return tmp_path
 
 
@@ -61,6 +69,9 @@ def test_the_order_is_flag_environment_path_prefix(nowhere, monkeypatch):
 
 def test_the_installed_prefix_is_the_site_packages_one(tmp_path):
     pkg = tmp_path / "opt" / "lib" / "python3.11" / "site-packages" / "fsdpcheck_torch"
-    assert env.installed_prefixes(str(pkg)) == [sys.prefix, str(tmp_path / "opt")]
+    assert env.installed_prefixes(str(pkg)) == [str(tmp_path / "opt"), sys.prefix]
+    # the package's own prefix first, then sys.prefix, each once
+    same = os.path.join(sys.prefix, "lib", "python3.11", "site-packages", "fsdpcheck_torch")
+    assert env.installed_prefixes(same) == [sys.prefix]
     # run from its source tree, the package has no prefix of its own: nothing above it is searched
     assert env.installed_prefixes(os.path.join(ROOT, "adapters", "torch", "fsdpcheck_torch")) == [sys.prefix]
