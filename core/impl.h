@@ -87,6 +87,15 @@ typedef struct {
 #define FC_IMPL_ACT_CKPT (1u << 0)  // fc_run_config.act_ckpt: activation checkpointing (docs/contract.md §5)
 #define FC_IMPL_LLAMA (1u << 1)     // model kind llama: RMSNorm, RoPE, grouped-query attention, SwiGLU
 #define FC_IMPL_FREEZE (1u << 2)    // fc_run_config.freeze: frozen parameters (fc_param.frozen)
+// What a port's arithmetic guarantees, as bits of features. The oracle judges
+// two runs of one port bitwise only where the port claims it (docs/contract.md
+// §8); elsewhere by the per-element policy it uses against another arithmetic.
+// Claim a bit only when it holds on every device and input the port supports.
+#define FC_IMPL_LAYOUT_INVARIANT (1u << 3)  // the same step on the same data gives the same bits under every
+                                            // strategy, prefetch, offload, checkpointing and buffer placement
+                                            // at one W with one reduction tree
+#define FC_IMPL_DETERMINISTIC (1u << 4)     // the same run twice gives the same bits
+#define FC_IMPL_FAULTS (1u << 5)            // honours fc_run_config.inject: the fault catalogue is built in
 
 typedef struct {
     int abi_version;     // FC_IMPL_ABI_VERSION

@@ -36,6 +36,7 @@
 // backward (param_dtype), and every step of the reduction (reduce_dtype);
 // 16-bit collectives really send 16-bit data.
 #include "seams.h"  // first: the fault build renames this file's exported symbols
+#include "arith_seams.h"
 
 #include "fsdp.h"
 
@@ -64,7 +65,7 @@ static fc_mem_loc shard_loc(const fc_fsdp *f) {
 // The two differ only where fp32 storage emulates a 16-bit tensor.
 static void *mem_alloc(fc_fsdp *f, fc_mem_loc loc, fc_mem_cat cat, size_t bytes, size_t counted) {
     fc_mem_add(&f->mem, loc, cat, counted);
-    return callocCheck(bytes ? bytes : 1, 1);
+    return arith_calloc(bytes ? bytes : 1);
 }
 
 static void mem_free(fc_fsdp *f, void *p, fc_mem_loc loc, fc_mem_cat cat, size_t counted) {
@@ -88,6 +89,15 @@ static void pack(const fc_fsdp *f, fc_prec p, const float *src, void *dst, size_
     }
     uint16_t *d = dst;
     for (size_t i = 0; i < n; i++) d[i] = p == FC_PREC_BF16 ? seam_to_bf16(f, src[i]) : fc_f32_to_f16(src[i]);
+}
+
+// acc[0..S) = the chunks recv[j * S ..] of j = 0..G-1 summed in rank order,
+// each partial rounded to rd: the reference's canonical reduction.
+static void sum_rank_order(const fc_fsdp *f, float *acc, const void *recv, size_t S, int G, fc_prec rd,
+                           float (*rnd)(const fc_fsdp *, fc_prec, float)) {
+    for (size_t i = 0; i < S; i++) acc[i] = fc_prec_load(rd, recv, i);
+    for (int j = 1; j < G; j++)
+        for (size_t i = 0; i < S; i++) acc[i] = rnd(f, rd, acc[i] + fc_prec_load(rd, recv, (size_t)j * S + i));
 }
 
 // ---------------------------------------------------------------------------
@@ -255,9 +265,7 @@ static void all_reduce_canonical(fc_fsdp *f, MPI_Comm comm, float *x, size_t n, 
     pack(f, rd, padded, send, P);
     fc_mpi_alltoall(send, (int)S, fc_prec_mpi_type(rd), recv, comm);
     float *acc = callocCheck(S, sizeof(float));
-    for (size_t i = 0; i < S; i++) acc[i] = fc_prec_load(rd, recv, i);
-    for (int j = 1; j < G; j++)
-        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + fc_prec_load(rd, recv, (size_t)j * S + i));
+    arith_sum_chunks(f, acc, recv, S, G, rd, comm, 1, round_p);
     pack(f, rd, acc, send, S);
     fc_mpi_allgather(send, (int)S, fc_prec_mpi_type(rd), recv, comm);
     for (size_t i = 0; i < n; i++) x[i] = fc_prec_load(rd, recv, i);
@@ -282,9 +290,7 @@ static void complete_reduce(fc_fsdp *f) {
     int G = f->g.G;
     fc_mpi_wait(&f->rs_req);
     float *acc = callocCheck(S, sizeof(float));  // this rank's chunk, summed in rank order
-    for (size_t i = 0; i < S; i++) acc[i] = fc_prec_load(rd, f->rs_recv, i);
-    for (int j = 1; j < G; j++)
-        for (size_t i = 0; i < S; i++) acc[i] = round_p(f, rd, acc[i] + fc_prec_load(rd, f->rs_recv, (size_t)j * S + i));
+    arith_sum_chunks(f, acc, f->rs_recv, S, G, rd, f->g.sharded ? f->shard : f->world, !f->g.sharded, round_p);
     if (f->g.sharded) {
         log_ev(f, FC_OP_WAIT, FC_OP_REDUCE_SCATTER, u, -1, FC_GROUP_SHARD, 0, rd, FC_PHASE_BACKWARD, 0);
         if (f->g.hybrid && f->g.R > 1 && seam_replicate(f)) {
@@ -297,7 +303,7 @@ static void complete_reduce(fc_fsdp *f) {
         for (int k = 0; k < U->n_own; k++) {
             size_t a = U->own[k].chunk_off;
             n = a + seam_valid(f, U->own[k].count, S - a);
-            for (size_t i = a; i < n; i++) U->grad[i] += round_p(f, rd, acc[i] / f->post);
+            for (size_t i = a; i < n; i++) U->grad[i] += round_p(f, rd, arith_div(f, acc[i], f->post));
         }
         seam_divided(f, U->grad, acc, n, rd);
     } else {
@@ -307,7 +313,7 @@ static void complete_reduce(fc_fsdp *f) {
         log_ev(f, FC_OP_WAIT, FC_OP_ALL_REDUCE, u, -1, FC_GROUP_WORLD, 0, rd, FC_PHASE_BACKWARD, 0);
         float *sum = mallocCheck(U->numel * sizeof(float));  // [N] the summed gradient
         for (size_t i = 0; i < U->numel; i++) sum[i] = fc_prec_load(rd, f->rs_recv, i);
-        for (size_t i = 0; i < U->numel; i++) U->grad[i] += round_p(f, rd, sum[i] / f->post);
+        for (size_t i = 0; i < U->numel; i++) U->grad[i] += round_p(f, rd, arith_div(f, sum[i], f->post));
         seam_divided(f, U->grad, sum, U->numel, rd);
         free(sum);
     }
@@ -338,7 +344,7 @@ static void issue_reduce(fc_fsdp *f, int u) {
     f->rs_send = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     f->rs_recv = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_COMM_BUFFERS, P * rb, P * rb);
     float *scaled = mallocCheck(P * sizeof(float));
-    for (size_t i = 0; i < P; i++) scaled[i] = round_p(f, rd, round_p(f, rd, wire[i]) / f->pre);
+    for (size_t i = 0; i < P; i++) scaled[i] = round_p(f, rd, arith_div(f, round_p(f, rd, wire[i]), f->pre));
     pack(f, rd, scaled, f->rs_send, P);
     free(scaled);
     if (wire != U->full_grad) free(wire);
@@ -426,7 +432,7 @@ static void forward(fc_fsdp *f, const fc_batch *mb) {
 
 static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
     const fc_model *m = &f->m;
-    float scale = 1.0f / (float)f->acts.NT / (float)f->cfg.grad_accum;
+    float scale = arith_loss_scale(f) / (float)f->acts.NT / (float)f->cfg.grad_accum;
     size_t pb = fc_prec_size(f->cfg.param_dtype);
     for (int s = m->n_stages - 1; s >= 0; s--) {
         int u = m->stages[s].unit;
@@ -441,6 +447,8 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
             if (!U->full_grad)
                 U->full_grad = mem_alloc(f, FC_LOC_DEVICE, FC_MEM_GATHERED_GRADS, U->gathered_numel * sizeof(float),
                                          U->trains ? U->gathered_numel * pb : 0);
+            else
+                arith_scale_grads(f, U->full_grad, U->numel, arith_loss_scale(f));  // the micro-batches before
             // BACKWARD_PRE: the next unit's all-gather goes out before this gradient compute
             if (fc_backward_prefetch_of(&f->cfg) == FC_PREFETCH_PRE)
                 prefetch_from(f, s, 0, fc_backward_prefetch_count(&f->cfg));
@@ -454,6 +462,7 @@ static void backward(fc_fsdp *f, const fc_batch *mb, int sync) {
         f->ug[u] = NULL;
         acts_hold(f, s, f->act_region[s].hi);  // backward has used the stage's activations
         if (s == f->st[u].last_bwd) {
+            arith_scale_grads(f, U->full_grad, U->numel, 1.0f / arith_loss_scale(f));
             // gradients are produced in param_dtype
             if (f->cfg.param_dtype != FC_PREC_FP32)
                 for (size_t i = 0; i < U->numel; i++) U->full_grad[i] = round_p(f, f->cfg.param_dtype, U->full_grad[i]);

@@ -103,7 +103,9 @@ static const fc_impl_ops REFERENCE = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "reference",
     .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),
-    .features = FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA | FC_IMPL_FREEZE,
+    // its canonical reductions make every layout's sums one tree (reference/fsdp.c)
+    .features = FC_IMPL_ACT_CKPT | FC_IMPL_LLAMA | FC_IMPL_FREEZE | FC_IMPL_LAYOUT_INVARIANT | FC_IMPL_DETERMINISTIC |
+                seam_features,
     .create = ref_create,
     .step = ref_step,
     .export_full = ref_export,

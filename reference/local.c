@@ -74,9 +74,12 @@ void RN(fc_local_step)(fc_local *L) {
         for (size_t i = 0; i < n; i++) L->grads[i] = L->grads[i] / (float)pre / (float)post;
     }
     // A frozen parameter has no gradient (docs/contract.md §2): none is kept, so none is
-    // normed or stepped.
+    // normed or stepped. The magnitude pass keeps its magnitudes: its layer's
+    // outputs still round, which the loss's allowance counts (oracle/compare_model.c).
+#ifndef FC_MAGNITUDE
     for (int i = 0; i < L->model.n_params && L->model.n_frozen; i++)
         if (L->model.params[i].frozen) memset(L->grads + L->model.params[i].offset, 0, L->model.params[i].numel * sizeof(float));
+#endif
     // clip_grad_norm: coefficient max_norm / (total + 1e-6), clamped to 1.
     memcpy(L->clipped, L->grads, n * sizeof(float));
     L->grad_norm = fc_grad_norm(L->grads, n, c->norm_type);

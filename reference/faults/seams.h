@@ -92,5 +92,7 @@ void fc_fault_recompute_done(struct fc_fsdp *f, int u, const float *p);
 #define seam_step_frozen(f, p, n) fc_fault_step_frozen((f), (p), (n))
 #define seam_recompute_params(f, u) fc_fault_recompute_params((f), (u))
 #define seam_recompute_done(f, u, p) fc_fault_recompute_done((f), (u), (p))
+// this build honours fc_run_config.inject
+#define seam_features FC_IMPL_FAULTS
 
 #endif

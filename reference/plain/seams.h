@@ -69,5 +69,7 @@
 #define seam_keep_frozen_grads(f, phase) ((void)(f), (void)(phase), 0)
 // whether the optimizer steps the frozen elements p[0..n) (it leaves them alone)
 #define seam_step_frozen(f, p, n) ((void)(f), (void)(p), (void)(n), 0)
+// the implementation's features beyond the reference's own: none
+#define seam_features 0u
 
 #endif
