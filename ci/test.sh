@@ -67,11 +67,13 @@ stage "debug (ASan+UBSan, gcov): unit, mpi, property, gate; the line coverage of
 # One run is both the sanitizer run and the coverage run, so the gate's sweeps and fault
 # catalogue run under the sanitizers too. Left out here, and run in Release below: the W=4
 # sweep and the checkpoint crash trials, ten times slower under ASan (what they cover, the
-# checkpoint writer, the unit and MPI checkpoint tests cover here; docs/measurements/ci-time.md). Not built with the
+# checkpoint writer, the unit and MPI checkpoint tests cover here; docs/measurements/ci-time.md),
+# and the hardware-like port's sweeps and faults (the reference's code again; its kernels run
+# under the sanitizers in mpi.hwlike.knobs). Not built with the
 # sanitizers: the watchdog's hang plugin and the out-of-tree plugin (they link the static
 # libraries). Fails below 90% of lines in any of the three folders, or on any failed test.
 bash ci/coverage.sh --preset debug-coverage --labels 'unit|mpi|property|gate' --skip-labels 'extended|memcheck|fuzz' \
-  --exclude '^property\.(sweep\.W4|ckpt_crash)$'
+  --exclude '^property\.(sweep\.W4|ckpt_crash|hwlike\..*)$'
 
 stage "release: the conformance gate (sweep per W, fault catalogue, port template, watchdog)"
 cmake --preset default >/dev/null
