@@ -89,6 +89,8 @@ static void rp_md_link(rp_buf *b, const char *name) {
 static void rp_md_header(rp_buf *b, const fc_sweep_report *r, int nfail) {
     rp_puts(b, "# fsdpcheck sweep report\n\n| | |\n|---|---|\n| implementation | ");
     rp_md_code(b, r->impl, sizeof r->impl);
+    rp_puts(b, " |\n| judged | ");
+    rp_md_code(b, r->judged, sizeof r->judged);
     rp_puts(b, " |\n| injected fault | ");
     if (r->inject == FC_FAULT_NONE) rp_puts(b, "none");
     else rp_printf(b, "`%s`", rp_fname((int)r->inject));

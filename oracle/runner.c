@@ -62,12 +62,16 @@ int fc_lockstep_handover(const fc_impl_ops *ops, fc_impl *im, const fc_run_confi
 
 // A run: cfg->steps steps of ops on comm, after loading load_dir if given. In
 // lockstep (from != NULL, fc_runner_lockstep) step t >= 1 first loads from's
-// state after its step from0 + t - 1, and step 0 is not run.
+// state after its step from0 + t - 1, and step 0 is not run. With save_dir,
+// a checkpoint of save_kind is saved there after step save_at - 1.
 typedef struct {
     const char *load_dir;
     const fc_run_result *from;
     int from0;
     long first;
+    const char *save_dir;
+    int save_at;
+    fc_state_dict save_kind;
 } run_how;
 
 // Creates the instance of a run on comm (loaded from how->load_dir if given)
@@ -163,8 +167,13 @@ static void run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm,
             r->ok = 0;
         }
     }
-    for (int t = how->from ? 1 : 0; t < cfg->steps && r->ok; t++)
+    for (int t = how->from ? 1 : 0; t < cfg->steps && r->ok; t++) {
         if (run_step(ops, im, cfg, comm, how, dir, rank, r, t)) r->ok = 0;
+        if (r->ok && how->save_dir && t + 1 == how->save_at && ops->save(im, how->save_dir, how->save_kind, &e)) {
+            snprintf(r->error, sizeof r->error, "save after step %d: %s", t, e.msg);
+            r->ok = 0;
+        }
+    }
     const fc_comm_log *log = ops->comm_log(im);
     for (size_t i = 0; i < log->n; i++) {
         fc_log_add(&r->log, log->ev[i]);
@@ -211,6 +220,18 @@ int fc_runner_act32(const fc_impl_ops *ops) { return ops && (ops == fc_reference
 
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r) {
     run_how how = {0};
+    run(ops, cfg, comm, &how, r);
+}
+
+void fc_runner_run_saving(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, int at, const char *dir,
+                          fc_state_dict kind, fc_run_result *r) {
+    run_how how = {.save_dir = dir, .save_at = at, .save_kind = kind};
+    if (ops && !ops->save) {
+        memset(r, 0, sizeof *r);
+        fc_log_init(&r->log);
+        snprintf(r->error, sizeof r->error, "the implementation cannot save checkpoints");
+        return;
+    }
     run(ops, cfg, comm, &how, r);
 }
 
@@ -285,13 +306,22 @@ const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg,
         return NULL;
     }
     if (cfg->inject == FC_FAULT_NONE) return ops;
+    if (ops && ops != fc_reference_impl() && (ops->features & FC_IMPL_FAULTS)) return ops;
     if (ops != fc_reference_impl()) {
-        fc_fail(e, "--inject %s: the fault catalogue is a build of the reference; it cannot be injected into %s",
-                fc_fault_name(cfg->inject), ops->name);
+        fc_fail(e, "--inject %s: %s has no fault catalogue built in (its table's features lack FC_IMPL_FAULTS); "
+                   "inject into the reference or into a port built with it",
+                fc_fault_name(cfg->inject), ops ? ops->name : "the implementation");
         return NULL;
     }
     return fc_reference_faults_impl();
 }
+
+int fc_impl_claims_same_bits(const fc_impl_ops *ops) {
+    unsigned both = FC_IMPL_LAYOUT_INVARIANT | FC_IMPL_DETERMINISTIC;
+    return (ops->features & both) == both;
+}
+
+int fc_impl_claims_repeatable(const fc_impl_ops *ops) { return (ops->features & FC_IMPL_DETERMINISTIC) != 0; }
 
 // The CUDA port is its own library (optimized/, libfsdpcheck_cuda.so), so the
 // fsdpcheck binary never depends on CUDA: `--impl cuda` finds it in

@@ -48,6 +48,12 @@ fc_trace_step fc_run_trace_step(const fc_run_result *r, int t);
 
 // Runs cfg->steps steps of `ops` on comm (collective over comm).
 void fc_runner_run(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, fc_run_result *r);
+// The same, saving a checkpoint of `kind` into dir after step at - 1 and
+// going on: a round trip's uninterrupted run that is also the one that saved
+// (for an implementation that does not repeat its bits, P7). A failed save
+// leaves r->ok 0 with r->error set.
+void fc_runner_run_saving(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, int at, const char *dir,
+                          fc_state_dict kind, fc_run_result *r);
 // The same, but the fresh instance first loads the checkpoint in load_dir,
 // then runs cfg->steps more steps.
 void fc_runner_resume(const fc_impl_ops *ops, const fc_run_config *cfg, MPI_Comm comm, const char *load_dir,
@@ -90,9 +96,16 @@ void fc_remove_flat_dir(const char *dir);
 // shared library exporting FC_IMPL_ENTRY with the same FC_IMPL_ABI_VERSION.
 const fc_impl_ops *fc_impl_resolve(const char *impl, fc_error *e);
 // The implementation that runs cfg: ops itself, or, when cfg injects a fault
-// (--inject), the reference's fault catalogue build. NULL with e set when a
-// fault is asked of another implementation (faults exist in the reference only).
+// (--inject), the reference's fault catalogue build, or ops itself when its
+// table says it has the catalogue built in (FC_IMPL_FAULTS). NULL with e set
+// when a fault is asked of an implementation without it.
 const fc_impl_ops *fc_impl_for(const fc_impl_ops *ops, const fc_run_config *cfg, fc_error *e);
+// What a table claims about its arithmetic (core/impl.h), the only ground for
+// judging two of its runs bitwise (docs/contract.md §8): the same bits under
+// every layout at one W and reduction tree (layout-invariant and
+// deterministic), and the same bits when a run is repeated (deterministic).
+int fc_impl_claims_same_bits(const fc_impl_ops *ops);
+int fc_impl_claims_repeatable(const fc_impl_ops *ops);
 
 // Ends an MPI command (run, check, sweep) on every rank with the usage exit
 // code: the watchdog stopped and MPI finalized first, so no rank hangs or

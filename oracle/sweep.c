@@ -199,6 +199,17 @@ static int parse_flags(int argc, char **argv, int rank, sweep_flags *f) {
     return 0;
 }
 
+// How the implementation's own runs are judged, from what its table claims.
+static void judged_text(const fc_sweep_ctx *x, char *out, size_t cap) {
+    snprintf(out, cap, "%s claims %s: %s", x->tested->name,
+             x->same_bits    ? "layout invariance and determinism"
+             : x->repeatable ? "determinism, not layout invariance"
+                             : "neither layout invariance nor determinism",
+             x->same_bits    ? "its own runs on one reduction tree judged bitwise"
+             : x->repeatable ? "its own runs judged per element by the policy, a case run twice bitwise"
+                             : "its own runs, a case run twice included, judged per element by the policy");
+}
+
 // Starts the watchdog, resolves the implementations and makes the
 // sub-communicators and the report; an error ends the job.
 static void setup(sweep_run *sw) {
@@ -210,13 +221,18 @@ static void setup(sweep_run *sw) {
     if (!x->tested) fc_die_all(x->rank, "%s", e.msg);
     x->ref = fc_reference_impl();
     x->tested_is_ref = x->tested == x->ref;
+    x->same_bits = fc_impl_claims_same_bits(x->tested);
+    x->repeatable = fc_impl_claims_repeatable(x->tested);
     x->inject = sw->f.inject;
     x->expect = (fc_prop)fc_fault_property(x->inject);
-    if (x->inject != FC_FAULT_NONE && !x->tested_is_ref)
-        fc_die_all(x->rank, "sweep --inject: faults are injected into the reference only");
+    if (x->inject != FC_FAULT_NONE && !x->tested_is_ref && !(x->tested->features & FC_IMPL_FAULTS))
+        fc_die_all(x->rank, "sweep --inject: %s has no fault catalogue built in (its table's features lack "
+                            "FC_IMPL_FAULTS); inject into the reference or into a port built with it",
+                   x->tested->name);
     fc_sweep_subs_make(x);
     fc_sweep_report *rep = callocCheck(1, sizeof *rep);
     snprintf(rep->impl, sizeof rep->impl, "%s", sw->f.impl);
+    judged_text(x, rep->judged, sizeof rep->judged);
     rep->inject = x->inject;
     rep->seed = sw->f.seed;
     rep->world = x->W;
@@ -369,6 +385,7 @@ static int summarize(const sweep_run *sw, int rc) {
            rep->n, fsdp2, x->tested->fsdp_versions & FC_IMPL_FSDP(2) ? "" : ": the implementation has FSDP1 only",
            x->W, (unsigned long long)f->seed, f->impl, x->inject ? ", injected " : "",
            x->inject ? fc_fault_name(x->inject) : "", rep->n - rep->n_failed, rep->n_failed, rep->seconds, f->threads);
+    printf("judged: %s\n", rep->judged);
     if (rep->have_shrunk) {
         printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);
         printf("caught by P%d (%s)\n", rep->caught_by, fc_prop_name(rep->caught_by));

@@ -47,6 +47,7 @@ typedef struct {
 
 typedef struct {
     char impl[256];
+    char judged[200];             // how its own runs were judged: what its table claims (fc_sweep_judged_text)
     fc_fault inject;
     uint64_t seed;
     int world;                    // the communicator's size

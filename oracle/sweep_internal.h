@@ -12,7 +12,9 @@
 typedef struct {
     const fc_impl_ops *tested;   // the implementation under test
     const fc_impl_ops *ref;      // the clean reference (baselines)
-    int tested_is_ref;           // bitwise properties apply
+    int tested_is_ref;           // its runs against the reference's are bitwise where the tree is one
+    int same_bits;               // its own runs at one W and tree are bitwise (fc_impl_claims_same_bits)
+    int repeatable;              // the same case twice is bitwise (fc_impl_claims_repeatable)
     fc_fault inject;             // injected into the tested implementation (the fault catalogue build)
     fc_prop expect;              // the property the catalogue expects to catch it (fc_fault_property), 0 if none
     int rank, W;

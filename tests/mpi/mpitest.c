@@ -134,7 +134,9 @@ static int compare(const mt_judgement *j, fc_props *v) {
     memset(v, 0, sizeof *v);
     const mt_result *tested = j->tested.run, *expected = j->expected.run;
     int n = steps_of(j);
-    int exact = j->bitwise == MT_BITWISE_ANY || (j->bitwise == MT_BITWISE_REF && mt_tested_is_ref());
+    const fc_impl_ops *ops = mt_impl();
+    int exact = (j->bitwise == MT_BITWISE_ANY && fc_impl_claims_repeatable(ops)) ||
+                (j->bitwise == MT_BITWISE_REF && (mt_tested_is_ref() || fc_impl_claims_same_bits(ops)));
     // Against the local ground truth (the reference on this rank alone,
     // mt_run_ref), every step after the first is judged in lockstep: the
     // reference re-runs it from the tested run's own state after the step
@@ -157,7 +159,8 @@ static int compare(const mt_judgement *j, fc_props *v) {
                        .expected = {j->expected.cfg, 0, expected, j->expected.at},
                        .n = n,
                        .bitwise = exact,
-                       .same_compute = j->same_compute,
+                       // an arithmetic that differs by layout shares no per-rank compute between two runs
+                       .same_compute = j->same_compute && (mt_tested_is_ref() || fc_impl_claims_same_bits(ops)),
                        .lock = locked ? &lock : NULL};
     int ok = fc_props_compare(v, &fj);
     fc_runner_free(&lock);

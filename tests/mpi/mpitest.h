@@ -74,8 +74,9 @@ void mt_result_free(mt_result *r);
 fc_run_config mt_config(const char *model, fc_strategy s, int W, int steps);
 
 // How a judgement treats bits: the default policy of the precision; bitwise
-// for the reference only (its canonical reductions; another implementation gets
-// the default policy); bitwise for every implementation (P12, determinism).
+// for the reference, or for an implementation whose table claims layout
+// invariance and determinism (core/impl.h; another gets the policy); bitwise
+// for an implementation that claims determinism (P12).
 enum { MT_POLICY = 0, MT_BITWISE_REF = 1, MT_BITWISE_ANY = 2 };
 
 // One side of a judgement: a run, its config and world size, and the first of
