@@ -31,7 +31,7 @@ static void set_rows(const fc_cmp_ctx *c, fc_cmp_result *r) {
     for (int k = 0; k < FC_CMP_KIND_COUNT; k++) {
         fc_tol t = r->lockstep ? c->policy->tol[k] : c->policy->div[k];
         // the 16-bit model: per-element allowances on top of fp32's row
-        if (r->magnitudes && (k == FC_CMP_GRAD || k == FC_CMP_NORM || k == FC_CMP_OPTIM))
+        if (r->magnitudes && (k == FC_CMP_LOSS || k == FC_CMP_GRAD || k == FC_CMP_NORM || k == FC_CMP_OPTIM))
             t = FC_CMP_LOCKSTEP[FC_PREC_FP32][k];
         double grow = r->lockstep || r->prev_diff < 0 ? 0 : t.kappa * r->prev_diff;
         t.rtol += grow;
@@ -182,9 +182,10 @@ typedef struct {
     const double *terms;      // [n] or NULL: the magnitude of the terms the element sums (a momentum
                               // state: momentum_terms), which the scale and the norm check measure against
     int rounding;             // explained is rounding noise: the whole tensor is judged by its projection
+    double common;            // a relative scale of the whole tensor both sides explain (fc_cmp_state_common)
 } elem_allow;
 
-static const elem_allow NO_ALLOW = {NULL, NULL, 0};
+static const elem_allow NO_ALLOW = {NULL, NULL, 0, 0};
 
 // One block's share of a tensor's statistics (cmp_floats; compare_model.h).
 typedef struct {
@@ -271,7 +272,7 @@ static void whole_tensor(const fc_cmp_ctx *c, const fc_tol *tol, const elem_allo
                          size_t n, fc_cmp_tensor *t, float_pass *fp) {
     if (al->rounding) {
         // norm_ratio reports |delta|
-        fc_cmp_proj pj = fc_cmp_projection(c->policy, tol->ntol, a, b, al->explained, fp->allowed, n);
+        fc_cmp_proj pj = fc_cmp_projection(c->policy, tol->ntol + al->common, a, b, al->explained, fp->allowed, n);
         t->norm_ratio = fabs(pj.delta);
         t->norm_bad = !(t->norm_ratio <= pj.allowed);
         t->headroom = fc_dmax(t->headroom, pj.allowed > 0 ? t->norm_ratio / pj.allowed : pj.delta != 0 ? INFINITY : 0);
@@ -445,7 +446,7 @@ static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, con
         snprintf(name, sizeof name, "%s.%s", prefix, p->name);
         where_info w = {p->ndim, {p->shape[0], p->shape[1]}, i, 0, NULL};
         elem_allow at = {al->explained ? al->explained + p->offset : NULL, al->terms ? al->terms + p->offset : NULL,
-                         al->rounding};
+                         al->rounding, al->common};
         cmp_floats(c, r, kind, name, &w, a + p->offset, b + p->offset, p->numel, &at);
     }
 }
@@ -458,12 +459,18 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
         else fail_note(r, FC_CMP_BATCH, "batch", "the batch was asked for but one side has none");
     }
     where_info scalar = {0, {0, 0}, -1, 0, NULL};
-    if (kinds & FC_CMP_MASK(FC_CMP_LOSS)) cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, &NO_ALLOW);
+    if (kinds & FC_CMP_MASK(FC_CMP_LOSS)) {
+        double allow_loss = fc_cmp_loss_allowance(c, a, r);
+        elem_allow al = {allow_loss >= 0 ? &allow_loss : NULL, NULL, 0, 0};
+        cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, &al);
+    }
     double *allow_g = fc_cmp_grad_allowance(c, a, r);
+    int rounding = allow_g != NULL;  // the 16-bit model: its whole-tensor test is the projection
+    if (!allow_g) allow_g = fc_cmp_grad_floor32(c, a, r);
     if ((kinds & FC_CMP_MASK(FC_CMP_NORM)) && a->has_norm && b->has_norm)
         cmp_norm(c, r, a->grad_norm, b->grad_norm, fc_cmp_norm_allowance(c, a->grads, b->grads));
     if (kinds & FC_CMP_MASK(FC_CMP_GRAD)) {
-        elem_allow al = {allow_g, NULL, allow_g != NULL};
+        elem_allow al = {allow_g, NULL, rounding, 0};
         cmp_set(c, r, FC_CMP_GRAD, "grad", a->grads, b->grads, &al);
     }
     // optimizer state before parameters: the parameters' allowance is computed
@@ -477,7 +484,8 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
             if (j >= 0) {
                 double *terms = fc_cmp_momentum_terms(c, a, a->state_names[i]);
                 double *allow = fc_cmp_state_allowance(c, a, b, a->state_names[i], allow_g);
-                elem_allow al = {allow, terms, allow != NULL};
+                double common = fc_cmp_state_common(c, a, b, a->state_names[i], rounding);
+                elem_allow al = {allow, terms, rounding && allow != NULL, common};
                 cmp_set(c, r, FC_CMP_OPTIM, prefix, a->state[i], b->state[j], &al);
                 fc_cmp_scratch_release(allow);
                 fc_cmp_scratch_release(terms);
@@ -497,7 +505,7 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
     }
     if (kinds & FC_CMP_MASK(FC_CMP_PARAM)) {
         double *allow = fc_cmp_optimizer_allowance(c, a, b);
-        elem_allow al = {allow, NULL, 0};
+        elem_allow al = {allow, NULL, 0, 0};
         cmp_set(c, r, FC_CMP_PARAM, "param", a->params, b->params, &al);
         fc_cmp_scratch_release(allow);
     }

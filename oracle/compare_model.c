@@ -131,17 +131,41 @@ int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_
 
 int fc_cmp_impl_act32(const char *impl) { return impl && !strcmp(impl, "reference"); }
 
-// The 16-bit model's allowance of each gradient element, n u mag + act_scale
-// L s u scale_A + the underflows (FC_CMP_MODEL); NULL when the step is
-// not judged by it.
+// The floor's coefficient per side (FC_CMP_MODEL): act_scale per layer the
+// input gradient crosses, and few_scale sqrt(few_tokens / NT) for a step of
+// NT tokens, whose few terms per element average nothing out.
+static double floor_coef(const fc_cmp_ctx *c) {
+    const fc_run_config *l = c->layout;
+    double nt = (double)l->global_batch * (l->model.kind == FC_MODEL_MLP || l->seq_len < 1 ? 1 : l->seq_len);
+    return FC_CMP_MODEL.act_scale * depth_of(l) + FC_CMP_MODEL.few_scale * sqrt(FC_CMP_MODEL.few_tokens / fc_dmax(nt, 1));
+}
+
+// [n_units]: the largest |g| of each unit's gradient elements.
+static double *unit_max_of(const fc_cmp_ctx *c, const float *g) {
+    const fc_model *m = c->m;
+    double *um = callocCheck((size_t)m->n_units, sizeof(double));
+    for (int q = 0; q < m->n_params; q++) {
+        const fc_param *pq = &m->params[q];
+        for (size_t i = pq->offset; i < pq->offset + pq->numel; i++)
+            if (isfinite(g[i])) um[pq->unit] = fc_dmax(um[pq->unit], fabs((double)g[i]));
+    }
+    return um;
+}
+
+// The 16-bit model's allowance of each gradient element, n u mag + coef s u
+// scale_A + coef s u32 unit_A + the underflows (FC_CMP_MODEL, floor_coef);
+// NULL when the step is not judged by it.
 double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
     if (!r->magnitudes) return NULL;
     size_t n = c->m->numel;
     side_rounding sr = both_sides(c);
     double u = fc_cmp_unit_roundoff(c->policy->prec), k = sr.n * u, *allow = fc_cmp_scratch(n);
     // sides that compute in 16 bits: the input gradients they propagate carry
-    // errors relative to the tensor, not to the element's own terms
-    double floor_coef = FC_CMP_MODEL.act_scale * depth_of(c->layout) * sr.act16 * u;
+    // errors relative to the tensor, not to the element's own terms; and an
+    // element formed by cancellation, errors of fp32 sums relative to its unit
+    // (fc_cmp_grad_floor32)
+    double coef = floor_coef(c) * sr.act16, floor16 = coef * u, floor32 = coef * fc_cmp_unit_roundoff(FC_PREC_FP32);
+    double *unit_max = unit_max_of(c, a->grads);
     for (int p = 0; p < c->m->n_params; p++) {
         if (c->only > 0 && p != c->only - 1) continue;
         const fc_param *q = &c->m->params[p];
@@ -151,9 +175,61 @@ double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const
 #pragma omp parallel for schedule(static) reduction(max : scale) if (par)
         for (size_t i = lo; i < hi; i++)
             if (isfinite(a->grads[i])) scale = fc_dmax(scale, fabs((double)a->grads[i]));
+        double fl = floor16 * scale + floor32 * unit_max[q->unit];
 #pragma omp parallel for schedule(static) if (par)
-        for (size_t i = lo; i < hi; i++) allow[i] = k * fabs((double)a->grad_mag[i]) + floor_coef * scale + sr.eta;
+        for (size_t i = lo; i < hi; i++) allow[i] = k * fabs((double)a->grad_mag[i]) + fl + sr.eta;
     }
+    free(unit_max);
+    return allow;
+}
+
+// A rounding of a layer's output y (relative u) moves the loss, to first
+// order, by u sum |dL/dy y|; for y = W x + b that is at most sum |dy W x| +
+// |dy b| = sum_i mag_i |p_i| over the layer's parameters, which the magnitude
+// pass gives (mag_i: the sum of |terms| of gradient element i). Each side that
+// computes its activations in 16 bits rounds act_roundings times per layer;
+// the reference, in fp32, adds nothing (so two of its runs keep fp32's row).
+// The roundings are independent and of either sign, so, as the projection
+// test (proj_sigmas), the allowance is proj_sigmas standard deviations of
+// their sum, c_i = k u mag_i |p_i| each, when that is below the sum of all.
+double fc_cmp_loss_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    if (!r->magnitudes || !a->prev_params) return -1;
+    side_rounding sr = both_sides(c);
+    if (sr.act16 == 0) return 0;
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < c->m->numel; i++) {
+        if (!isfinite(a->grad_mag[i]) || !isfinite(a->prev_params[i])) continue;
+        double t = fabs((double)a->grad_mag[i]) * fabs((double)a->prev_params[i]);
+        sum += t, sq += t * t;
+    }
+    double k = sr.act16 * FC_CMP_MODEL.act_roundings * fc_cmp_unit_roundoff(c->policy->prec);
+    double spread = FC_CMP_MODEL.proj_sigmas * sqrt(sq);
+    return k * (spread < sum ? spread : sum);
+}
+
+// In fp32, a side whose arithmetic is not the reference's (PyTorch, a port)
+// sums in another order: an element formed by cancellation of larger terms
+// (a softmax's input gradient, say) can then differ by u times those terms,
+// which no row relative to its own tensor allows when the tensor is all
+// cancellation (a LoRA B's first gradient). The terms reach at most the
+// largest gradient of the element's unit, so each element is allowed
+// floor_coef s u times that: nothing for a tensor within a few decades of
+// its unit's largest, all of a tensor below u of it. NULL where the step is
+// not judged by it: 16 bits, bitwise, an override, both sides the reference,
+// or steps that do not start from the same parameters.
+double *fc_cmp_grad_floor32(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    const fc_cmp_policy *p = c->policy;
+    if (p->prec != FC_PREC_FP32 || p->bitwise || p->overridden || r->prev_diff != 0 || !a->grads) return NULL;
+    int s = !c->a_act32 + !c->b_act32;  // the sides computing with another arithmetic
+    if (s == 0) return NULL;
+    const fc_model *m = c->m;
+    double coef = floor_coef(c) * s * fc_cmp_unit_roundoff(FC_PREC_FP32);
+    double *unit_max = unit_max_of(c, a->grads), *allow = fc_cmp_scratch(m->numel);
+    for (int q = 0; q < m->n_params; q++) {
+        const fc_param *pq = &m->params[q];
+        for (size_t i = pq->offset; i < pq->offset + pq->numel; i++) allow[i] = coef * unit_max[pq->unit];
+    }
+    free(unit_max);
     return allow;
 }
 
@@ -181,6 +257,22 @@ double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, cons
         allow[i] = sq ? w * (2 * ca * g + dg) * dg : w * dg;  // v: (1 - beta2) ((g + dg)^2 - g^2)
     }
     return allow;
+}
+
+double fc_cmp_state_common(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, const char *state,
+                           int rounding) {
+    const fc_optim_config *o = c->optim;
+    if (!o) return 0;
+    int sq = o->kind == FC_OPT_ADAMW && !strcmp(state, "exp_avg_sq");
+    int momentum = sq || (o->kind == FC_OPT_ADAMW && !strcmp(state, "exp_avg")) ||
+                   (o->kind == FC_OPT_SGD && !strcmp(state, "momentum_buffer"));
+    double ca = fc_cmp_clip_coef(c, a);
+    if (!momentum || !(ca > 0)) return 0;
+    double rel = fabs(ca - fc_cmp_clip_coef(c, b)) / ca;
+    // the projection's floor (proj_floor u, a scalar rounded once into every
+    // gradient element) counts once for g and once more for g^2
+    double twice = sq && rounding ? FC_CMP_MODEL.proj_floor * fc_cmp_unit_roundoff(c->policy->prec) : 0;
+    return sq ? rel * (2 + rel) + twice : rel;  // (c (1 + rel))^2 = c^2 (1 + 2 rel + rel^2)
 }
 
 // What the two gradients explain of the two norms: |norm(A) - norm(B)| <=

@@ -42,6 +42,8 @@ void fc_cmp_scratch_release(double *p);  // NULL: nothing
 typedef struct {
     int act_roundings;        // extra roundings per layer above an element, for a side whose activations are 16-bit
     double act_scale;         // that side's error relative to the tensor: this times L u max|A| (L: the layers)
+    double few_scale;         // and this times sqrt(few_tokens / NT) u max|A| for a step of NT tokens
+    double few_tokens;
     double proj_sigmas;       // the projection on A may reach this many standard deviations of its noise
     size_t proj_empirical_n;  // from this many judged elements on, the noise is also measured from the residual
     double proj_floor;        // times u: scalars a side rounds once and applies to every element (1/W, a loss scale)
@@ -59,10 +61,25 @@ int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_
 // gradient element by; NULL when the step is not judged by the model. Every [numel] array
 // here and below comes from fc_cmp_scratch: release it with fc_cmp_scratch_release.
 double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
+// [numel]: in fp32, what another arithmetic's order may move an element
+// formed by cancellation by (act_scale L s u times its unit's largest
+// gradient); NULL where it does not apply.
+double *fc_cmp_grad_floor32(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
+// The loss's allowance (absolute) under the model: what the 16-bit roundings
+// of the sides computing their activations in 16 bits move it by; -1 when the
+// step is not judged by the model.
+double fc_cmp_loss_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
 // [numel]: the same carried into a momentum state (exp_avg, exp_avg_sq,
 // momentum_buffer); NULL for other states or without allow_g.
 double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b,
                                const char *state, const double *allow_g);
+// The relative scale of a whole momentum state that the two sides' clip
+// coefficients explain: every element of the step's term carries the same
+// coefficient, so its relative difference is common to the tensor (twice it
+// for exp_avg_sq, a square; under the 16-bit model (rounding) its projection
+// floor twice too). 0 for other states.
+double fc_cmp_state_common(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, const char *state,
+                           int rounding);
 // The gradient norm's allowance from the gradients: norm(ga - gb) [numel each]
 // in the layout's norm type; inf when a side has no gradients.
 double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *gb);

@@ -105,11 +105,14 @@ void fc_cmp_print_divergence(FILE *f, const fc_cmp_divergence *d) {
 static void print_model(FILE *f, const fc_cmp_policy *p) {
     if (!fc_cmp_policy_magnitudes(p)) return;
     fprintf(f, "  %s, steps both sides start from equal parameters: grad, norm and optim per element within fp32's "
-               "row + n u mag + %g L s u max|A| (mag: the magnitude pass; n: the 16-bit roundings of both sides; "
-               "L: the model's layers; s: sides computing activations in 16 bits, PyTorch's mixed precision, not "
-               "the reference), the whole tensor by its projection on A weighted by 1/allowance^2; the %s rows below judge only the rest "
-               "(--trajectory, or other starts)\n",
-            fc_prec_name(p->prec), FC_CMP_MODEL.act_scale, fc_prec_name(p->prec));
+               "row + n u mag + k s u max|A| + k s u32 max|A_unit|, k = %g L + %g sqrt(%g / NT) (mag: the magnitude "
+               "pass; n: the 16-bit roundings of both sides; L: the model's layers; NT: the step's tokens; s: sides "
+               "computing activations in 16 bits, PyTorch's mixed precision or a port's, not the reference; A_unit: "
+               "the element's unit), the whole tensor by its projection on A weighted by 1/allowance^2; the loss "
+               "within fp32's row + %d s u sum mag |p| (p: the parameters the step starts from); the %s rows below "
+               "judge only the rest (--trajectory, or other starts)\n",
+            fc_prec_name(p->prec), FC_CMP_MODEL.act_scale, FC_CMP_MODEL.few_scale, FC_CMP_MODEL.few_tokens,
+            FC_CMP_MODEL.act_roundings, fc_prec_name(p->prec));
 }
 
 void fc_cmp_print_policy(FILE *f, const fc_cmp_policy *p) {

@@ -483,7 +483,7 @@ TestSuite(step, .init = step_setup, .fini = step_teardown);
 
 static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 1, 1, 0, 0};
     fc_cmp_result_free(&R);
     fc_cmp_result_init(&R, A.s.step);
     fc_compare_add(&c, &A.s, &B.s, kinds, &R);
@@ -491,7 +491,7 @@ static void compare_kinds(fc_strategy s, int world, unsigned kinds) {
 
 static void compare_under(fc_strategy s, int world) {
     g_cfg.strategy = s;
-    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 0, 0, 0, 0};
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, world, g_optim, NULL, 0, 1, 1, 0, 0};
     fc_cmp_result_free(&R);
     fc_compare_step(&c, &A.s, &B.s, &R);
 }
@@ -645,6 +645,32 @@ Test(step, all_zero_tensors_must_match_exactly) {
     fc_cmp_policy_override(&g_pol, 0, 0, 1, 1e-30);
     compare_under(FC_STRATEGY_FULL_SHARD, 2);
     cr_expect(R.pass);
+}
+
+// Against another arithmetic (B not the built-in reference), an fp32 tensor
+// that is all cancellation noise is judged against its unit's largest
+// gradient (fc_cmp_grad_floor32); between two references it is not, and a
+// real error of the unit's scale fails either way.
+Test(step, fp32_noise_tensor_is_judged_against_its_unit_for_another_arithmetic) {
+    fill_both("grad", "layers.0.weight");  // the unit's largest: 0.5
+    const fc_param *p = param("layers.0.bias");
+    for (size_t i = 0; i < p->numel; i++) {
+        A.grads[p->offset + i] = 1e-12f * (float)((int)(i % 3) - 1);
+        B.grads[p->offset + i] = 1.3f * A.grads[p->offset + i];
+    }
+    g_cfg.strategy = FC_STRATEGY_FULL_SHARD;
+    for (int other = 0; other < 2; other++) {
+        fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 1, !other, 0, 0};
+        fc_cmp_result_free(&R);
+        fc_compare_step(&c, &A.s, &B.s, &R);
+        cr_expect_eq(R.pass, other, "30%% of a 1e-12 tensor beside a unit of 0.5: %s", other ? "noise" : "an error");
+    }
+    *elem(&B, "grad", "layers.0.bias", 0) += 1e-5f;
+    fc_cmp_ctx c = {&g_m, &g_pol, &g_cfg, 2, g_optim, NULL, 0, 1, 0, 0, 0};
+    fc_cmp_result_free(&R);
+    fc_compare_step(&c, &A.s, &B.s, &R);
+    cr_expect_not(R.pass, "1e-5 in a unit of 0.5 is no fp32 rounding");
+    cr_expect_str_eq(R.first.tensor, "grad.layers.0.bias");
 }
 
 Test(step, nan_matches_only_nan_and_infinities_must_be_equal) {
