@@ -60,6 +60,9 @@ fc_cucomm *fc_comm_create(fc_comm_kind kind, MPI_Comm mc, fc_book *book) {
     mpiCheck(MPI_Comm_rank(c->mpi, &c->rank));
     if (kind == FC_COMM_NCCL) {
         ncclUniqueId id;
+        // NVLink SHARP's in-switch sums are not deterministic between calls (NVIDIA/nccl#1497), and the port
+        // claims FC_IMPL_DETERMINISTIC; NCCL reads its environment when it initialises, so before any comm.
+        if (setenv("NCCL_NVLS_ENABLE", "0", 1)) fc_die(FC_EXIT_INTERNAL, "setenv NCCL_NVLS_ENABLE: out of memory");
         if (c->rank == 0) ncclCheck(ncclGetUniqueId(&id));
         mpiCheck(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, c->mpi));
         ncclCheck(ncclCommInitRank(&c->nccl, c->G, id, c->rank));

@@ -143,8 +143,14 @@ static const fc_impl_ops CUDA_OPS = {
     .abi_version = FC_IMPL_ABI_VERSION,
     .name = "cuda",
     .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),
-    // activation checkpointing: not yet (cuda_config.c refuses it)
-    .features = FC_IMPL_LLAMA | FC_IMPL_FREEZE,
+    // Activation checkpointing: not yet, and no fault catalogue (cuda_config.c refuses both).
+    // Deterministic: no kernel adds floats atomically (common.cuh), cuBLASLt runs one cached algorithm per
+    // product in our own workspace (cuBLAS guide, "Results reproducibility": the same bits every run on one
+    // GPU model), NCCL without NVLS (comm.c), the staged MPI sums in rank order (staged.h).
+    // Not layout-invariant: no_shard all-reduces where full_shard reduce-scatters, and NCCL sums the two in
+    // orders of its own. Only the CUDA executor is behind this table (create refuses where there is no
+    // device); the host executor (optimized/tests/exec_host.h) drives the engine without it, in tests.
+    .features = FC_IMPL_LLAMA | FC_IMPL_FREEZE | FC_IMPL_DETERMINISTIC,
     .create = cuda_create,
     .step = cuda_step,
     .export_full = cuda_export,

@@ -3,7 +3,8 @@
 // compute types use), a fixed workspace, split-K partials reduced in fp32 only
 // (no in-place or output-type reduction: those add partials in the 16-bit
 // output type), the bias added by the BIAS epilogue where its pointer is
-// aligned, and one algorithm per shape (cached), so a run is reproducible.
+// aligned, and one algorithm per shape and operand alignment (cached), so a
+// run is reproducible.
 // Row-major operands map to cuBLASLt's column-major ones through mm_plan.h.
 // Where cuBLASLt offers no algorithm (odd alignments), a plain kernel with a
 // fixed summation order does the product. The bias gradient is a column
@@ -122,6 +123,12 @@ extern "C" void fck_matmul(fck_mm *mm, void *C, const void *A, const void *B, co
     mm_entry key;
     memset(&key, 0, sizeof key);
     key.M = M, key.N = N, key.K = K, key.ta = ta, key.tb = tb, key.bias = epi_bias, key.acc = accumulate, key.p = p;
+    // Each operand's own alignment: cuBLASLt assumes 256 bytes unless told less (cublasLt.h,
+    // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES), and the one value every operand shares is the element size
+    // (parameters are packed at any offset of their unit), which would rule out every vectorised kernel.
+    // Where a buffer sits cannot change a class: each is an allocation of its own, 256-byte aligned (CUDA C++
+    // Programming Guide, "Device Memory Accesses"), so a class (capped at 256) is that of the operand's offset
+    // in its unit or in the activation layout, the same under every strategy, prefetch and offload.
     key.al[0] = fc_mm_alignment(B);  // cuBLAS's A is our B
     key.al[1] = fc_mm_alignment(A);
     key.al[2] = fc_mm_alignment(C);

@@ -8,7 +8,8 @@
 #          and NCCL versions and the measured bf16 cuBLASLt peak
 #   test   ctest -L gpu (FC_GPU_TEST_REGEX / FC_GPU_TEST_EXCLUDE: a part of it;
 #          FC_GPU_TEST_LIMIT: seconds, default 500)
-#   sweep  sweep --impl cuda at W = 1..4 on one GPU (W > 1: host-staged MPI)
+#   sweep  sweep --impl cuda at W = 1..4 on one GPU (W > 1: host-staged MPI),
+#          then the bf16 mixed-precision cases of SWEEP_BF16, each replayed
 #   scale  check --impl cuda on gpt2-124m, 3 steps, fp32 and bf16 params with
 #          fp32 reduce, W = 1 (NCCL) and W = 2 (staged); a FULL checkpoint of
 #          the port read by GPT2LMHeadModel.from_pretrained against the trace
@@ -219,14 +220,34 @@ stage_test() {
 }
 
 # ---- sweep -----------------------------------------------------------------
+# bf16 mixed-precision cases as W|RUN FLAGS, each replayed at its W: the drawn
+# sweep takes a 16-bit policy in 2 cases of 5 and has no flag that forces one,
+# so these make every run of the stage check P9 (the port against its own
+# no_shard) on both layouts, NCCL and staged collectives, uneven shards and a
+# hybrid tree
+SWEEP_BF16=(
+  "1|--model mlp-tiny --strategy full_shard --param-dtype bf16 --reduce-dtype fp32"
+  "2|--model mlp-micro --strategy full_shard --fsdp-version 2 --param-dtype bf16 --reduce-dtype fp32"
+  "2|--model gpt2-tiny --strategy shard_grad_op --param-dtype bf16 --reduce-dtype bf16"
+  "3|--model llama-tiny --strategy full_shard --param-dtype bf16 --reduce-dtype fp32 --global-batch 12"
+  "4|--model mlp-tiny --strategy hybrid_shard --shard-group 2 --param-dtype bf16 --reduce-dtype fp32"
+)
 stage_sweep() {
   need_build
-  # FC_GPU_SWEEP_CASES, FC_GPU_SWEEP_LIMIT: fewer cases, a shorter limit per W
-  local cases=${FC_GPU_SWEEP_CASES:-300} W ws=(1 2 3 4) limit=${FC_GPU_SWEEP_LIMIT:-120}
+  # FC_GPU_SWEEP_CASES, FC_GPU_SWEEP_LIMIT: fewer drawn cases, a shorter limit
+  # per W; FC_GPU_SWEEP_BF16_LIMIT: each bf16 case's (the defaults keep the
+  # stage under 9 minutes: 4 x 70 + 5 x 45 s)
+  local cases=${FC_GPU_SWEEP_CASES:-300} W ws=(1 2 3 4) limit=${FC_GPU_SWEEP_LIMIT:-70} c spec
   [ "$DRY" = 1 ] && { cases=20; ws=(1 2); }
   for W in "${ws[@]}"; do
     step "sweep --impl $IMPL --cases $cases at W=$W" $limit "$MPIEXEC" -n "$W" "$FC" sweep --impl "$IMPL" --cases $cases --seed "$W"
     grep -E "^\[|cases|failed|passed|minimal|P[0-9]+ " "$RESULTS/last.out" | tail -n 6
+  done
+  for c in "${SWEEP_BF16[@]}"; do
+    W=${c%%|*} spec=${c#*|}
+    step "sweep --impl $IMPL --replay '$spec' at W=$W" "${FC_GPU_SWEEP_BF16_LIMIT:-45}" "$MPIEXEC" -n "$W" "$FC" sweep \
+      --impl "$IMPL" --replay "$spec"
+    grep -E "^P[0-9]+ .*FAIL|caught by" "$RESULTS/last.out" | tail -n 6
   done
 }
 
