@@ -251,6 +251,10 @@ const char *fc_fault_name(fc_fault f);
 int fc_fault_parse(const char *s, fc_fault *out);
 // The property (docs/contract.md §8, 1..15) expected to catch fault f; 0 for none.
 int fc_fault_property(fc_fault f);
+// The same in an implementation that computes its activations in 16 bits
+// (any but the built-in reference), where its own rounding can hide a fault
+// the reference's fp32 activations show (reduce_dtype_ignored: P10, not P9).
+int fc_fault_property_act16(fc_fault f);
 // The FSDP versions fault f applies to, as bits 1 << fsdp_version (the
 // encoding of impl.h's FC_IMPL_FSDP): FSDP1's flat-layout faults, FSDP2's
 // per-parameter ones, or both. --inject refuses a run of another version.

@@ -92,9 +92,10 @@ typedef struct {
 // §8); elsewhere by the per-element policy it uses against another arithmetic.
 // Claim a bit only when it holds on every device and input the port supports.
 #define FC_IMPL_LAYOUT_INVARIANT (1u << 3)  // the same step on the same data gives the same bits under every
-                                            // strategy, prefetch, offload, checkpointing and buffer placement
-                                            // at one W with one reduction tree
-#define FC_IMPL_DETERMINISTIC (1u << 4)     // the same run twice gives the same bits
+                                            // strategy, prefetch, offload and buffer placement at one W
+                                            // with one reduction tree
+#define FC_IMPL_DETERMINISTIC (1u << 4)     // the same run twice gives the same bits, and so does a forward
+                                            // recomputed for activation checkpointing
 #define FC_IMPL_FAULTS (1u << 5)            // honours fc_run_config.inject: the fault catalogue is built in
 
 typedef struct {

@@ -224,7 +224,8 @@ static void setup(sweep_run *sw) {
     x->same_bits = fc_impl_claims_same_bits(x->tested);
     x->repeatable = fc_impl_claims_repeatable(x->tested);
     x->inject = sw->f.inject;
-    x->expect = (fc_prop)fc_fault_property(x->inject);
+    x->expect = (fc_prop)(fc_runner_act32(x->tested) ? fc_fault_property(x->inject)
+                                                      : fc_fault_property_act16(x->inject));
     if (x->inject != FC_FAULT_NONE && !x->tested_is_ref && !(x->tested->features & FC_IMPL_FAULTS))
         fc_die_all(x->rank, "sweep --inject: %s has no fault catalogue built in (its table's features lack "
                             "FC_IMPL_FAULTS); inject into the reference or into a port built with it",

@@ -116,6 +116,9 @@ __attribute__((visibility("default"))) const fc_impl_ops *fsdpcheck_impl_v1(void
         .abi_version = FC_IMPL_ABI_VERSION,
         .name = "template-port",
         .fsdp_versions = FC_IMPL_FSDP(1) | FC_IMPL_FSDP(2),  // the reference's, wrapped
+        // No claim about the arithmetic (FC_IMPL_LAYOUT_INVARIANT, FC_IMPL_DETERMINISTIC):
+        // claim a bit only when your kernels and collectives guarantee it; without, the
+        // gate judges your runs against each other per element, as against the reference.
         .features = FC_IMPL_ACT_CKPT,
         .create = port_create,
         .step = port_step,

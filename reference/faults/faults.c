@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arith_seams.h"  // the engine's own allocator: a port's build may align its buffers
 #include "fsdp_engine.h"
 #include "layout.h"
 #include "mpicheck.h"
@@ -345,7 +346,7 @@ const float *fc_fault_recompute_params(struct fc_fsdp *f, int u) {
     if (!f->g.sharded) return U->param;  // no_shard holds all of its fp32 weights
     float *wire = mallocCheck(U->padded * sizeof(float));  // [P] the fp32 shards, rank-major
     fc_mpi_allgather(U->param, (int)U->shard, MPI_FLOAT, wire, f->shard);
-    float *full = callocCheck(U->gathered_numel, sizeof(float));  // [N] in the unit's order (flat: [P])
+    float *full = arith_calloc(U->gathered_numel * sizeof(float));  // [N] in the unit's order (flat: [P])
     fc_layout_to_natural(f->lay, &f->m, u, f->g.G, wire, full);
     free(wire);
     return full;
