@@ -59,7 +59,8 @@ void mt_init(int *argc, char ***argv) {
     const char *v = getenv("MT_VERBOSE");
     g_verbose = v && *v && strcmp(v, "0");
     if (mt_rank() == 0 && !mt_tested_is_ref()) {
-        printf("testing --impl %s (%s): bitwise claims of the reference are judged by the default policy\n",
+        printf("testing --impl %s (%s): bitwise claims are judged bitwise only where its table claims them "
+               "(layout invariance, determinism), else by the default policy\n",
                g_impl_name, g_impl->name);
         fflush(stdout);
     }
