@@ -72,8 +72,7 @@ int fc_fault_property(fc_fault f) { return (unsigned)f < FC_FAULT_COUNT ? FAULT_
 
 // A 16-bit reduction of gradients a port already produced in 16 bits errs by
 // less than the port's own activation rounding, which P9's model must allow
-// (measured: P9 used at most 1.0 of its allowance over 100 injected cases,
-// docs/measurements/hwlike-gate.md); the comm log shows the reduction's dtype.
+// (docs/measurements/hwlike-gate.md); the comm log shows the reduction's dtype.
 int fc_fault_property_act16(fc_fault f) {
     return f == FC_FAULT_REDUCE_DTYPE_IGNORED ? 10 : fc_fault_property(f);
 }

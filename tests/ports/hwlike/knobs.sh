@@ -3,8 +3,9 @@
 # alone, on a run where it applies: its trace must differ from the
 # reference's in some bit (a knob that changes nothing is a defect), and
 # `fsdpcheck check` against the reference must pass. With atomics, two runs of
-# the same case must differ from each other. Then bad input: an unknown knob
-# and a bad seed are one line and exit 2.
+# the same case must differ from each other. Then bad input: an unknown knob,
+# a bad seed and --inject into the port without the catalogue are one line
+# and exit 2.
 set -u
 mpiexec=$1 bin=$2 port=$3
 work=$(mktemp -d)
@@ -66,4 +67,9 @@ for bad in "FSDPCHECK_HWLIKE=matmul,bogus" "FSDPCHECK_HWLIKE_SEED=x1"; do
   [ "$rc" -eq 2 ] && [ "$(wc -l <"$work/bad.err")" -eq 1 ] ||
     { fail "$bad: exit $rc with $(wc -l <"$work/bad.err") lines, want exit 2 and one line"; cat "$work/bad.err"; }
 done
+# --inject into the port without the catalogue built in: refused, one line, exit 2
+"$mpiexec" -n 1 "$bin" sweep --impl "$port" --inject no_divide --cases 1 >"$work/inj.out" 2>"$work/inj.err"
+rc=$?
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$work/inj.err")" -eq 1 ] && grep -q FC_IMPL_FAULTS "$work/inj.err" ||
+  { fail "sweep --inject into the plain port: exit $rc, want 2 and one line naming FC_IMPL_FAULTS"; cat "$work/inj.err"; }
 if [ "$fails" -eq 0 ]; then echo " No Errors"; else echo " Found $fails errors"; exit 1; fi
