@@ -159,6 +159,11 @@ int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *se
 // -1 for any other table or strategy (then the handover goes through load).
 int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *params, const float *const state[2],
                             long step);
+// Into out [numel], the gradient of the mean loss over samples [first, first
+// + n) of step `step`'s data at such a reference's parameters: the per-rank
+// and per-micro-batch pieces of a step that the oracle's failure signatures
+// assemble into the wrong answers FSDP implementations produce. -1 as above.
+int fc_reference_piece_grad(const fc_impl_ops *ops, fc_impl *im, long step, int first, int n, float *out);
 
 FC_END_DECLS
 

@@ -22,6 +22,7 @@
 #include "flags.h"
 #include "rerun.h"
 #include "mpicheck.h"
+#include "signature.h"
 #include "optim.h"
 #include "runner.h"
 #include "watchdog.h"
@@ -31,6 +32,7 @@
 // parameters before it (the optimizer allowance of compare.h needs them).
 typedef struct {
     float *params, *prev, *grads, *state[2];
+    float *start[2], *prev_grads;  // the tested side's state before the step and its gradients of the step before
 } full_set;
 
 static void export_all(const fc_impl_ops *ops, fc_impl *im, int n_state, full_set *s, int rank) {
@@ -146,6 +148,9 @@ static void prepare_judging(check_run *c) {
             sets[k]->grads = mallocCheck(c->m.numel * sizeof(float));
             for (int i = 0; i < c->n_state; i++) sets[k]->state[i] = mallocCheck(c->m.numel * sizeof(float));
         }
+        // a failure's signature (signature.h) starts where the step did: zero state, or the checkpoint's
+        for (int i = 0; i < c->n_state; i++) c->ts.start[i] = callocCheck(c->m.numel, sizeof(float));
+        c->ts.prev_grads = mallocCheck(c->m.numel * sizeof(float));
     }
     fc_cmp_policy_defaults(&c->policy, fc_cmp_precision(&c->ecfg, &c->tcfg));
     if (c->bitwise) fc_cmp_policy_bitwise(&c->policy);
@@ -160,6 +165,9 @@ static void prepare_judging(check_run *c) {
     if (c->tested->export_full(c->ti, FC_EXPORT_PARAMS, c->ts.prev, 0, &e) ||
         c->expected->export_full(c->ei, FC_EXPORT_PARAMS, c->es.prev, 0, &e))
         fc_die_all(c->rank, "%s", e.msg);
+    for (int i = 0; i < c->n_state && c->a.load_dir[0]; i++)  // the checkpoint's state, as the expected side read it
+        if (c->expected->export_full(c->ei, i ? FC_EXPORT_STATE1 : FC_EXPORT_STATE0, c->ts.start[i], 0, &e))
+            fc_die_all(c->rank, "%s", e.msg);
 }
 
 // Rank 0 judges step t from both implementations' exported sets: the verdict.
@@ -192,6 +200,11 @@ static int judge_step(check_run *c, long step, const fc_step_info *ti_info, cons
         fc_cmp_print_header(stdout);
         fc_cmp_print_rows(stdout, &r);
         fc_cmp_print_divergence(stdout, &r.first);
+        fc_sig_input in = {&c->m, &c->tcfg, c->W, &c->ctx, &r, &sa, &sb, {ts->start[0], ts->start[1]},
+                           step > c->first ? ts->prev_grads : NULL, NULL, 1};
+        fc_signature sig;
+        fc_signature_find(&in, &sig);
+        fc_signature_print(stdout, &sig);
         verdict = FC_EXIT_FAIL;
     }
     fc_cmp_result_free(&r);
@@ -220,6 +233,10 @@ static int run_step(check_run *c, int t) {
     }
     if (c->expected->step(c->ei, &ei_info, &e)) fc_die_all(c->rank, "%s", e.msg);
     fc_watchdog_mark(step, "export");
+    if (c->rank == 0 && t > 0) {  // what this step started from, before the export overwrites it
+        for (int i = 0; i < c->n_state; i++) memcpy(c->ts.start[i], c->ts.state[i], c->m.numel * sizeof(float));
+        memcpy(c->ts.prev_grads, c->ts.grads, c->m.numel * sizeof(float));
+    }
     export_all(c->tested, c->ti, c->n_state, &c->ts, c->rank);
     export_all(c->expected, c->ei, c->n_state, &c->es, c->rank);
     int verdict = c->rank == 0 ? judge_step(c, step, &ti_info, &ei_info) : FC_EXIT_PASS;
@@ -240,6 +257,9 @@ static void finish(check_run *c) {
         free(sets[k]->grads);
         free(sets[k]->state[0]);
         free(sets[k]->state[1]);
+        free(sets[k]->start[0]);
+        free(sets[k]->start[1]);
+        free(sets[k]->prev_grads);
     }
     fc_model_free(&c->m);
     fc_watchdog_stop();

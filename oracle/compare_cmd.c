@@ -8,6 +8,7 @@
 
 #include "compare_cmd.h"
 #include "flags.h"
+#include "signature.h"
 #include "threads.h"
 
 static void compare_usage(FILE *f) {
@@ -208,6 +209,8 @@ typedef struct {
     fc_trace_view cur[2], prev[2];
     const float *prev_params[2], *b_prev_state[2];
     int b_has_prev_state;
+    const float *b_prev_grads;  // B's gradients of the step before, while its view is open; NULL: none
+    fc_signature sig;           // the first failing step's (signature.h)
 } walk;
 
 // The re-run, announced with how the steps are judged.
@@ -243,7 +246,7 @@ static void open_start(walk *w) {
             if (fc_trace_view_step(t, w->lo - 1, NULL, &w->prev[side], &ps, &pb, &e)) fc_die(FC_EXIT_USAGE, "%s", e.msg);
             fc_batch_free(&pb);
             w->prev_params[side] = ps.params;
-            if (side == 1) w->b_prev_state[0] = ps.state[0], w->b_prev_state[1] = ps.state[1];
+            if (side == 1) w->b_prev_state[0] = ps.state[0], w->b_prev_state[1] = ps.state[1], w->b_prev_grads = ps.grads;
             w->b_has_prev_state = side == 1;
         }
     }
@@ -291,6 +294,15 @@ static void judge_step(walk *w, long s, fc_cmp_result *r) {
         sa.grad_mag = w->mag_buf;
     }
     fc_compare_step(&ctx, &sa, &st[1], r);
+    // the first failure's kind, where both sides started from the same state (in lockstep, or at B's start)
+    int same_start = rerun || (sa.prev_params && st[1].prev_params &&
+                               !memcmp(sa.prev_params, st[1].prev_params, w->p->a.model.numel * sizeof(float)));
+    if (!r->pass && !w->sig.text[0] && same_start) {
+        fc_sig_input in = {&w->p->a.model, &w->p->b.cfg, w->p->b.world_size, &ctx, r, &sa, &st[1],
+                           {w->b_has_prev_state ? w->b_prev_state[0] : NULL, w->b_has_prev_state ? w->b_prev_state[1] : NULL},
+                           w->b_prev_grads, w->p->b_init[0] ? w->p->b_init : NULL, 1};
+        fc_signature_find(&in, &w->sig);
+    }
     for (int side = 0; side < 2; side++) {  // a re-run's parameters are its own
         fc_batch_free(&bat[side]);
         w->prev_params[side] = side ? st[1].params : sa.params;
@@ -301,6 +313,7 @@ static void judge_step(walk *w, long s, fc_cmp_result *r) {
     }
     w->b_prev_state[0] = st[1].state[0], w->b_prev_state[1] = st[1].state[1];
     w->b_has_prev_state = 1;
+    w->b_prev_grads = st[1].grads;
 }
 
 static void close_walk(walk *w) {
@@ -346,6 +359,7 @@ int fc_cmd_compare(int argc, char **argv) {
     close_walk(&w);
     if (first.found) {
         fc_cmp_print_divergence(stdout, &first);
+        if (w.sig.text[0]) fc_signature_print(stdout, &w.sig);
         printf("FAIL: %ld of %d steps differ beyond the policy\n", failed_steps, n_res);
     } else {
         printf("PASS: %d step%s agree within the policy\n", n_res, n_res == 1 ? "" : "s");

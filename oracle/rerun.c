@@ -146,6 +146,22 @@ int fc_rerun_step(fc_rerun *r, long step, const float *params, const float *cons
     return 0;
 }
 
+int fc_piece_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e) {
+    fc_run_config c = *like;
+    c.optim.kind = FC_OPT_SGD;  // the pieces are gradients: an optimizer without state needs none handed over
+    c.optim.momentum = 0;
+    c.optim.nesterov = 0;
+    return open_as(r, &c, world, init, fc_reference_impl(), FC_STRATEGY_LOCAL, 1, e);
+}
+
+int fc_piece_grad(fc_rerun *r, const float *params, long step, int first, int n, float *out, fc_error *e) {
+    const float *const none[2] = {NULL, NULL};
+    if (fc_reference_local_load(r->ops, r->im, params, none, step) ||
+        fc_reference_piece_grad(r->ops, r->im, step, first, n, out))
+        return fc_fail(e, "the pieces of a step need the local reference");
+    return 0;
+}
+
 void fc_rerun_close(fc_rerun *r) {
     if (r->im) r->ops->destroy(r->im);
     free(r->own);

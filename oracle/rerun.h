@@ -71,7 +71,13 @@ int fc_magnitude_step(fc_rerun *r, long step, const float *params, const float *
 // from B's record of the step before. A re-run of the first step starts from
 // B's init, so compare first requires it to be A's, bit for bit.
 int fc_rerun_first_step(const fc_trace *ta, const fc_trace *tb, long step);
-// Closes either kind (safe on a zeroed or failed one).
+// The pieces of a step (oracle/signature.c): like's model and data, as the
+// local reference in fp32, at world size `world`. fc_piece_grad: into out
+// [numel], the gradient of the mean loss over samples [first, first + n) of
+// step `step`'s global batch at params [numel].
+int fc_piece_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e);
+int fc_piece_grad(fc_rerun *r, const float *params, long step, int first, int n, float *out, fc_error *e);
+// Closes any kind (safe on a zeroed or failed one).
 void fc_rerun_close(fc_rerun *r);
 
 #endif

@@ -42,5 +42,10 @@ int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e);
 // optimizer state of every trainable parameter (a frozen one has none: it
 // reads as 0, as from a checkpoint, whatever state holds) and the step count.
 void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step);
+// The gradient of the mean loss over samples [first, first + n) of step
+// `step`'s data at L's parameters, in one micro-batch, into out [numel] (a
+// frozen parameter's is 0): one rank's or one micro-batch's piece of a step,
+// which the oracle's failure signatures (oracle/signature.c) assemble.
+void RN(fc_local_piece_grad)(fc_local *L, long step, int first, int n, float *out);
 
 #endif

@@ -32,6 +32,7 @@
 #define fc_reference_impl fc_reference_faults_impl
 #define fc_reference_local_sets fc_faulty_reference_local_sets
 #define fc_reference_local_load fc_faulty_reference_local_load
+#define fc_reference_piece_grad fc_faulty_reference_piece_grad
 
 struct fc_fsdp;
 
