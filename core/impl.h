@@ -162,8 +162,9 @@ int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *pa
 // Into out [numel], the gradient of the mean loss over samples [first, first
 // + n) of step `step`'s data at such a reference's parameters: the per-rank
 // and per-micro-batch pieces of a step that the oracle's failure signatures
-// assemble into the wrong answers FSDP implementations produce. -1 as above.
-int fc_reference_piece_grad(const fc_impl_ops *ops, fc_impl *im, long step, int first, int n, float *out);
+// assemble into the wrong answers FSDP implementations produce, and into
+// *loss the mean loss over those samples. -1 as above.
+int fc_reference_piece_grad(const fc_impl_ops *ops, fc_impl *im, long step, int first, int n, float *out, float *loss);
 
 FC_END_DECLS
 

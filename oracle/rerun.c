@@ -154,10 +154,10 @@ int fc_piece_open(fc_rerun *r, const fc_run_config *like, int world, const char 
     return open_as(r, &c, world, init, fc_reference_impl(), FC_STRATEGY_LOCAL, 1, e);
 }
 
-int fc_piece_grad(fc_rerun *r, const float *params, long step, int first, int n, float *out, fc_error *e) {
+int fc_piece_grad(fc_rerun *r, const float *params, long step, int first, int n, float *out, float *loss, fc_error *e) {
     const float *const none[2] = {NULL, NULL};
     if (fc_reference_local_load(r->ops, r->im, params, none, step) ||
-        fc_reference_piece_grad(r->ops, r->im, step, first, n, out))
+        fc_reference_piece_grad(r->ops, r->im, step, first, n, out, loss))
         return fc_fail(e, "the pieces of a step need the local reference");
     return 0;
 }

@@ -74,9 +74,9 @@ int fc_rerun_first_step(const fc_trace *ta, const fc_trace *tb, long step);
 // The pieces of a step (oracle/signature.c): like's model and data, as the
 // local reference in fp32, at world size `world`. fc_piece_grad: into out
 // [numel], the gradient of the mean loss over samples [first, first + n) of
-// step `step`'s global batch at params [numel].
+// step `step`'s global batch at params [numel], and into *loss their mean loss.
 int fc_piece_open(fc_rerun *r, const fc_run_config *like, int world, const char *init, fc_error *e);
-int fc_piece_grad(fc_rerun *r, const float *params, long step, int first, int n, float *out, fc_error *e);
+int fc_piece_grad(fc_rerun *r, const float *params, long step, int first, int n, float *out, float *loss, fc_error *e);
 // Closes any kind (safe on a zeroed or failed one).
 void fc_rerun_close(fc_rerun *r);
 

@@ -66,7 +66,8 @@ static void sig_init(fc_sig *s, const fc_sig_input *in, fc_signature *out) {
     s->K = in->cfg->grad_accum > 0 ? in->cfg->grad_accum : 1;
     fc_groups g = fc_groups_of(in->cfg, in->world, 0);
     s->F = g.F, s->R = g.R, s->sharded = g.sharded;
-    s->t = in->a->step + 1;  // docs/contract.md §6: the step number is the optimizer's count before it
+    s->t = in->a->step + 1;
+    s->loss = NAN;  // docs/contract.md §6: the step number is the optimizer's count before it
     // candidates come from another arithmetic than either side's: judged by the step's tolerances, never bits
     s->pol = *in->ctx->policy;
     if (s->pol.bitwise) fc_cmp_policy_defaults(&s->pol, s->pol.prec);
@@ -146,6 +147,8 @@ static int judge(fc_sig *s, double norm, unsigned kinds) {
     cand.params = s->p;
     for (int i = 0; i < cand.n_state; i++) cand.state[i] = s->st[i];
     cand.grad_norm = norm;
+    if (!isnan(s->loss)) cand.loss = (float)s->loss;
+    s->loss = NAN;
     fc_cmp_result r;
     fc_cmp_result_init(&r, cand.step);
     fc_compare_add(&s->ctx, &cand, s->in->b, kinds, &r);
@@ -188,7 +191,10 @@ void fc_sig_try_grad(fc_sig *s, const char *text) {
         if (!s->bad_grad[i] || p->frozen) memcpy(s->g + o, A + o, bytes);
         else differs |= memcmp(s->g + o, A + o, bytes) != 0;
     }
-    if (!differs) return;
+    if (!differs) {
+        s->loss = NAN;
+        return;
+    }
     fc_sig_finish h = fc_sig_finish_default(s);
     // not the norm: where a reduction is broken the ranks' gradients differ, and which of them the
     // reported norm sums is the implementation's own business

@@ -22,6 +22,7 @@ typedef struct {
     const float *start[2];    // [numel] the state the step started from (zeros where none)
     float *zeros;             // [numel]
     int *owner;               // [numel] the rank in shard group 0 that holds element i, or NULL
+    double loss;              // the candidate's loss where it is not A's (NAN: A's), for the next try only
     fc_signature *out;
 } fc_sig;
 

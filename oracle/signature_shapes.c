@@ -44,8 +44,9 @@ static void shapes_scale(fc_sig *s) {
 }
 
 // The pieces G[r*K + k] [numel]: the mean-loss gradient over micro-batch k of rank r's samples, at
-// the step's start; NULL where they cannot be recomputed (not asked, too big, an uneven split).
-static float *pieces(const fc_sig *s) {
+// the step's start, and loss[r*K + k] their mean loss; NULL where they cannot be recomputed (not
+// asked, too big, an uneven split).
+static float *pieces(const fc_sig *s, float *loss) {
     const fc_sig_input *in = s->in;
     int B = in->cfg->global_batch, P = s->W * s->K;
     if (!in->pieces || B % P != 0 || (size_t)P * s->n * sizeof(float) > PIECES_MAX_BYTES) return NULL;
@@ -55,7 +56,7 @@ static float *pieces(const fc_sig *s) {
     float *G = mallocCheck((size_t)P * s->n * sizeof(float));
     int q = B / P;  // samples per piece: rank r reads [r B/W, (r+1) B/W), its micro-batch k the k-th q of them
     for (int j = 0; j < P && G; j++)
-        if (fc_piece_grad(&rr, in->a->prev_params, in->a->step, j * q, q, G + (size_t)j * s->n, &e)) {
+        if (fc_piece_grad(&rr, in->a->prev_params, in->a->step, j * q, q, G + (size_t)j * s->n, &loss[j], &e)) {
             free(G);
             G = NULL;
         }
@@ -160,18 +161,41 @@ static void shapes_micro(fc_sig *s, const float *G, double lambda) {
     }
 }
 
+// A sampler that hands the ranks the wrong samples: every rank rank 0's (not split by rank), or rank
+// r rank r - 1's (off by one rank). The loss is the ranks' mean over what they read.
+static void shapes_data(fc_sig *s, const float *G, const float *loss, double lambda) {
+    if (s->W < 2) return;
+    for (int v = 0; v < (s->W > 2 ? 2 : 1); v++) {  // at W = 2 the two are one
+        memset(s->g, 0, s->n * sizeof(float));
+        double l = 0;
+        for (int r = 0; r < s->W; r++)
+            for (int k = 0; k < s->K; k++) {
+                int j = (v ? (r > 0 ? r - 1 : 0) : 0) * s->K + k;  // the piece rank r read
+                const float *g = G + (size_t)j * s->n;
+                for (size_t i = 0; i < s->n; i++) s->g[i] += (float)(lambda / ((double)s->W * s->K) * g[i]);
+                l += loss[j] / ((double)s->W * s->K);
+            }
+        s->loss = l;
+        fc_sig_try_grad(s, v ? "every rank r > 0 trained on rank r - 1's samples: a sampler off by one rank"
+                             : "every rank trained on rank 0's samples: a sampler not split by rank");
+    }
+}
+
 void fc_sig_shapes_grad(fc_sig *s) {
     const fc_run_config *c = s->in->cfg;
     shapes_scale(s);
-    float *G = pieces(s);
+    float *loss = mallocCheck((size_t)s->W * s->K * sizeof(float));
+    float *G = pieces(s, loss);
     if (G) {
         // A = lambda x the mean of the pieces: set_gradient_divide_factor(F) leaves W / F times the mean
         double lambda = c->gradient_divide_factor > 0 ? s->W / c->gradient_divide_factor : 1.0;
         if (s->W > 1) shapes_local(s, G, lambda);
         shapes_groups(s, G, lambda);
         shapes_micro(s, G, lambda);
+        shapes_data(s, G, loss, lambda);
         free(G);
     }
+    free(loss);
     if (s->in->b_prev_grads) {
         memcpy(s->g, s->in->b_prev_grads, s->n * sizeof(float));
         fc_sig_try_grad(s, "B = the previous step's gradient (stale)");

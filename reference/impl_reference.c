@@ -136,8 +136,8 @@ int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *pa
     return 0;
 }
 
-int fc_reference_piece_grad(const fc_impl_ops *ops, fc_impl *im, long step, int first, int n, float *out) {
+int fc_reference_piece_grad(const fc_impl_ops *ops, fc_impl *im, long step, int first, int n, float *out, float *loss) {
     if (ops != &REFERENCE || !im || !im->is_local) return -1;
-    fc_local_piece_grad(&im->local, step, first, n, out);
+    *loss = fc_local_piece_grad(&im->local, step, first, n, out);
     return 0;
 }

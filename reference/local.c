@@ -142,7 +142,7 @@ void RN(fc_local_set)(fc_local *L, const float *params, const float *const state
     L->step = step;
 }
 
-void RN(fc_local_piece_grad)(fc_local *L, long step, int first, int n, float *out) {
+float RN(fc_local_piece_grad)(fc_local *L, long step, int first, int n, float *out) {
     const fc_run_config *c = &L->cfg;
     const fc_model *m = &L->model;
     int T = fc_model_has_tokens(&c->model) ? c->seq_len : 0;
@@ -154,12 +154,13 @@ void RN(fc_local_piece_grad)(fc_local *L, long step, int first, int n, float *ou
     RN(fc_acts) a;
     RN(fc_acts_init)(&a, m, n, T, mem);
     memset(out, 0, m->numel * sizeof(float));
-    RN(fc_model_forward)(m, L->params, &b, &a);
+    float loss = RN(fc_model_forward)(m, L->params, &b, &a);
     RN(fc_model_backward)(m, L->params, &b, &a, out, 1.0f / (float)a.NT);
     for (int i = 0; i < m->n_params && m->n_frozen; i++)
         if (m->params[i].frozen) memset(out + m->params[i].offset, 0, m->params[i].numel * sizeof(float));
     free(mem);
     fc_batch_free(&b);
+    return loss;
 }
 
 int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e) {

@@ -46,6 +46,7 @@ void RN(fc_local_set)(fc_local *L, const float *params, const float *const state
 // `step`'s data at L's parameters, in one micro-batch, into out [numel] (a
 // frozen parameter's is 0): one rank's or one micro-batch's piece of a step,
 // which the oracle's failure signatures (oracle/signature.c) assemble.
-void RN(fc_local_piece_grad)(fc_local *L, long step, int first, int n, float *out);
+// Returns the mean loss over those samples.
+float RN(fc_local_piece_grad)(fc_local *L, long step, int first, int n, float *out);
 
 #endif

@@ -63,7 +63,7 @@ expect 2 reduce_dtype_ignored 'B.s gradients lie on the bf16 grid: reduced in bf
 expect 2 ckpt_drop_optim "B's optimizer state restarted from zero" "${G[@]}" --strategy full_shard --fsdp-version 2 \
   --load "$work/ck"
 expect 2 shard_offset "$NONE" "${G[@]}" --strategy full_shard
-expect 2 data_overlap "$NONE" "${G[@]}" --strategy full_shard
+expect 4 data_overlap "every rank r > 0 trained on rank r - 1's samples" "${G[@]}" --strategy full_shard --grad-accum 2
 expect 2 tied_untied "$NONE" "${G[@]}" --strategy full_shard
 expect 2 bf16_truncate "$NONE" "${G[@]}" --strategy full_shard --param-dtype bf16 --reduce-dtype fp32
 expect 2 rope_half "$NONE" "${L[@]}" --strategy full_shard
