@@ -126,6 +126,23 @@ static int check_start(fc_props *r, const fc_judgement *j, const fc_cmp_ctx *ctx
     return ok;
 }
 
+// The first failure's signature (signature.h): not of a run against itself (P12) or finite
+// differences (P13). The step started from the tested run's state before it, or, where the tested run
+// starts there (a resumed run, P7), from the expected run's: what the checkpoint was to restore.
+static void signature(fc_props *r, const fc_judgement *j, const fc_cmp_ctx *ctx, const fc_cmp_result *res,
+                      const fc_trace_step *a, const fc_trace_step *b, int k) {
+    if (j->p == FC_P12_DETERMINISM || j->p == FC_P13_FINITE_DIFF) return;
+    int t = j->tested.at + k, e = j->expected.at + k;
+    fc_trace_step none = {0}, before = t > 0   ? fc_run_trace_step(j->tested.run, t - 1)
+                                       : e > 0 ? fc_run_trace_step(j->expected.run, e - 1)
+                                               : none;
+    fc_sig_input in = {ctx->m, j->tested.cfg, j->tested.W, ctx, res, a, b,
+                       {before.state[0], before.state[1]}, t > 0 ? before.grads : NULL, NULL, 1};
+    fc_signature sig;
+    fc_signature_find(&in, &sig);
+    snprintf(r->signature, sizeof r->signature, "%s", sig.text);
+}
+
 // Step k of the comparison: its error magnitudes into r; 0 when it fails.
 static int check_step(fc_props *r, const fc_judgement *j, fc_cmp_ctx *ctx, magnitudes *mag, int k) {
     const fc_run_result *x = j->lock && k > 0 ? j->lock : j->expected.run;
@@ -155,6 +172,7 @@ static int check_step(fc_props *r, const fc_judgement *j, fc_cmp_ctx *ctx, magni
     }
     int ok = res.pass;
     if (!ok) {
+        if (!r->detail[0]) signature(r, j, ctx, &res, &a, &b, k);  // this failure becomes the detail
         char what[600];
         describe(&res.first, what, sizeof what);
         const fc_cmp_policy *pol = ctx->policy;

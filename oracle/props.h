@@ -9,6 +9,7 @@
 
 #include "compare.h"
 #include "runner.h"
+#include "signature.h"
 
 // The properties of docs/contract.md §8, numbered as there: bit p of a verdict's masks
 // is property p, and bit 0 marks a case that never finished (a timeout).
@@ -43,6 +44,7 @@ typedef struct {
     double max_ulp[FC_NPROP];     // the same in ULPs at the tensor's scale
     double headroom[FC_NPROP];    // the largest judged error as a fraction of its tolerance (> 1: failed)
     char detail[768];             // the first failure: property, against what, step, tensor, element, values, rank
+    char signature[FC_SIG_TEXT];  // what kind of wrong the first failure is (signature.h), "" where not judged
 } fc_props;
 
 // Records a check of property p; a failure keeps the first detail.

@@ -232,6 +232,11 @@ static void rp_md_repro(rp_buf *b, const fc_sweep_report *r, int nfail) {
             rp_md(b, c->v.detail, sizeof c->v.detail);
             rp_puts(b, "\n");
         }
+        if (c->v.signature[0]) {
+            rp_puts(b, "- signature: ");
+            rp_md(b, c->v.signature, sizeof c->v.signature);
+            rp_puts(b, "\n");
+        }
         rp_puts(b, "\n");
     }
     if (strnlen(r->repro, sizeof r->repro)) {

@@ -297,7 +297,9 @@ static int run_replay(sweep_run *sw) {
         for (int p = FC_P1_LOCAL; p < FC_NPROP; p++)
             if (r.v.checked & (1u << p))
                 printf("P%-2d %-42s %s\n", p, fc_prop_name(p), r.v.failed & (1u << p) ? "FAIL" : "pass");
-        if (r.v.failed) printf("%s\ncaught by P%d\n", r.v.detail, fc_props_lowest(r.v.failed));
+        if (r.v.failed) printf("%s\n", r.v.detail);
+        if (r.v.failed && r.v.signature[0]) printf("signature: %s\n", r.v.signature);
+        if (r.v.failed) printf("caught by P%d\n", fc_props_lowest(r.v.failed));
     }
     return r.v.failed ? FC_EXIT_FAIL : FC_EXIT_PASS;
 }
@@ -389,6 +391,7 @@ static int summarize(const sweep_run *sw, int rc) {
     printf("judged: %s\n", rep->judged);
     if (rep->have_shrunk) {
         printf("minimal failing case (W=%d): %s\n  %s\n", rep->shrunk.W, rep->shrunk.spec, rep->shrunk.v.detail);
+        if (rep->shrunk.v.signature[0]) printf("signature: %s\n", rep->shrunk.v.signature);
         printf("caught by P%d (%s)\n", rep->caught_by, fc_prop_name(rep->caught_by));
         printf("failed properties:");
         for (int p = FC_P1_LOCAL; p < FC_NPROP; p++)

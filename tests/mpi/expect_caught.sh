@@ -28,4 +28,4 @@ if ! grep -qE "^caught by P$want( |\$)" "$out"; then
   got=$(grep -oE '^caught by P[0-9]+' "$out" | head -n 1 | cut -d' ' -f3)
   fail "caught by ${got:-no property}, the catalogue expects P$want"
 fi
-grep -E "^(caught by|failed properties|minimal failing case|reproduce)" "$out"
+grep -E "^(caught by|failed properties|minimal failing case|signature|reproduce)" "$out"
