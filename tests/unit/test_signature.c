@@ -77,8 +77,8 @@ static void take_step(const float *g, float *p, float *st[2], int updates, long 
 }
 
 static void make_steps(void) {
-    const char *names[2];
-    fc_optim_state_names(&g_cfg.optim, names);
+    const char *names[2] = {NULL, NULL};
+    int n_state = fc_optim_state_names(&g_cfg.optim, names);
     fc_trace_step *s[2] = {&A, &B};
     float *g[2] = {ag, bg}, *p[2] = {ap, bp}, **st[2] = {as, bs};
     for (int k = 0; k < 2; k++) {
@@ -90,8 +90,8 @@ static void make_steps(void) {
         s[k]->grads = g[k];
         s[k]->params = p[k];
         s[k]->prev_params = prev_params;
-        s[k]->n_state = 2;
-        for (int i = 0; i < 2; i++) s[k]->state_names[i] = names[i], s[k]->state[i] = st[k][i];
+        s[k]->n_state = n_state;
+        for (int i = 0; i < n_state; i++) s[k]->state_names[i] = names[i], s[k]->state[i] = st[k][i];
     }
 }
 
