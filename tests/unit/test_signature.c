@@ -1,7 +1,8 @@
 // tests/unit/test_signature.c — the failure signatures (oracle/signature.h) on
 // steps built in memory: B made from A by one known wrong answer (c x A, a
-// stale gradient, a step not taken or taken twice, another AdamW step count,
-// state from zero, the clip skipped), each must be named by its shape; a
+// divide factor applied twice, a stale gradient, a step not taken or taken
+// twice, another AdamW step count, state from zero, the clip skipped), each
+// must be named by its shape; a
 // wrong answer of no known shape must be named by none. The shapes built from
 // the per-rank pieces need the reference's re-run (MPI): tests/mpi/signature.sh
 // covers them through the fault catalogue. Single process, no MPI, no files.
@@ -126,6 +127,13 @@ Test(signature, gradients_w_times_too_large_are_named_w_x_a) {
     for (size_t i = 0; i < N; i++) bg[i] = 4 * ag[i];
     steps(1, 4, 0, 1);
     expect(4, NULL, "B = W x A (W = 4)");
+}
+
+Test(signature, the_gradient_divide_factor_applied_twice_is_named_a_over_d) {
+    g_cfg.gradient_divide_factor = 4;  // at W = 2: W x A and A / W are other constants
+    for (size_t i = 0; i < N; i++) bg[i] = 0.25f * ag[i];
+    steps(1, 4, 0, 1);
+    expect(2, NULL, "B = A / D (D = 4, the gradient divide factor): divided by it twice");
 }
 
 Test(signature, one_tensor_scaled_names_the_tensor) {
