@@ -13,7 +13,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 bin=$build/oracle/fsdpcheck port=$build/ports/libfsdpcheck_hwlike.so
 export HWLOC_COMPONENTS=-pci,-x86
 [ $# -ge 2 ] && exec >"$2"
-faults=$(sed -n '/^set(FC_FAULTS/,/)/p' "$ROOT/tests/CMakeLists.txt" | tr -d '()' | sed 's/set\|FC_FAULTS//g' | tr -s ' \n' '\n' | grep .)
+faults=$(sed -n '/^set(FC_FAULTS/,/)/p' "$ROOT/tests/CMakeLists.txt" | sed 's/^set(FC_FAULTS//; s/)//' | tr -s ' \n' '\n' | grep .)
 echo "## The catalogue's sweeps (W = 4, the property.fault.* tests)"
 echo
 echo "| fault | caught by | signature of the minimal case |"
@@ -22,7 +22,7 @@ for f in $faults; do
   out=$(mpiexec -n 4 "$bin" sweep --inject "$f" --quiet 2>&1)
   caught=$(printf '%s\n' "$out" | grep -m1 -oE '^caught by P[0-9]+' | cut -d' ' -f3)
   sig=$(printf '%s\n' "$out" | grep -m1 '^signature: ' | cut -d' ' -f2-)
-  echo "| $f | ${caught:-?} | ${sig:-(none printed: the failure is not a step's numbers)} |"
+  echo "| $f | ${caught:-?} | ${sig:-(none printed: the failure is not in a step of numbers)} |"
 done
 echo
 echo "## Under check (tests/mpi/signature.sh)"
