@@ -1,6 +1,6 @@
-// oracle/signature_internal.h — what signature.c (the engine: a candidate
-// finished into a step and judged) and signature_shapes.c (the candidates)
-// share.
+// oracle/signature_internal.h — what the signatures' three files share:
+// signature.c (the driver) calls signature_shapes.c (the candidates), and
+// both call signature_engine.c (a candidate finished into a step and judged).
 #ifndef FC_SIGNATURE_INTERNAL_H
 #define FC_SIGNATURE_INTERNAL_H
 
@@ -35,6 +35,11 @@ typedef struct {
     double norm;               // < 0: the candidate gradient's own total norm; else the norm reported
 } fc_sig_finish;
 
+// The state of one signature: which parameters failed, the judge, the candidate's buffers.
+void fc_sig_init(fc_sig *s, const fc_sig_input *in, fc_signature *out);
+void fc_sig_free(fc_sig *s);
+// Whether B is within the signature's policy of A (a failure only bitwise comparison sees).
+int fc_sig_near_a(fc_sig *s);
 // The default finish: one update at s->t, clipped by the gradient's own norm.
 fc_sig_finish fc_sig_finish_default(const fc_sig *s);
 // Judges s->g (A's values kept where the gradient did not fail), finished as
