@@ -16,10 +16,14 @@ started beside the plan (its ranks open DIR/ref once the plan is written:
 planwait; several checks at once plan first, then start torch), and
 compare judges every torch step in lockstep: the reference re-runs it from
 torch's own state before it, the first from torch's initial weights (which
-must be the plan's, bit for bit) and a fresh optimizer. Only a failed FSDP2
-check on gloo runs the reference itself, `mpiexec -n W fsdpcheck run [run
-flags] --steps 1` (--mpiexec), to measure pytorch#162338's signature against
-its step 0.
+must be the plan's, bit for bit) and a fresh optimizer. Only a failed check
+that a known bug's signature may explain runs the reference itself, `mpiexec
+-n W fsdpcheck run [run flags] --steps 1` (--mpiexec), to measure that
+signature against its step 0: FSDP2 on gloo (pytorch#162338), FSDP2 with a
+divide factor on a one-rank shard group (pytorch#167178, and its double
+divide under force-sum or fp16), and FSDP1's hybrid
+strategies on a one-rank shard group, against the reference's run with
+--inject hsdp_no_replicate (pytorch#154888).
 --schedule also records the collectives torch FSDP issues (run --comm-log) and
 judges them with `fsdpcheck schedule --api torch-fsdpN` (P10, the oracle's own
 rules): the check fails if either the numbers or the schedule do.
@@ -236,8 +240,11 @@ class Job:
         self.timeout = self.opts["--timeout"]
         self.t = {"plan_s": 0.0, "torch_s": 0.0, "compare_s": 0.0}
         # FSDP2's prefetch lists and divide factor are the reference's under --fsdp-version 2 only
-        # (the reference and `fsdpcheck schedule` refuse them with FSDP1's layout)
-        self.version_flags = ["--fsdp-version", "2"] if self.api == "fsdp2" and fsdp2_only(self.cfg) else []
+        # (the reference and `fsdpcheck schedule` refuse them with FSDP1's layout); no_shard, which has no
+        # FSDP2 layout there (FSDP2's is a (W, 1) mesh of whole replicas), keeps FSDP1's, where a divide
+        # factor is taken as it is
+        v2 = self.api == "fsdp2" and fsdp2_only(self.cfg) and self.cfg["strategy"] != "no_shard"
+        self.version_flags = ["--fsdp-version", "2"] if v2 else []
 
     def group(self):
         return (self.world, self.opts.get("--device", "cpu"), self.opts.get("--backend", ""))
@@ -259,10 +266,21 @@ class Job:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
+def versioned_flags(job):
+    """job's run flags with FSDP2's version flags, where it needs them. `--backward-prefetch pre` is then
+    dropped: FSDP1's option, which the reference refuses under FSDP2's layout, where its implicit
+    one-unit backward prefetch is what fully_shard does (config.py takes only `pre` for fsdp2)."""
+    flags = list(job.flags) + job.version_flags
+    if job.version_flags and "--backward-prefetch" in flags:
+        i = flags.index("--backward-prefetch")
+        del flags[i : i + 2]
+    return flags
+
+
 def reference_flags(job):
     """The run flags the reference takes for job: the user's, FSDP2's version
     flags, and the gradient divide of the torch API unless --divide is given."""
-    flags = list(job.flags) + job.version_flags
+    flags = versioned_flags(job)
     if "--divide" not in job.flags:
         force_sum = job.opts.get("--force-sum-reduction")
         flags += ["--divide", reference_divide(job.api, job.cfg, job.world, force_sum, backend_of(job.opts))]
@@ -284,12 +302,14 @@ def plan_reference(job, fsdpcheck, env):
     job.t["plan_rss_mib"] = plan_rss(p.stdout)
 
 
-def reference_step0(job, fsdpcheck, mpiexec, env):
+def reference_step0(job, fsdpcheck, mpiexec, env, inject=None):
     """The reference's own run of step 0 at W ranks, its tensors traced, in
-    DIR/ref-step0 (what pytorch#162338's signature is measured against), or
-    None where it failed: the verdict already stands without it."""
-    out = os.path.join(job.work, "ref-step0")
+    DIR/ref-step0 (what a known bug's signature is measured against), with the
+    reference's fault `inject` where given (DIR/ref-step0-INJECT), or None where
+    it failed: the verdict already stands without it."""
+    out = os.path.join(job.work, "ref-step0" + (f"-{inject}" if inject else ""))
     cmd = [mpiexec, "-n", str(job.world), fsdpcheck, "run"] + reference_flags(job) + ["--steps", "1", "--quiet"]
+    cmd += ["--inject", inject] if inject else []
     try:
         p = run_bounded(cmd + ["--trace", out], env, job.timeout, "the reference's step 0")
     except Hung:
@@ -522,44 +542,119 @@ def gloo_avg_applies(job):
     return job.opts.get("--backend", "gloo" if job.opts.get("--device", "cpu") == "cpu" else "") == "gloo"
 
 
+def hsdp_no_replicate_applies(job):
+    """Whether job could show pytorch#154888: FSDP1's hybrid strategies with a
+    shard group of one rank at W >= 2, no fault injected."""
+    hybrid = job.cfg["strategy"].startswith("hybrid")
+    return (
+        job.api == "fsdp1" and hybrid and job.cfg["shard_group"] == 1 and job.world > 1 and "--inject" not in job.opts
+    )
+
+
+def divide_factor_applies(job):
+    """Whether job could show pytorch#167178: FSDP2 with a gradient divide factor
+    other than the data-parallel size on a one-rank shard group, averaging."""
+    F = job.cfg.get("gradient_divide_factor")
+    if job.api != "fsdp2" or not F or F == job.world or job.opts.get("--force-sum-reduction"):
+        return False
+    return shard_size(job.api, job.cfg, job.world) == 1 and "--inject" not in job.opts
+
+
+def divide_twice_applies(job):
+    """Whether job could show the one-rank double divide (known_bugs.FSDP2_DIVIDE_FACTOR_TWICE):
+    FSDP2 with a gradient divide factor F != 1 on a one-rank shard group, F applied
+    outside the collective (force-sum, or an fp16 reduce)."""
+    F = job.cfg.get("gradient_divide_factor")
+    outside = job.opts.get("--force-sum-reduction") or job.cfg["reduce_dtype"] == "fp16"
+    if job.api != "fsdp2" or not F or F == 1 or not outside or "--inject" in job.opts:
+        return False
+    return shard_size(job.api, job.cfg, job.world) == 1
+
+
+def ratio_tol(job):
+    # fp32: B = k A to rounding (1e-3 is far above it); 16-bit: the two runs'
+    # own roundings differ by up to ~1e-2 of a tensor, far below any k - 1 named
+    return 1e-3 if job.cfg["param_dtype"] == job.cfg["reduce_dtype"] == "fp32" else 3e-2
+
+
 def gloo_avg_bug(job, ref_dir):
     """The line naming pytorch#162338, with the ratios measured, when a failed
-    FSDP2 check has its signature (every step-0 gradient exactly W x the
-    reference's in ref_dir, a trace of the reference's step 0), else None."""
+    FSDP2 check has its signature (every step-0 gradient exactly S x the
+    reference's in ref_dir, a trace of the reference's step 0, S the shard
+    group's size: W but under HSDP), else None."""
     from . import known_bugs
 
     if not gloo_avg_applies(job):
         return None
-    import torch
-    from safetensors import safe_open
-
-    name = "step-000000.safetensors"
-    ratios = []
-    try:
-        with (
-            safe_open(os.path.join(ref_dir, name), "pt") as fa,
-            safe_open(os.path.join(job.torch_dir, name), "pt") as fb,
-        ):
-            for k in fa.keys():  # noqa: SIM118 (safe_open is not a dict)
-                if not k.startswith("grad."):
-                    continue
-                a, b = fa.get_tensor(k).double(), fb.get_tensor(k).double()
-                aa = float(torch.dot(a.flatten(), a.flatten()))
-                if aa == 0.0:
-                    continue
-                r = float(torch.dot(b.flatten(), a.flatten())) / aa
-                nb = float(b.norm())
-                ratios.append((r, float((b - r * a).norm()) / nb if nb else 0.0))
-    except Exception:  # noqa: BLE001 (a trace compare already judged; no signature then)
+    ratios = known_bugs.step0_ratios(ref_dir, job.torch_dir)
+    S = shard_size(job.api, job.cfg, job.world)
+    if known_bugs.match_gloo_avg(job.api, "gloo", job.world, False, ratios or [], ratio_tol(job), S) is None:
         return None
-    # fp32: B = W A to rounding (1e-3 is far above it); 16-bit: the two runs'
-    # own roundings differ by up to ~1e-2 of a tensor, far below W - 1
-    tol = 1e-3 if job.cfg["param_dtype"] == job.cfg["reduce_dtype"] == "fp32" else 3e-2
-    bug = known_bugs.match_gloo_avg(job.api, "gloo", job.world, False, ratios, tol)
+    group = f"shard group of {S}, " if S != job.world else ""
+    return f"{known_bugs.GLOO_AVG.line()}\n{known_bugs.measured(ratios, 'A')} ({group}W = {job.world})"
+
+
+def divide_factor_bug(job, ref_dir):
+    """The line naming pytorch#167178 when every step-0 gradient is exactly F x
+    the reference's in ref_dir, else None."""
+    from . import known_bugs
+
+    if not divide_factor_applies(job):
+        return None
+    c, F = job.cfg, job.cfg.get("gradient_divide_factor")
+    ratios = known_bugs.step0_ratios(ref_dir, job.torch_dir) or []
+    args = (job.api, shard_size(job.api, c, job.world), F, job.world, False, c["reduce_dtype"], ratios, ratio_tol(job))
+    bug = known_bugs.match_divide_factor_shard1(*args)
+    return f"{bug.line()}\n{known_bugs.measured(ratios, 'A')} (F = {F:g}, W = {job.world})" if bug else None
+
+
+def divide_twice_bug(job, ref_dir):
+    """The line naming the one-rank double divide when every step-0 gradient is
+    exactly 1/F x the reference's in ref_dir, else None."""
+    from . import known_bugs
+
+    if not divide_twice_applies(job):
+        return None
+    c, F = job.cfg, job.cfg.get("gradient_divide_factor")
+    ratios = known_bugs.step0_ratios(ref_dir, job.torch_dir) or []
+    force_sum = bool(job.opts.get("--force-sum-reduction"))
+    args = (job.api, shard_size(job.api, c, job.world), F, force_sum, c["reduce_dtype"], ratios, ratio_tol(job))
+    bug = known_bugs.match_divide_factor_twice(*args)
+    return f"{bug.line()}\n{known_bugs.measured(ratios, 'A')} (F = {F:g}, W = {job.world})" if bug else None
+
+
+def hsdp_no_replicate_bug(job, inj_dir):
+    """The line naming pytorch#154888 when every step-0 gradient matches the
+    reference's run with --inject hsdp_no_replicate in inj_dir, else None."""
+    from . import known_bugs
+
+    ratios = known_bugs.step0_ratios(inj_dir, job.torch_dir) or []
+    c = job.cfg
+    bug = known_bugs.match_hsdp_no_replicate(
+        job.api, c["strategy"], c["shard_group"], job.world, ratios, ratio_tol(job)
+    )
     if bug is None:
         return None
-    lo, hi = min(r for r, _ in ratios), max(r for r, _ in ratios)
-    return f"{bug.line()}\n  measured: all {len(ratios)} gradients of step 0 are B = {lo:.4f} .. {hi:.4f} x A (W = {job.world})"
+    return f"{bug.line()}\n{known_bugs.measured(ratios, 'the reference with --inject hsdp_no_replicate')} (W = {job.world})"
+
+
+def known_bug_line(job, fsdpcheck, env):
+    """The line naming the known bug a failed check's step 0 shows, measured
+    against the reference's own run of step 0 (with the bug's fault injected
+    where the catalogue has it), or None: the verdict stands either way. A bug
+    fsdpcheck measured gone from this torch is not named: the same shape there
+    is another bug (or a fault injected, --inject no_divide's is #162338's)."""
+    from . import known_bugs
+
+    line = None
+    mpiexec = job.opts.get("--mpiexec", "mpiexec")
+    if gloo_avg_applies(job) or divide_factor_applies(job) or divide_twice_applies(job):
+        ref0 = reference_step0(job, fsdpcheck, mpiexec, env)
+        line = ref0 and (gloo_avg_bug(job, ref0) or divide_factor_bug(job, ref0) or divide_twice_bug(job, ref0))
+    elif hsdp_no_replicate_applies(job):
+        inj = reference_step0(job, fsdpcheck, mpiexec, env, inject="hsdp_no_replicate")
+        line = inj and hsdp_no_replicate_bug(job, inj)
+    return line if line and not known_bugs.gone_from_this_torch(line) else None
 
 
 def compare(job, fsdpcheck, env):
@@ -602,11 +697,9 @@ def judge(job, p, fails, fsdpcheck, env):
         raise torch_failure(job, p, fails)
     job.t.update(torch_timing(job.torch_dir))
     rc, text = compare(job, fsdpcheck, env)
-    if rc == 1 and gloo_avg_applies(job):  # measured against the reference's own step 0, run for it
-        ref0 = reference_step0(job, fsdpcheck, job.opts.get("--mpiexec", "mpiexec"), env)
-        bug = gloo_avg_bug(job, ref0) if ref0 else None
-        if bug:
-            text += bug + "\n"
+    line = known_bug_line(job, fsdpcheck, env) if rc == 1 else None
+    if line:
+        text += line + "\n"
     if job.opts.get("--schedule"):
         src, stext = schedule(job, fsdpcheck, env)
         rc, text = max(rc, src), text + stext
@@ -616,8 +709,7 @@ def judge(job, p, fails, fsdpcheck, env):
 def schedule(job, fsdpcheck, env):
     """`fsdpcheck schedule` on the comm log the torch run recorded: (0 or 1, its output)."""
     log = os.path.join(job.torch_dir, "commlog.jsonl")
-    cmd = [fsdpcheck, "schedule", log, "--world", str(job.world), "--api", f"torch-{job.api}", *job.flags]
-    cmd += job.version_flags
+    cmd = [fsdpcheck, "schedule", log, "--world", str(job.world), "--api", f"torch-{job.api}", *versioned_flags(job)]
     p = run_bounded(cmd, env, job.timeout, "fsdpcheck schedule")
     if p.returncode == 2:
         raise RuntimeError(f"fsdpcheck schedule refused the comm log: {p.stderr.strip() or p.stdout.strip()}")
@@ -631,13 +723,30 @@ def outcome(e):
     return code, f"fsdpcheck-torch: {verdict}{e}"
 
 
+def run_group(jobs, idx, results, fsdpcheck, env):
+    """One torchrun for the jobs idx, each judged into results[i]. Returns whether it ended cleanly."""
+    try:
+        p, fails = run_torch([jobs[i] for i in idx], env)
+    except Hung as e:
+        for i in idx:
+            results[i] = outcome(e) + (jobs[i].t,)
+        return False
+    for i in idx:
+        try:
+            results[i] = judge(jobs[i], p, fails, fsdpcheck, env) + (jobs[i].t,)
+        except (UsageError, RuntimeError, Crash, Hung) as e:
+            results[i] = outcome(e) + (jobs[i].t,)
+    return p.returncode == 0
+
+
 def run_checks(argvs):
     """Checks several configs, starting torch once per world size. Returns one
     (exit code, compare output or error, timing) per argv: 0/1 from compare,
     1 for a torch run that crashed, 2 with the message for bad input or a
     failed reference run, 3 for a run that hung. A torchrun that exits
-    non-zero fails every job in it that has no error of its own to show: the
-    exit code of a run is never explained away by a trace that exists."""
+    non-zero gives none of its jobs a verdict (the exit code of a run is never
+    explained away by a trace that exists): each job of it that did not pass
+    runs again in its own torchrun, whose exit code is that job's alone."""
     env = env_for_runs()
     results = [None] * len(argvs)
     jobs = {}
@@ -659,17 +768,14 @@ def run_checks(argvs):
             except (UsageError, RuntimeError, Hung) as e:
                 results[i] = outcome(e) + (j.t,)
         for idx in ready.values():
-            try:
-                p, fails = run_torch([jobs[i] for i in idx], env)
-            except Hung as e:
+            if not run_group(jobs, idx, results, fsdpcheck, env) and len(idx) > 1:
+                # a run that fails leaves the others of its torchrun waiting in a collective until gloo's
+                # timeout, and the torchrun's exit fails them all: each that did not pass runs again alone
                 for i in idx:
-                    results[i] = outcome(e) + (jobs[i].t,)
-                continue
-            for i in idx:
-                try:
-                    results[i] = judge(jobs[i], p, fails, fsdpcheck, env) + (jobs[i].t,)
-                except (UsageError, RuntimeError, Crash, Hung) as e:
-                    results[i] = outcome(e) + (jobs[i].t,)
+                    if results[i][0] != 0:
+                        shutil.rmtree(jobs[i].torch_dir, ignore_errors=True)
+                        jobs[i].t["torch_s"] = 0.0
+                        run_group(jobs, [i], results, fsdpcheck, env)
         return results
     finally:
         for j in jobs.values():

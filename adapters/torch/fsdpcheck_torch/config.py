@@ -113,6 +113,7 @@ DEFAULT_BACKEND = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl", "xla": "xla"}
 # FSDP2's settings the reference writes only when set (core/config.c fc_run_config_to_json),
 # what each means, and the flag that sets it
 FSDP2_ONLY = {
+    "reshard_after_forward": "--reshard-after-forward",
     "forward_prefetch_units": "--forward-prefetch-units",
     "backward_prefetch_units": "--backward-prefetch-units",
     "gradient_divide_factor": "--gradient-divide-factor",

@@ -72,6 +72,10 @@ class Run:
         c["divide"] = self.wrapping.divide_mode(applied["reduction"])
         c["inject"] = x.fault
         c["init"] = ""
+        if c.get("fsdp_version") == 2 and c.get("backward_prefetch") == "pre":
+            # FSDP2's layout has no BACKWARD_PRE option: fully_shard's implicit one-unit prefetch is the reference's
+            # default under --fsdp-version 2, which refuses the FSDP1 flag
+            c["backward_prefetch"] = "none"
         info = {
             "api": x.api,
             "torch_version": torch.__version__,

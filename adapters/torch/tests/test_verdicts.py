@@ -34,7 +34,9 @@ def test_abort_after_the_whole_trace_is_still_a_failure():
 
 def test_run_checks_never_ignores_a_failed_exit(tmp_path):
     """Two jobs in one torchrun, the second aborting at its end: the first
-    wrote a whole trace too, but the process group's exit code failed."""
+    wrote a whole trace too, but the process group's exit code failed, so
+    neither verdict is taken from it. Each runs again in its own torchrun
+    (check.run_group): the first passes there, the second aborts again."""
     os.environ.update({k: v for k, v in env().items() if k not in os.environ or k == "FSDPCHECK"})
     res = run_checks(
         [
@@ -42,8 +44,8 @@ def test_run_checks_never_ignores_a_failed_exit(tmp_path):
             ["--api", "fsdp1", "-n", "2", *MLP, "--inject", "abort_at_exit", "--quiet", "--keep", str(tmp_path / "b")],
         ]
     )
-    assert [r[0] for r in res] == [1, 1], res
-    assert all("SIGABRT" in r[1] for r in res), res
+    assert [r[0] for r in res] == [0, 1], res
+    assert "SIGABRT" in res[1][1] and "SIGABRT" not in res[0][1], res
 
 
 def test_exception_is_recorded_with_its_innermost_frame(tmp_path, monkeypatch):
