@@ -55,7 +55,7 @@ GLOO_AVG = KnownBug(
     title="FSDP2 on gloo computes the reduce-scatter AVG as a SUM, every gradient W x too large "
     "(under HSDP, the shard group's size x)",
     seen_on="2.7.1, 2.8.0",
-    clean_on="2.11.0, 2.15.0",
+    clean_on="2.9.0, 2.11.0, 2.15.0",
     signature="FSDP2, gloo, AVG reduction, a shard group of S > 1 ranks: every step-0 gradient is exactly "
     "S x the reference's (S = W but under HSDP)",
     workaround="--force-sum-reduction (FSDP2 sums, then divides itself) on a torch that has "
@@ -128,7 +128,7 @@ FSDP2_CLIP_INF_EMPTY_SHARD = KnownBug(
     title="clip_grad_norm_(norm_type=inf) on FSDP2's parameters raises on a rank whose shard of a "
     "parameter is empty (fewer rows than ranks): the maximum of an empty local tensor has no identity; "
     "the other ranks wait in the norm's all-reduce",
-    seen_on="2.8.0, 2.9.0, 2.11.0, 2.15.0",
+    seen_on="2.7.1, 2.8.0, 2.9.0, 2.11.0, 2.15.0",
     clean_on="none measured",
     signature='FSDP2, --norm-type inf, a parameter with fewer rows than W: a rank dies of "cannot compute '
     'the inf(inity) norm on an empty tensor" in clip_grad_norm_',
