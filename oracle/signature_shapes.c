@@ -23,6 +23,14 @@ static void shapes_scale(fc_sig *s) {
         char text[160];
     } k[8];
     int n = 0;
+    // a divide factor the run set explains its constant first (where D = W both name one number)
+    double D = s->in->cfg->gradient_divide_factor;  // FSDP2's set_gradient_divide_factor, 0 when unset
+    if (D > 0 && D != 1) {
+        k[n].c = 1 / D, snprintf(k[n++].text, sizeof k[0].text, "B = A / D (D = %g, the gradient divide factor): "
+                                 "divided by it twice", D);
+        k[n].c = D, snprintf(k[n++].text, sizeof k[0].text, "B = D x A (D = %g, the gradient divide factor): "
+                             "the factor not applied", D);
+    }
     if (s->W > 1) {
         k[n].c = W, snprintf(k[n++].text, sizeof k[0].text, "B = W x A (W = %d): the gradients summed, never divided", s->W);
         k[n].c = 1 / W, snprintf(k[n++].text, sizeof k[0].text, "B = A / W (W = %d): divided by the world size twice", s->W);
@@ -31,13 +39,6 @@ static void shapes_scale(fc_sig *s) {
         k[n].c = F / W, snprintf(k[n++].text, sizeof k[0].text, "B = (F/W) x A (F = %d, W = %d): divided by the shard "
                                  "group's F where the world's W was meant, or the reverse", s->F, s->W);
         k[n].c = W / F, snprintf(k[n++].text, sizeof k[0].text, "B = (W/F) x A (F = %d, W = %d)", s->F, s->W);
-    }
-    double D = s->in->cfg->gradient_divide_factor;  // FSDP2's set_gradient_divide_factor, 0 when unset
-    if (D > 0 && D != 1) {
-        k[n].c = 1 / D, snprintf(k[n++].text, sizeof k[0].text, "B = A / D (D = %g, the gradient divide factor): "
-                                 "divided by it twice", D);
-        k[n].c = D, snprintf(k[n++].text, sizeof k[0].text, "B = D x A (D = %g, the gradient divide factor): "
-                             "the factor not applied", D);
     }
     k[n].c = 2, snprintf(k[n++].text, sizeof k[0].text, "B = 2 x A: a gradient counted twice");
     k[n].c = 0.5, snprintf(k[n++].text, sizeof k[0].text, "B = A / 2: a gradient halved once too often");
