@@ -739,14 +739,38 @@ def run_group(jobs, idx, results, fsdpcheck, env):
     return p.returncode == 0
 
 
+def run_isolating(jobs, idx, results, fsdpcheck, env):
+    """run_group, and where its torchrun failed, the jobs that did not pass again: a run that fails leaves
+    the others of its torchrun waiting in a collective until gloo's timeout, and the torchrun's exit
+    fails them all. The jobs run in order, so the first without a whole trace is the one that failed:
+    it runs alone, the rest together (and so on); with none such (a run that failed after its trace),
+    each runs alone."""
+    if run_group(jobs, idx, results, fsdpcheck, env) or len(idx) < 2:
+        return
+    redo = [i for i in idx if results[i][0] != 0]
+
+    def whole(i):
+        d = jobs[i].torch_dir
+        return os.path.exists(os.path.join(d, "trace.json")) and not os.path.exists(os.path.join(d, "error.txt"))
+
+    first = next((i for i in redo if not whole(i)), None)
+    for i in redo:
+        shutil.rmtree(jobs[i].torch_dir, ignore_errors=True)
+        jobs[i].t["torch_s"] = 0.0
+    groups = [[first], [i for i in redo if i != first]] if first is not None else [[i] for i in redo]
+    for g in groups:
+        if g:
+            run_isolating(jobs, g, results, fsdpcheck, env)
+
+
 def run_checks(argvs):
     """Checks several configs, starting torch once per world size. Returns one
     (exit code, compare output or error, timing) per argv: 0/1 from compare,
     1 for a torch run that crashed, 2 with the message for bad input or a
     failed reference run, 3 for a run that hung. A torchrun that exits
     non-zero gives none of its jobs a verdict (the exit code of a run is never
-    explained away by a trace that exists): each job of it that did not pass
-    runs again in its own torchrun, whose exit code is that job's alone."""
+    explained away by a trace that exists): those that did not pass run again
+    (run_isolating), until each verdict comes from a clean torchrun or its own."""
     env = env_for_runs()
     results = [None] * len(argvs)
     jobs = {}
@@ -768,14 +792,7 @@ def run_checks(argvs):
             except (UsageError, RuntimeError, Hung) as e:
                 results[i] = outcome(e) + (j.t,)
         for idx in ready.values():
-            if not run_group(jobs, idx, results, fsdpcheck, env) and len(idx) > 1:
-                # a run that fails leaves the others of its torchrun waiting in a collective until gloo's
-                # timeout, and the torchrun's exit fails them all: each that did not pass runs again alone
-                for i in idx:
-                    if results[i][0] != 0:
-                        shutil.rmtree(jobs[i].torch_dir, ignore_errors=True)
-                        jobs[i].t["torch_s"] = 0.0
-                        run_group(jobs, [i], results, fsdpcheck, env)
+            run_isolating(jobs, idx, results, fsdpcheck, env)
         return results
     finally:
         for j in jobs.values():

@@ -1,6 +1,6 @@
 """check.run_checks starts torch once per world size for many checks; a run that fails there leaves the
 others of its torchrun waiting in a collective and fails the torchrun, so each check that did not pass
-runs again in its own torchrun (check.run_group). The torch runs and the judging are stood in for: the
+runs again (check.run_isolating): the first without a whole trace alone, the rest together. The torch runs and the judging are stood in for: the
 case is the bookkeeping, which no real crash can be made to exercise in seconds."""
 
 import types
@@ -30,7 +30,9 @@ def test_a_crash_in_a_shared_torchrun_runs_the_others_again_alone(tmp_path, monk
     argvs = [[*ARGV, "--keep", str(tmp_path / name)] for name in ("a", "b", "c")]
     results = check.run_checks(argvs)
     assert [r[0] for r in results] == [0, 1, 0], results
-    assert runs == [3, 1, 1, 1], runs  # the shared torchrun, then each check alone
+    # the shared torchrun; a, the first without a whole trace, alone; b and c together, which fails again;
+    # b alone (it fails); c alone
+    assert runs == [3, 1, 2, 1, 1], runs
 
 
 def test_a_clean_shared_torchrun_is_not_run_again(tmp_path, monkeypatch):

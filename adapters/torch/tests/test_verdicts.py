@@ -36,7 +36,7 @@ def test_run_checks_never_ignores_a_failed_exit(tmp_path):
     """Two jobs in one torchrun, the second aborting at its end: the first
     wrote a whole trace too, but the process group's exit code failed, so
     neither verdict is taken from it. Each runs again in its own torchrun
-    (check.run_group): the first passes there, the second aborts again."""
+    (check.run_isolating): the first passes there, the second aborts again."""
     os.environ.update({k: v for k, v in env().items() if k not in os.environ or k == "FSDPCHECK"})
     res = run_checks(
         [
