@@ -210,7 +210,8 @@ def draw_fsdp2(rng, max_world, device="cpu"):
     if ks and rng.random() < 0.35:
         f += ["--grad-accum", str(rng.choice(ks))] + (["--no-sync"] if rng.random() < 0.5 else [])
     if rng.random() < 0.25:
-        norms = ["1", "2"] + (["inf"] if W < 3 else [])  # W >= 3: docs/repro/fsdp2-clip-inf-empty-shard.md, not drawn
+        # at W >= 3 most models leave a rank an empty shard: docs/repro/fsdp2-clip-inf-empty-shard.md, not drawn there
+        norms = ["1", "2"] + (["inf"] if W < 3 else [])
         f += ["--clip-grad-norm", rng.choice(["0.05", "1.0"]), "--norm-type", rng.choice(norms)]
     if rng.random() < 0.2:
         f += ["--optimizer", "sgd", "--lr", "0.05"]
@@ -394,7 +395,10 @@ def cmd_sweep(argv):
             detail = detail or " ".join(ln.strip() for ln in lines[:2])
             detail += next((f"; {ln.strip()}" for ln in lines if ln.startswith("signature: ")), "")
             # the catalogue's name of it (known_bugs.py), without the workaround
-            detail += next((f"; {ln.split(':')[0]}" for ln in lines if ln.startswith("known PyTorch bug ")), "")
+            # (a crash's message indents it under the failing ranks)
+            detail += next(
+                (f"; {ln.strip().split(':')[0]}" for ln in lines if ln.strip().startswith("known PyTorch bug ")), ""
+            )
         else:
             status, detail = "error", out.strip().splitlines()[0] if out.strip() else "error"
         dt = t.get("plan_s", 0.0) + t.get("torch_s", 0.0) + t.get("compare_s", 0.0)

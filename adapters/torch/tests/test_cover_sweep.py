@@ -58,7 +58,10 @@ DIVERGED = (
     "signature: B = W x A (W = 2): the gradients summed, never divided\nFAIL: 1 of 1 steps\n"
     "known PyTorch bug pytorch#162338: FSDP2 on gloo ... Workaround: ..."
 )
-CRASHED = "fsdpcheck-torch: FAIL: the torch run (fsdp2) failed with exit 1:\n  rank 1: SIGSEGV at f (x.py:1)"
+CRASHED = (
+    "fsdpcheck-torch: FAIL: the torch run (fsdp2) failed with exit 1:\n  rank 1: SIGSEGV at f (x.py:1)\n"
+    "  known PyTorch bug pytorch#188989: FSDP1's full state dict ... Workaround: ..."
+)
 
 
 def test_outcomes_are_classified_and_reported(tmp_path, monkeypatch, capsys):
@@ -83,7 +86,8 @@ def test_outcomes_are_classified_and_reported(tmp_path, monkeypatch, capsys):
     assert ": FAIL first divergence: step 0, tensor grad.layers.0.weight; signature: B = W x A (W = 2)" in out, out
     assert "; known PyTorch bug pytorch#162338\n" in out, out
     assert (
-        ": FAIL fsdpcheck-torch: FAIL: the torch run (fsdp2) failed with exit 1: rank 1: SIGSEGV at f (x.py:1)" in out
+        ": FAIL fsdpcheck-torch: FAIL: the torch run (fsdp2) failed with exit 1: rank 1: SIGSEGV at f (x.py:1)"
+        "; known PyTorch bug pytorch#188989" in out
     )
     assert ": error fsdpcheck-torch: boom" in out, out
     assert "  fsdp2 lacks: FSDP2 has no all-gather rate limiter" in out, out
