@@ -3,7 +3,8 @@ settings an API lacks reported, JUnit XML written."""
 
 import xml.etree.ElementTree as ET
 
-from conftest import adapter
+import pytest
+from conftest import adapter, expected_bug
 
 
 def test_sweep(tmp_path):
@@ -23,6 +24,9 @@ def test_a_dcp_checkpoint_saved_at_w2_resumes_at_w4(tmp_path):
 
     argv = ["--api", "fsdp2", "-n", "2", "--quiet", "--model", "gpt2-tiny", "--steps", "3", "--ckpt-at", "1"]
     argv += ["--ckpt-state-dict", "sharded", "--keep", str(tmp_path)]
+    expect = expected_bug("fsdp2", 2, argv)
+    if expect:  # the saving check meets a known bug of this torch (pytorch#162338 on 2.7 and 2.8)
+        pytest.skip(f"the saving check fails on this torch: {expect[0].issue}")
     [(rc, out, _)] = check.run_checks([argv])
     assert rc == 0, out
     [(rc, out, _)] = reshard.run_reloads([(argv, 4)])
