@@ -529,7 +529,7 @@ def torch_failure(job, p, fails):
     lines = [f.line() for f in fails] or ["no rank left a report; the launcher's last lines:"] + [
         "  " + ln for ln in p.stderr.strip().splitlines()[-8:]
     ]
-    bug = known_bugs.match_crash(job.api, job.opts.get("--device", "cpu"), job.opts.get("--ckpt-at"), fails)
+    bug = known_bugs.match_crash(job.api, job.opts.get("--device", "cpu"), job.opts.get("--ckpt-at"), fails, job.cfg)
     if bug:
         lines.append(bug.line())
     return Crash("\n  ".join([head] + lines))

@@ -11,6 +11,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from .lora import has_lora
+
 
 def _versions(text):
     """The (major, minor, patch) versions a seen_on / clean_on text names."""
@@ -135,6 +137,21 @@ FSDP2_CLIP_INF_EMPTY_SHARD = KnownBug(
     workaround="--norm-type 2 (or 1), or a world size that gives every rank rows of every parameter",
 )
 
+FSDP2_RAF_INT_FROZEN_ACCUM = KnownBug(
+    issue="unreported upstream (docs/repro/fsdp2-raf-int-frozen-accum.md)",
+    title="FSDP2 with an integer reshard_after_forward R: a unit whose parameters are all frozen and that "
+    "no backward runs through is all-gathered in the next forward with the R-rank post-forward shards' "
+    "split sizes after a backward under set_is_last_backward(False); every rank raises in the copy-out",
+    seen_on="2.7.1, 2.8.0, 2.9.0, 2.11.0, 2.15.0",
+    clean_on="none measured",
+    signature="FSDP2, --reshard-after-forward R (an integer), a whole unit frozen that no backward runs through "
+    "(--freeze layers.0 on an mlp; the matcher asks for --freeze or LoRA), "
+    '--grad-accum >= 2: the ranks die of "split_with_sizes expects split_sizes to sum exactly to" in '
+    "FSDP2's all-gather copy-out (_fsdp_collectives.py)",
+    workaround="--reshard-after-forward true (or false), or gradient accumulation with every backward "
+    "the last (set_is_last_backward(True) on each micro-batch)",
+)
+
 CATALOGUE = (
     GLOO_AVG,
     FSDP1_OFFLOAD_SEGV,
@@ -143,6 +160,7 @@ CATALOGUE = (
     FSDP2_DIVIDE_FACTOR_SHARD1,
     FSDP2_DIVIDE_FACTOR_TWICE,
     FSDP2_CLIP_INF_EMPTY_SHARD,
+    FSDP2_RAF_INT_FROZEN_ACCUM,
 )
 
 
@@ -161,8 +179,10 @@ def gone_from_this_torch(line):
     return bool(v and bug and bug.present_on(v) is False)
 
 
-def match_crash(api, device, ckpt_at, failures):
-    """The known bug a crashed run's failures (failure.Failure) show, or None."""
+def match_crash(api, device, ckpt_at, failures, cfg=None):
+    """The known bug a crashed run's failures (failure.Failure) show, or None;
+    cfg, the run config, where a signature needs more than the crash."""
+    cfg = cfg or {}
     for f in failures:
         if api == "fsdp2" and f.kind == "error" and "Cannot use ReduceOp.AVG with Gloo" in f.what:
             return GLOO_NO_AVG
@@ -175,6 +195,16 @@ def match_crash(api, device, ckpt_at, failures):
             and re.search(r"cannot compute the inf(inity)? norm on an empty", f.what)
         ):
             return FSDP2_CLIP_INF_EMPTY_SHARD
+        if (
+            api == "fsdp2"
+            and f.kind == "error"
+            and "split_with_sizes expects split_sizes to sum exactly to" in f.what
+            and "_fsdp_collectives.py" in f.where
+            and type(cfg.get("reshard_after_forward")) is int
+            and cfg.get("grad_accum", 1) >= 2
+            and (cfg.get("freeze") or has_lora(cfg))
+        ):
+            return FSDP2_RAF_INT_FROZEN_ACCUM
         if (
             api == "fsdp1"
             and device == "cpu"

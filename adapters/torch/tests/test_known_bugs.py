@@ -13,7 +13,9 @@ signature; where it is gone, or under the workaround, the check passes.
   group divides by F twice when F is applied outside the collective
   (--force-sum-reduction, or an fp16 reduce): every gradient 1/F.
 - FSDP2's clip_grad_norm_ with norm_type=inf on a rank whose shard is empty (unreported upstream,
-  found by the FSDP2 sweep; docs/repro/fsdp2-clip-inf-empty-shard.md): every measured torch has it."""
+  found by the FSDP2 sweep; docs/repro/fsdp2-clip-inf-empty-shard.md): every measured torch has it.
+- FSDP2's integer reshard_after_forward with a frozen first unit and accumulation (unreported upstream,
+  found by the FSDP2 sweep; docs/repro/fsdp2-raf-int-frozen-accum.md): every measured torch has it."""
 
 import os
 
@@ -28,6 +30,7 @@ from fsdpcheck_torch.known_bugs import (
     FSDP2_CLIP_INF_EMPTY_SHARD,
     FSDP2_DIVIDE_FACTOR_SHARD1,
     FSDP2_DIVIDE_FACTOR_TWICE,
+    FSDP2_RAF_INT_FROZEN_ACCUM,
 )
 
 MLP = ["--model", "mlp-micro", "--steps", "1"]
@@ -47,6 +50,11 @@ register("kb-divide-w1-fp16", "--api", "fsdp2", "-n", "1", *DIV_W1, "--reduce-dt
 CLIP_INF_W3 = ["--model", "llama-micro", "--global-batch", "6", "--clip-grad-norm", "0.05", "--norm-type", "inf"]
 register("kb-clip-inf-w3", "--api", "fsdp2", "-n", "3", *CLIP_INF_W3, "--steps", "1")
 
+# mlp-tiny's first unit frozen: no backward runs through it, the root's callback reshards it
+RAF_FROZEN = ["--model", "mlp-tiny", "--reshard-after-forward", "2", "--freeze", "layers.0", "--steps", "1"]
+register("kb-raf-frozen-accum", "--api", "fsdp2", "-n", "4", *RAF_FROZEN, "--grad-accum", "2")
+register("kb-raf-frozen-one-backward", "--api", "fsdp2", "-n", "4", *RAF_FROZEN)
+
 HAS_DIVIDE_FACTOR = torch_has("set_gradient_divide_factor")
 
 
@@ -54,6 +62,26 @@ def test_fsdp2_clip_inf_with_an_empty_shard(checks):
     rc, out, _ = checks["kb-clip-inf-w3"]
     assert_verdict(rc, out, (FSDP2_CLIP_INF_EMPTY_SHARD, bug_status(FSDP2_CLIP_INF_EMPTY_SHARD)))
     assert "rank 2: RuntimeError" in out and "empty tensor" in out, out
+
+
+def test_fsdp2_integer_reshard_after_forward_with_a_frozen_unit_and_accumulation(checks):
+    rc, out, _ = checks["kb-raf-frozen-accum"]
+    if assert_verdict(rc, out, (FSDP2_RAF_INT_FROZEN_ACCUM, bug_status(FSDP2_RAF_INT_FROZEN_ACCUM))):
+        assert "split_with_sizes expects split_sizes to sum exactly to" in out, out
+    rc, out, _ = checks["kb-raf-frozen-one-backward"]  # one backward a step, always the last: right
+    assert_verdict(rc, out, expected_bug("fsdp2", 4, RAF_FROZEN))
+
+
+def test_the_frozen_unit_crash_is_named_only_with_its_config():
+    what = "RuntimeError: split_with_sizes expects split_sizes to sum exactly to 70 (...), but got [130, 10]"
+    err = failure.Failure(0, "error", what, "split_with_sizes_copy (_fsdp_collectives.py:294)", "")
+    cfg = {"reshard_after_forward": 2, "grad_accum": 2, "freeze": "layers.0", "model": {}}
+    assert known_bugs.match_crash("fsdp2", "cpu", None, [err], cfg) is FSDP2_RAF_INT_FROZEN_ACCUM
+    for other in ({"reshard_after_forward": True}, {"grad_accum": 1}, {"freeze": ""}):
+        assert known_bugs.match_crash("fsdp2", "cpu", None, [err], {**cfg, **other}) is None, other
+    assert known_bugs.match_crash("fsdp1", "cpu", None, [err], cfg) is None
+    lora = {**cfg, "freeze": "", "model": {"fsdpcheck_lora": {"r": 2}}}
+    assert known_bugs.match_crash("fsdp2", "cpu", None, [err], lora) is FSDP2_RAF_INT_FROZEN_ACCUM
 
 
 def test_fsdp1_hybrid_shard_on_a_one_rank_shard_group(checks):
