@@ -186,7 +186,11 @@ def _frozen(rng, f, model):
     """--freeze REGEX, or LoRA on llama (never both: the reference refuses it)."""
     r = rng.random()
     if r < 0.12:
-        f += ["--freeze", rng.choice(FREEZE[model])]
+        pat = rng.choice(FREEZE[model])
+        # a whole unit frozen ahead of every trainable one, an integer reshard_after_forward and accumulation
+        # crash FSDP2 (docs/repro/fsdp2-raf-int-frozen-accum.md): not drawn while it is open
+        if not (pat == "layers.0" and "--reshard-after-forward" in f and "--grad-accum" in f):
+            f += ["--freeze", pat]
     elif r < 0.3 and model.startswith("llama"):
         spec = f"{rng.choice([1, 2, 4])}:{rng.choice([1, 8, 16])}:{rng.choice(LORA_TARGETS)}"
         f += ["--lora", spec]

@@ -10,7 +10,7 @@ import os
 import random
 import xml.etree.ElementTree as ET
 
-from fsdpcheck_torch import check, reshard
+from fsdpcheck_torch import check, reshard, sweep
 from fsdpcheck_torch.config import UsageError
 from fsdpcheck_torch.sweep import FEATURES, RELOAD, cmd_sweep, draw, draw_fsdp2, value, without
 
@@ -135,6 +135,28 @@ def test_fsdp2_draws_only_configs_check_accepts():
         assert not ("--freeze" in f and "--lora" in f), f
         assert not (value(f, "--model").startswith("llama") and value(f, "--param-dtype") == "fp16"), f  # known open
         assert not ("--ckpt-at" in f and ("--freeze" in f or "--lora" in f)), f
+
+
+class FirstChoice:
+    """An rng that draws every probability as taken and every choice as the first."""
+
+    def random(self):
+        return 0.0
+
+    def choice(self, seq):
+        return seq[0]
+
+
+def test_fsdp2_does_not_draw_the_open_frozen_unit_crash():
+    """docs/repro/fsdp2-raf-int-frozen-accum.md: --freeze layers.0 (FREEZE's first for mlp-tiny) is
+    dropped beside an integer reshard_after_forward and accumulation, and drawn without either."""
+    for others, freezes in (([], True), (["--grad-accum", "2"], True), (["--reshard-after-forward", "2"], True)):
+        f = ["--model", "mlp-tiny", *others]
+        sweep._frozen(FirstChoice(), f, "mlp-tiny")
+        assert ("--freeze" in f) == freezes and (not freezes or value(f, "--freeze") == "layers.0"), f
+    f = ["--model", "mlp-tiny", "--reshard-after-forward", "2", "--grad-accum", "2"]
+    sweep._frozen(FirstChoice(), f, "mlp-tiny")
+    assert "--freeze" not in f, f
 
 
 def test_fsdp2_draws_every_feature():
