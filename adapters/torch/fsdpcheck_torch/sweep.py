@@ -230,6 +230,9 @@ def draw_fsdp2(rng, max_world, device="cpu"):
         return W, f
     f += ["--steps", "2"]
     _frozen(rng, f, model)
+    # LoRA's A has r rows, so r < W leaves a rank an empty shard too: inf is not drawn there either
+    if value(f, "--norm-type") == "inf" and "--lora" in f and int(value(f, "--lora").split(":")[0]) < W:
+        f[f.index("--norm-type") + 1] = "2"
     return W, f
 
 
