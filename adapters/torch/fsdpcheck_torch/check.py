@@ -140,6 +140,23 @@ def torchrun_cmd(world, args, log_dir):
     ] + args
 
 
+# the environment variable by which a one-process XLA run learns the W its check asked for
+XLA_WORLD = "FSDPCHECK_TORCH_XLA_WORLD"
+
+
+def launch_cmd(world, args, log_dir, device, env):
+    """(command, environment) of the torch side: torchrun for world ranks, or for --device xla one
+    process driving every device (SPMD), told W; on XLA's CPU client (PJRT_DEVICE=CPU, the default
+    where none is set) that is W virtual devices."""
+    if device != "xla":
+        return torchrun_cmd(world, args, log_dir), env
+    env = dict(env, **{XLA_WORLD: str(world)})
+    env.setdefault("PJRT_DEVICE", "CPU")
+    if env["PJRT_DEVICE"] == "CPU":
+        env["CPU_NUM_DEVICES"] = str(world)
+    return [sys.executable, "-m", "fsdpcheck_torch"] + args, env
+
+
 # glibc's malloc advises its large mappings to transparent huge pages (glibc
 # 2.35+; an older glibc ignores a tunable it does not know). Measured on the
 # gpt2-124m bench check, three interleaved pairs (README "Huge pages"): torch's
@@ -458,7 +475,8 @@ def run_torch(jobs, env, beside=None):
     t0 = time.time()
     limit = sum(j.timeout for j in jobs)
     try:
-        run = Launched(torchrun_cmd(world, args, log_dir), env)
+        cmd, env = launch_cmd(world, args, log_dir, jobs[0].opts.get("--device", "cpu"), env)
+        run = Launched(cmd, env)
         if beside:
             try:
                 beside()

@@ -122,7 +122,7 @@ def parse_run(argv, world):
         why = dcp.missing() if ckpt_sd == "sharded" or dcp.kind_of(load) == "dcp" else None
         if why:
             raise UsageError(f"{'--ckpt-state-dict sharded' if ckpt_sd == 'sharded' else '--load'}: {why}")
-    if world is not None:
+    if world is not None and device != "xla":  # one process drives XLA's devices: xla.run validates at their count
         validate(cfg, world)
     from .config import unsupported
 
@@ -224,12 +224,12 @@ def cmd_run(argv):
     if len(devices) != 1:
         return refuse(rank, "--jobs: every job must use the same --device and --backend", PROG)
     args0 = parsed[0][0]
+    from . import failure
+
     if args0.device == "xla":
         from . import xla
 
-        return max(xla.run(a, c, r) for a, c, r in parsed)
-    from . import failure
-
+        return failure.guarded(rank, lambda: max(xla.run(a, c, r) for a, c, r in parsed))
     # from here a crash is the implementation's: faulthandler names the rank's
     # signal and frame in $FSDPCHECK_TORCH_REPORT, and `check` reads it
     return failure.guarded(rank, lambda: _train(parsed, jobs is not None, rank))

@@ -172,7 +172,11 @@ def apply_file(cfg, extras, path, device):
                 raise _err(
                     path, raw_key, v, f"is an XLA FSDP setting: it runs with --device xla, not --device {device}"
                 )
-            extras[key] = v
+            if key == "xla_fsdp_settings" and not isinstance(v, dict):
+                raise _err(path, raw_key, v, "must be an object (XlaFullyShardedDataParallel's arguments)")
+            extras[key] = v if key == "xla_fsdp_settings" else _bool(path, raw_key, v)
+            if key == "xla_fsdp_grad_ckpt":  # the Trainer checkpoints each unit's forward inside it
+                cfg["activation_checkpointing"] = "inside" if extras[key] else "none"
         elif key in NEUTRAL:
             if key == "min_num_params" and v not in (0, "0"):
                 raise _err(

@@ -1,122 +1,169 @@
-"""PyTorch/XLA FSDP via SPMD (FSDPv2) on TPUs: `run --device xla`.
+"""PyTorch/XLA FSDP via SPMD (FSDPv2): `run --device xla`.
 
-UNVERIFIED: written as the PyTorch/XLA documentation describes FSDPv2
-(`torch_xla.experimental.spmd_fully_sharded_data_parallel`), never run here
-(no TPU, no torch_xla in the lock). One process drives every device: a 1-D
-mesh with the axis named "fsdp" (shape (N, 1), axes ("fsdp", "model")), each
-unit (GPT2Block / Linear) and then the root wrapped by
-`SpmdFullyShardedDataParallel`, the global batch marked sharded along "fsdp"
-on its batch dimension, so device d holds samples [d B/N, (d+1) B/N) exactly
-as the reference's rank d. The loss is the mean over the global batch, so its
-gradient is the reference's average over ranks; the compiler chooses the
-reduction tree (there are no pre/post divide factors to set).
+One process drives every XLA device (`check` starts it so, with CPU_NUM_DEVICES=W on XLA's CPU
+client). The mesh is (N, 1) with the axes ("fsdp", "model"); each unit (the model's block class, or
+Linear for the mlp) and then the root are wrapped by `SpmdFullyShardedDataParallel`, which shards
+every parameter along "fsdp". The global batch is marked sharded along "fsdp" on its batch
+dimension, device d holding samples [d B/N, (d+1) B/N) exactly as the reference's rank d; the loss
+is the mean over the global batch, so its gradient is the reference's average over ranks, the
+compiler choosing the reduction (there are no divide factors to set).
 
-Limits: only full_shard (FSDPv2 shards parameters along "fsdp"); no hybrid,
-prefetch, limiter, no_sync or offload settings (XLA schedules collectives);
-mixed precision through the fsdp_config's xla_fsdp_settings.compute_dtype is
-not applied here (run fp32 first).
+Run on XLA:CPU at 1, 2 and 4 devices; a TPU is unverified. Limits (each refused by name, exit 2):
+full_shard only (FSDPv2 shards along one axis); no hybrid, prefetch, limiter, no_sync or offload
+settings (XLA schedules the collectives); no divide factor; fp32; no --freeze or LoRA.
 """
 
-import sys
+import os
 
 from .config import optim_state_names
+from .errors import UsageError
 
-# the models this runner was written for (wrapped per GPT2Block / Linear); a
-# llama would wrap the same way in principle, but nothing of it was ever run on
-# XLA (its RoPE and causal mask under SPMD included), so it is refused
-XLA_MODELS = ("gpt2", "fsdpcheck-mlp")
+# the models run on XLA:CPU (wrapped per block / Linear)
+XLA_MODELS = ("gpt2", "llama", "fsdpcheck-mlp")
+NO_EQUIVALENT = (
+    ("forward_prefetch", "--forward-prefetch"),
+    ("limit_all_gathers", "--limit-all-gathers"),
+    ("no_sync", "--no-sync"),
+    ("cpu_offload", "--cpu-offload"),
+    ("backward_prefetch_units", "--backward-prefetch-units"),
+    ("forward_prefetch_units", "--forward-prefetch-units"),
+)
 
 
-def _unsupported(cfg):
+def _unsupported(api, cfg, extras):
+    """Why the XLA runner cannot run cfg (and an fsdp_config's XLA keys, extras), or None."""
+    if api != "fsdp2":
+        return "--device xla runs SPMD FSDPv2: use --api fsdp2"
+    if extras.get("xla") and not extras.get("xla_fsdp_v2"):
+        return (
+            "--device xla: the fsdp_config asks for classic XLA FSDP (xla without xla_fsdp_v2), "
+            "which this adapter does not run: set xla_fsdp_v2 for SPMD FSDPv2"
+        )
+    if extras.get("xla_fsdp_settings"):
+        return "--device xla: xla_fsdp_settings are classic XLA FSDP's arguments, which SPMD FSDPv2 does not take"
     mtype = cfg["model"].get("model_type")
     if mtype not in XLA_MODELS:
-        return f"--device xla: the XLA runner is written for gpt2 and mlp models, not {mtype} (run it on cpu or cuda)"
+        return f"--device xla: the XLA runner runs gpt2, llama and mlp models, not {mtype}"
     if cfg["strategy"] != "full_shard":
         return f"--device xla runs SPMD FSDPv2, which is full_shard only (not {cfg['strategy']})"
-    for k, what in (
-        ("forward_prefetch", "--forward-prefetch"),
-        ("limit_all_gathers", "--limit-all-gathers"),
-        ("no_sync", "--no-sync"),
-        ("cpu_offload", "--cpu-offload"),
-    ):
-        if cfg[k]:
+    for k, what in NO_EQUIVALENT:
+        if cfg.get(k):
             return f"--device xla: {what} has no FSDPv2 equivalent (XLA schedules the collectives)"
     if cfg["backward_prefetch"] != "none":
         return "--device xla: --backward-prefetch has no FSDPv2 equivalent (XLA schedules the collectives)"
-    if cfg.get("backward_prefetch_units"):
-        return "--device xla: --backward-prefetch-units has no FSDPv2 equivalent (XLA schedules the collectives)"
+    if cfg.get("reshard_after_forward"):
+        return "--device xla: --reshard-after-forward R has no FSDPv2 equivalent (XLA schedules the collectives)"
     if cfg.get("gradient_divide_factor"):
-        return "--device xla: --gradient-divide-factor is not wired up in this adapter (XLA's reduction divides by W)"
+        return "--device xla: FSDPv2 has no gradient divide factor (the loss's mean over the global batch divides)"
     if cfg["param_dtype"] != "fp32" or cfg["reduce_dtype"] != "fp32":
-        return "--device xla: mixed precision is not wired up in this adapter yet (run fp32)"
+        # autocast or a bf16 model is not the reference's param_dtype cast of every parameter
+        return (
+            "--device xla: mixed precision: SPMD FSDPv2 has no compute dtype (its parameters are the model's), run fp32"
+        )
+    ac = cfg.get("activation_checkpointing", "none")
+    if ac == "outside":
+        return "--device xla: checkpointing is applied inside each FSDPv2 unit (xla_fsdp_grad_ckpt), not outside"
+    if ac == "inside" and mtype == "fsdpcheck-mlp":
+        return "--device xla: checkpointing is applied per transformer block (xla_fsdp_grad_ckpt), not to an mlp"
     return None
 
 
+def device_count_refusal(n, cfg):
+    """Why N XLA devices cannot run cfg as its check asked, or None (validate's refusals raise)."""
+    from .config import validate
+
+    want = os.environ.get("FSDPCHECK_TORCH_XLA_WORLD")
+    if want is not None and int(want) != n:
+        return (
+            f"--device xla: the XLA runtime has {n} devices, the check asked for W = {want} "
+            "(XLA's CPU client: CPU_NUM_DEVICES; a TPU host: its chips)"
+        )
+    validate(cfg, n)
+    return None
+
+
+def _shard_output(xs):
+    """FSDPv2's shard_output: the output's batch dimension along "fsdp". Its default takes a tensor
+    or a tuple's first element and refuses Hugging Face's ModelOutput, whose first element with
+    labels given is the scalar loss: the logits are the batched tensor."""
+
+    def shard(output, mesh):  # pragma: no cover (xla)
+        t = output.logits if hasattr(output, "logits") else output[0] if isinstance(output, tuple) else output
+        xs.mark_sharding(t, mesh, ("fsdp",) + (None,) * (t.dim() - 1))
+
+    return shard
+
+
 def run(args, cfg, ref):
-    why = _unsupported(cfg)
+    why = _unsupported(args.api, cfg, args.extras)
     if why:
-        print(f"fsdpcheck-torch: {why}", file=sys.stderr)
-        return 2
-    if args.api != "fsdp2":
-        print("fsdpcheck-torch: --device xla runs SPMD FSDPv2: use --api fsdp2", file=sys.stderr)
-        return 2
+        raise UsageError(why)
     try:
-        import numpy as np
-        import torch
-        import torch_xla.core.xla_model as xm
-        import torch_xla.distributed.spmd as xs
         import torch_xla.runtime as xr
-        from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
-        from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel as FSDPv2
     except ImportError as e:
-        print(f"fsdpcheck-torch: --device xla needs torch_xla ({e})", file=sys.stderr)
-        return 2
-    import functools  # pragma: no cover (xla) from here: torch_xla imported, all that follows needs XLA devices
+        raise UsageError(f"--device xla needs torch_xla ({e}): adapters/torch/requirements-xla.lock has it")
+    xr.use_spmd()  # pragma: no cover (xla) from here: torch_xla imported, all that follows needs XLA devices
+    n = xr.global_runtime_device_count()
+    why = device_count_refusal(n, cfg)
+    if why:
+        raise UsageError(why)
+    model, opt, mesh, forwards = _build(cfg, ref, n)
+    _train(args, cfg, ref, model, opt, mesh, n)
+    _write_trace_json(args, cfg, ref, n, model, forwards)
+    return 0  # pragma: no cover (xla) to here
+
+
+def _build(cfg, ref, n):  # pragma: no cover (xla)
+    """The reference's initial model on the devices, wrapped per unit and at the root; its optimizer."""
+    import functools
+
+    import numpy as np
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.spmd as xs
+    from torch_xla.distributed.fsdp import checkpoint_module
+    from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel as FSDPv2
 
     from . import model as M
-    from . import tracefile
-    from .model import clean_name
-    from .optimizer import build_optimizer, clip_grad_norm
+    from .optimizer import build_optimizer
 
-    xr.use_spmd()
-    n = xr.global_runtime_device_count()
-    if cfg["global_batch"] % n:
-        print(
-            f"fsdpcheck-torch: --global-batch {cfg['global_batch']} is not divisible by the {n} XLA devices",
-            file=sys.stderr,
-        )
-        return 2
     mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "model"))
     xs.set_global_mesh(mesh)
-    dev = xm.xla_device()
+    model = M.build(cfg["model"])
+    M.load_init(model, ref.init(), ref.names)
+    model = model.to(xm.xla_device())
+    # Module.to makes a new Parameter per module for an XLA tensor (no shallow copy from a CPU one):
+    # a tied head comes apart from its embedding unless tied again on the device
+    if hasattr(model, "tie_weights"):
+        model.tie_weights()
+    ckpt = cfg.get("activation_checkpointing", "none") == "inside"
+    # the evidence that checkpointing ran: each block's attention runs again in its backward
+    forwards = M.count_block_forwards(model, cfg["model"]) if ckpt else None
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={M.unit_class(cfg["model"])})
+    # as the Trainer's xla_fsdp_grad_ckpt: each unit's forward checkpointed, then wrapped
+    unit = (lambda m, *a, **k: FSDPv2(checkpoint_module(m), *a, **k)) if ckpt else None
+    model = FSDPv2(
+        model, mesh=mesh, auto_wrap_policy=policy, auto_wrapper_callable=unit, shard_output=_shard_output(xs)
+    )
+    return model, build_optimizer(model.parameters(), cfg["optimizer"]), mesh, forwards
+
+
+def _train(args, cfg, ref, model, opt, mesh, n):  # pragma: no cover (xla)
+    """The steps, each written to the trace as the reference writes its own."""
+    import torch
+    import torch_xla.core.xla_model as xm
+
+    from . import tracefile
+    from .model import clean_name
+    from .optimizer import clip_grad_norm
+
     names, states = ref.names, optim_state_names(cfg)
     init = ref.init()
-    model = M.build(cfg["model"])
-    M.load_init(model, init, names)
-    model = model.to(dev)
-    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={M.unit_class(cfg["model"])})
-    model = FSDPv2(model, mesh, auto_wrap_policy=policy)
-    opt = build_optimizer(model.parameters(), cfg["optimizer"])
-    out = args.trace
-    tracefile.write_init(out, {k: init[k] for k in names})
-    gpt2 = cfg["model"].get("model_type") == "gpt2"
-    K = cfg["grad_accum"]
+    tracefile.write_init(args.trace, {k: init[k] for k in names})
     for step in range(cfg["steps"]):
         g_inp, g_tgt = ref.batch(step)
         opt.zero_grad(set_to_none=True)
-        per = g_inp.shape[0] // n  # device d's share: samples [d per, (d+1) per), in K micro-batches
-        total = 0.0
-        for k in range(K):
-            idx = torch.cat([torch.arange(d * per + k * (per // K), d * per + (k + 1) * (per // K)) for d in range(n)])
-            x = g_inp[idx].to(dev)
-            y = g_tgt[idx].long().to(dev)
-            if gpt2:
-                x = x.long()
-            xs.mark_sharding(x, mesh, ("fsdp",) + (None,) * (x.dim() - 1))
-            xs.mark_sharding(y, mesh, ("fsdp",) + (None,) * (y.dim() - 1))
-            loss = M.loss_of(model, cfg["model"], x, y)
-            (loss / K).backward()
-            total += float(loss.detach().cpu())
+        total = _forward_backward(cfg, model, mesh, n, g_inp, g_tgt)
         grads = {
             clean_name(k): (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().float()
             for k, p in model.named_parameters()
@@ -127,7 +174,43 @@ def run(args, cfg, ref):
         params = {clean_name(k): p.detach().cpu().float() for k, p in model.named_parameters()}
         pmap = {clean_name(k): p for k, p in model.named_parameters()}
         st = {s: {nm: opt.state[pmap[nm]][s].detach().cpu().float() for nm in names} for s in states}
-        tracefile.write_step(out, step, total / K, g_inp, g_tgt, grads, params, st, names, states, grad_norm)
+        K = cfg["grad_accum"]
+        tracefile.write_step(args.trace, step, total / K, g_inp, g_tgt, grads, params, st, names, states, grad_norm)
+
+
+def _forward_backward(cfg, model, mesh, n, g_inp, g_tgt):  # pragma: no cover (xla)
+    """The K micro-batches of a step over the global batch; the sum of their losses. Micro-batch k
+    takes from each device's share [d per, (d+1) per) its k-th slice, as the reference's rank d."""
+    import torch
+    import torch_xla.core.xla_model as xm
+    import torch_xla.distributed.spmd as xs
+
+    from . import model as M
+
+    K = cfg["grad_accum"]
+    per = g_inp.shape[0] // n
+    total = 0.0
+    for k in range(K):
+        idx = torch.cat([torch.arange(d * per + k * (per // K), d * per + (k + 1) * (per // K)) for d in range(n)])
+        x, y = g_inp[idx].to(xm.xla_device()), g_tgt[idx].long().to(xm.xla_device())
+        if M.takes_token_ids(cfg["model"]):
+            x = x.long()
+        xs.mark_sharding(x, mesh, ("fsdp",) + (None,) * (x.dim() - 1))
+        xs.mark_sharding(y, mesh, ("fsdp",) + (None,) * (y.dim() - 1))
+        loss = M.loss_of(model, cfg["model"], x, y)
+        (loss / K).backward()
+        xm.mark_step()  # one graph per micro-batch: reading the loss and gradients then runs no graph of its own
+        total += float(loss.detach().cpu())
+    return total
+
+
+def _write_trace_json(args, cfg, ref, n, model, forwards):  # pragma: no cover (xla)
+    import torch
+    import torch_xla
+
+    from . import tracefile
+    from .model import clean_name
+
     c = dict(cfg)
     c.update(impl="torch-xla-fsdpv2", divide="avg", inject="none", init="")
     info = {
@@ -136,7 +219,12 @@ def run(args, cfg, ref):
         "device": "xla",
         "backend": "xla",
         "world_size": n,
-        "verified": False,
+        "mesh": {"shape": [n, 1], "axes": ["fsdp", "model"]},
+        "pjrt_device": os.environ.get("PJRT_DEVICE", ""),
+        # read back from the wrapped parameters: how XLA really holds each one over the devices
+        "sharding": {clean_name(k): torch_xla._XLAC._get_xla_sharding_spec(p) for k, p in model.named_parameters()},
+        "activation_checkpointing": None
+        if forwards is None
+        else {"placement": "inside", "by": "torch_xla checkpoint_module", "block_forwards": forwards[0]},
     }
-    tracefile.write_trace_json(out, "torch-xla-fsdpv2", n, cfg["steps"], c, ref.units, info)
-    return 0  # pragma: no cover (xla) to here
+    tracefile.write_trace_json(args.trace, "torch-xla-fsdpv2", n, cfg["steps"], c, ref.units, info)

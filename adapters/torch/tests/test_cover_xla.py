@@ -43,6 +43,10 @@ def one_line(rc, capsys, *needles):
         (["--backward-prefetch", "pre"], ["--backward-prefetch has no FSDPv2 equivalent"]),
         (["--param-dtype", "bf16", "--reduce-dtype", "bf16"], ["mixed precision", "run fp32"]),
         (["--reduce-dtype", "bf16"], ["mixed precision"]),
+        (["--reshard-after-forward", "2"], ["--reshard-after-forward R has no FSDPv2 equivalent"]),
+        (["--gradient-divide-factor", "2"], ["no gradient divide factor"]),
+        (["--activation-checkpointing", "outside"], ["inside each FSDPv2 unit"]),
+        (["--activation-checkpointing", "inside"], ["per transformer block", "not to an mlp"]),
     ],
 )
 def test_settings_fsdpv2_lacks_are_refused(ref, tmp_path, capsys, flags, needles):
@@ -69,12 +73,30 @@ def test_the_xla_fsdp_config_is_read_with_device_xla(ref, tmp_path, capsys):
     """The XLA keys of an fsdp_config are accepted with --device xla (and refused
     with --device cpu): the run gets as far as importing torch_xla."""
     cfg = tmp_path / "fsdp_config.json"
-    cfg.write_text(json.dumps({"xla": True, "xla_fsdp_settings": {"compute_dtype": "float32"}}))
+    cfg.write_text(json.dumps({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_grad_ckpt": False}))
     out = tmp_path / "out"
     one_line(xla_run(ref, out, "--fsdp-config", str(cfg)), capsys, "needs torch_xla")
     rc = main(["run", "--api", "fsdp2", "--like", ref, "--trace", str(out), "--fsdp-config", str(cfg)])
     err = capsys.readouterr().err
     assert rc == 2 and '"xla": true is an XLA FSDP configuration' in err and "not --device cpu" in err, err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("fsdp_config", "needles"),
+    [
+        ({"xla": True}, ["classic XLA FSDP", "xla_fsdp_v2"]),
+        ({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_settings": {"compute_dtype": "bfloat16"}}, ["classic"]),
+        ({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_grad_ckpt": True}, ["not to an mlp"]),
+    ],
+)
+def test_the_xla_fsdp_config_keys_fsdpv2_cannot_honour_are_refused(ref, tmp_path, capsys, fsdp_config, needles):
+    """Classic XLA FSDP (xla without xla_fsdp_v2) and its xla_fsdp_settings are refused by name, and
+    xla_fsdp_grad_ckpt turns checkpointing on (which an mlp refuses)."""
+    cfg = tmp_path / "fsdp_config.json"
+    cfg.write_text(json.dumps(fsdp_config))
+    out = tmp_path / "out"
+    one_line(xla_run(ref, out, "--fsdp-config", str(cfg)), capsys, *needles)
     assert not out.exists()
 
 
