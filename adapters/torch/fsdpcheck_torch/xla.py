@@ -14,6 +14,7 @@ settings (XLA schedules the collectives); no divide factor; fp32; no --freeze or
 """
 
 import os
+import time
 
 from .config import optim_state_names
 from .errors import UsageError
@@ -33,7 +34,9 @@ NO_EQUIVALENT = (
 def _unsupported(api, cfg, extras):
     """Why the XLA runner cannot run cfg (and an fsdp_config's XLA keys, extras), or None."""
     if api != "fsdp2":
-        return "--device xla runs SPMD FSDPv2: use --api fsdp2"
+        # classic XlaFullyShardedDataParallel needs XLA's cross-replica collectives, which hang on its CPU
+        # client at 2 or more devices (pytorch/xla#9089)
+        return "--device xla runs SPMD FSDPv2: use --api fsdp2 (classic XLA FSDP is not run: pytorch/xla#9089)"
     if extras.get("xla") and not extras.get("xla_fsdp_v2"):
         return (
             "--device xla: the fsdp_config asks for classic XLA FSDP (xla without xla_fsdp_v2), "
@@ -95,6 +98,7 @@ def _shard_output(xs):
 
 
 def run(args, cfg, ref):
+    t0 = time.time()
     why = _unsupported(args.api, cfg, args.extras)
     if why:
         raise UsageError(why)
@@ -107,9 +111,11 @@ def run(args, cfg, ref):
     why = device_count_refusal(n, cfg)
     if why:
         raise UsageError(why)
+    seconds = {"runtime": time.time() - t0}
     model, opt, mesh, forwards = _build(cfg, ref, n)
-    _train(args, cfg, ref, model, opt, mesh, n)
-    _write_trace_json(args, cfg, ref, n, model, forwards)
+    seconds["build"] = time.time() - t0 - seconds["runtime"]
+    seconds["steps"] = _train(args, cfg, ref, model, opt, mesh, n)
+    _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds)
     return 0  # pragma: no cover (xla) to here
 
 
@@ -149,7 +155,8 @@ def _build(cfg, ref, n):  # pragma: no cover (xla)
 
 
 def _train(args, cfg, ref, model, opt, mesh, n):  # pragma: no cover (xla)
-    """The steps, each written to the trace as the reference writes its own."""
+    """The steps, each written to the trace as the reference writes its own; each one's seconds
+    (the first compiles its graphs)."""
     import torch
     import torch_xla.core.xla_model as xm
 
@@ -160,7 +167,9 @@ def _train(args, cfg, ref, model, opt, mesh, n):  # pragma: no cover (xla)
     names, states = ref.names, optim_state_names(cfg)
     init = ref.init()
     tracefile.write_init(args.trace, {k: init[k] for k in names})
+    seconds = []
     for step in range(cfg["steps"]):
+        t0 = time.time()
         g_inp, g_tgt = ref.batch(step)
         opt.zero_grad(set_to_none=True)
         total = _forward_backward(cfg, model, mesh, n, g_inp, g_tgt)
@@ -176,6 +185,8 @@ def _train(args, cfg, ref, model, opt, mesh, n):  # pragma: no cover (xla)
         st = {s: {nm: opt.state[pmap[nm]][s].detach().cpu().float() for nm in names} for s in states}
         K = cfg["grad_accum"]
         tracefile.write_step(args.trace, step, total / K, g_inp, g_tgt, grads, params, st, names, states, grad_norm)
+        seconds.append(time.time() - t0)
+    return seconds
 
 
 def _forward_backward(cfg, model, mesh, n, g_inp, g_tgt):  # pragma: no cover (xla)
@@ -204,7 +215,7 @@ def _forward_backward(cfg, model, mesh, n, g_inp, g_tgt):  # pragma: no cover (x
     return total
 
 
-def _write_trace_json(args, cfg, ref, n, model, forwards):  # pragma: no cover (xla)
+def _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds):  # pragma: no cover (xla)
     import torch
     import torch_xla
 
@@ -219,10 +230,11 @@ def _write_trace_json(args, cfg, ref, n, model, forwards):  # pragma: no cover (
         "device": "xla",
         "backend": "xla",
         "world_size": n,
-        "mesh": {"shape": [n, 1], "axes": ["fsdp", "model"]},
+        "mesh": {"shape": list(mesh.mesh_shape), "axes": list(mesh.axis_names)},
         "pjrt_device": os.environ.get("PJRT_DEVICE", ""),
         # read back from the wrapped parameters: how XLA really holds each one over the devices
         "sharding": {clean_name(k): torch_xla._XLAC._get_xla_sharding_spec(p) for k, p in model.named_parameters()},
+        "seconds": seconds,  # the XLA runtime up, the model built and wrapped, each step
         "activation_checkpointing": None
         if forwards is None
         else {"placement": "inside", "by": "torch_xla checkpoint_module", "block_forwards": forwards[0]},
