@@ -66,6 +66,13 @@ def parse(argv, world):
         if k not in opts:
             raise UsageError(f"trainer: {k} is required")
     device = opts.get("--device", "cpu")
+    if device == "xla":
+        # transformers' XLA FSDP path never creates its optimizer (its creation is deferred on XLA and
+        # not done), and its FSDPv2 shard_output refuses GPT-2's output type: docs/adapter.md
+        raise UsageError(
+            "trainer --device xla: the Trainer's XLA FSDP path is not run by this adapter "
+            "(transformers defers its optimizer there and never creates it); use check --device xla"
+        )
     ref = RefTrace(opts["--like"])
     cfg, extras = like_config(ref, flags, device)
     if cfg["model"].get("model_type") not in ("gpt2", "llama"):

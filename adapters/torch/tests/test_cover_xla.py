@@ -100,6 +100,14 @@ def test_the_xla_fsdp_config_keys_fsdpv2_cannot_honour_are_refused(ref, tmp_path
     assert not out.exists()
 
 
+def test_the_trainer_on_xla_is_refused(ref, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = main(["trainer", "--device", "xla", "--like", ref, "--trace", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "trainer --device xla" in err[0] and "check --device xla" in err[0], err
+    assert not out.exists()
+
+
 def test_jobs_must_share_one_device(ref, tmp_path, capsys):
     """A --jobs file mixing --device cpu and --device xla is refused before anything runs."""
     jobs = tmp_path / "jobs.json"
