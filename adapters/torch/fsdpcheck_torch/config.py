@@ -504,12 +504,12 @@ def unsupported(api, cfg, device):
             return "FSDP2 has no all-gather rate limiter (limit_all_gathers is FSDP1's)"
     if cfg.get("freeze") and device == "xla":
         return (
-            "--freeze with --device xla: the XLA runner (never run here) builds its optimizer over every "
+            "--freeze with --device xla: the XLA runner builds its optimizer over every "
             "parameter and exports gradients as they are; frozen parameters are not wired into it"
         )
     if has_lora(cfg) and device == "xla":
         return (
-            "--lora with --device xla: the XLA runner (never run here) builds the model without PEFT's adapters "
+            "--lora with --device xla: the XLA runner builds the model without PEFT's adapters "
             "and its optimizer over every parameter"
         )
     if cfg["cpu_offload"] and device == "cpu":

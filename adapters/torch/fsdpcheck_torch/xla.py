@@ -8,7 +8,7 @@ dimension, device d holding samples [d B/N, (d+1) B/N) exactly as the reference'
 is the mean over the global batch, so its gradient is the reference's average over ranks, the
 compiler choosing the reduction (there are no divide factors to set).
 
-Run on XLA:CPU at 1, 2 and 4 devices; a TPU is unverified. Limits (each refused by name, exit 2):
+Run on XLA:CPU at 2 and 4 devices; a TPU is unverified. Limits (each refused by name, exit 2):
 full_shard only (FSDPv2 shards along one axis); no hybrid, prefetch, limiter, no_sync or offload
 settings (XLA schedules the collectives); no divide factor; fp32; no --freeze or LoRA.
 """
