@@ -229,6 +229,10 @@ def parse(argv):
     cfg, _ = apply_flags(base, flags, opts.get("--device", "cpu"))
     lora_flag(cfg, cfg.pop("_model_flag", None) or "mlp-tiny")  # fsdpcheck run's default model
     validate(cfg, world)
+    if api == "fsdp1" and opts.get("--device") == "xla" and world > 1 and os.environ.get("PJRT_DEVICE", "CPU") == "CPU":
+        from .xla import CLASSIC_CPU_REFUSAL
+
+        raise UsageError(CLASSIC_CPU_REFUSAL.format(n=world))
     from .config import unsupported
 
     why = unsupported(api, cfg, opts.get("--device", "cpu"))
@@ -264,7 +268,9 @@ class Job:
         self.version_flags = ["--fsdp-version", "2"] if v2 else []
 
     def group(self):
-        return (self.world, self.opts.get("--device", "cpu"), self.opts.get("--backend", ""))
+        device = self.opts.get("--device", "cpu")
+        # one XLA process runs either SPMD (FSDPv2) or not (classic XLA FSDP), never both
+        return (self.world, device, self.opts.get("--backend", ""), self.api if device == "xla" else "")
 
     def torch_args(self):
         a = ["run"]

@@ -1,16 +1,18 @@
-"""PyTorch/XLA FSDP via SPMD (FSDPv2): `run --device xla`.
+"""PyTorch/XLA FSDP: `run --device xla`, one process driving every XLA device (`check` starts it so,
+with CPU_NUM_DEVICES=W on XLA's CPU client).
 
-One process drives every XLA device (`check` starts it so, with CPU_NUM_DEVICES=W on XLA's CPU
-client). The mesh is (N, 1) with the axes ("fsdp", "model"); each unit (the model's block class, or
-Linear for the mlp) and then the root are wrapped by `SpmdFullyShardedDataParallel`, which shards
-every parameter along "fsdp". The global batch is marked sharded along "fsdp" on its batch
-dimension, device d holding samples [d B/N, (d+1) B/N) exactly as the reference's rank d; the loss
-is the mean over the global batch, so its gradient is the reference's average over ranks, the
-compiler choosing the reduction (there are no divide factors to set).
+--api fsdp2 is SPMD FSDPv2: the mesh is (N, 1) with the axes ("fsdp", "model"); each unit (the
+model's block class, or Linear for the mlp) and then the root are wrapped by
+`SpmdFullyShardedDataParallel`, which shards every parameter along "fsdp". The global batch is
+marked sharded along "fsdp" on its batch dimension, device d holding samples [d B/N, (d+1) B/N)
+exactly as the reference's rank d; the loss is the mean over the global batch, so its gradient is
+the reference's average over ranks, the compiler choosing the reduction (no divide factors to set).
+--api fsdp1 is classic `XlaFullyShardedDataParallel`, run at one device: its collectives hang on the
+CPU client at more (pytorch/xla#9089).
 
-Run on XLA:CPU at 2 and 4 devices; a TPU is unverified. Limits (each refused by name, exit 2):
-full_shard only (FSDPv2 shards along one axis); no hybrid, prefetch, limiter, no_sync or offload
-settings (XLA schedules the collectives); no divide factor; fp32; no --freeze or LoRA.
+Run on XLA:CPU (FSDPv2 at 2 and 4 devices, classic at 1); a TPU is unverified. Limits (each refused
+by name, exit 2): full_shard only; no hybrid, prefetch, limiter, no_sync or offload settings (XLA
+schedules the collectives); no divide factor; fp32; no --freeze or LoRA.
 """
 
 import os
@@ -31,51 +33,56 @@ NO_EQUIVALENT = (
 )
 
 
+# classic XlaFullyShardedDataParallel's collectives across replicas hang on the CPU client
+CLASSIC_CPU_REFUSAL = (
+    "--api fsdp1 --device xla at {n} devices: classic XLA FSDP's collectives hang on XLA's CPU client at 2 or "
+    "more devices (pytorch/xla#9089): run -n 1, or --api fsdp2 (SPMD FSDPv2)"
+)
+
+
 def _unsupported(api, cfg, extras):
     """Why the XLA runner cannot run cfg (and an fsdp_config's XLA keys, extras), or None."""
-    if api != "fsdp2":
-        # classic XlaFullyShardedDataParallel needs XLA's cross-replica collectives, which hang on its CPU
-        # client at 2 or more devices (pytorch/xla#9089)
-        return "--device xla runs SPMD FSDPv2: use --api fsdp2 (classic XLA FSDP is not run: pytorch/xla#9089)"
-    if extras.get("xla") and not extras.get("xla_fsdp_v2"):
-        return (
-            "--device xla: the fsdp_config asks for classic XLA FSDP (xla without xla_fsdp_v2), "
-            "which this adapter does not run: set xla_fsdp_v2 for SPMD FSDPv2"
+    if extras.get("xla") and bool(extras.get("xla_fsdp_v2")) != (api == "fsdp2"):
+        return f"--device xla --api {api}: the fsdp_config asks for " + (
+            "SPMD FSDPv2 (xla_fsdp_v2): use --api fsdp2" if api == "fsdp1" else "classic XLA FSDP: use --api fsdp1"
         )
     if extras.get("xla_fsdp_settings"):
-        return "--device xla: xla_fsdp_settings are classic XLA FSDP's arguments, which SPMD FSDPv2 does not take"
+        return "--device xla: xla_fsdp_settings (classic XLA FSDP's arguments) are not wired into this adapter"
     mtype = cfg["model"].get("model_type")
     if mtype not in XLA_MODELS:
         return f"--device xla: the XLA runner runs gpt2, llama and mlp models, not {mtype}"
     if cfg["strategy"] != "full_shard":
-        return f"--device xla runs SPMD FSDPv2, which is full_shard only (not {cfg['strategy']})"
+        return f"--device xla runs XLA's FSDP as full_shard only (not {cfg['strategy']})"
     for k, what in NO_EQUIVALENT:
         if cfg.get(k):
-            return f"--device xla: {what} has no FSDPv2 equivalent (XLA schedules the collectives)"
+            return f"--device xla: {what} has no XLA FSDP equivalent (XLA schedules the collectives)"
     if cfg["backward_prefetch"] != "none":
-        return "--device xla: --backward-prefetch has no FSDPv2 equivalent (XLA schedules the collectives)"
+        return "--device xla: --backward-prefetch has no XLA FSDP equivalent (XLA schedules the collectives)"
     if cfg.get("reshard_after_forward"):
-        return "--device xla: --reshard-after-forward R has no FSDPv2 equivalent (XLA schedules the collectives)"
+        return "--device xla: --reshard-after-forward R has no XLA FSDP equivalent (XLA schedules the collectives)"
     if cfg.get("gradient_divide_factor"):
-        return "--device xla: FSDPv2 has no gradient divide factor (the loss's mean over the global batch divides)"
+        return "--device xla: XLA's FSDP has no gradient divide factor (the loss's mean over the global batch divides)"
     if cfg["param_dtype"] != "fp32" or cfg["reduce_dtype"] != "fp32":
         # autocast or a bf16 model is not the reference's param_dtype cast of every parameter
         return (
-            "--device xla: mixed precision: SPMD FSDPv2 has no compute dtype (its parameters are the model's), run fp32"
+            "--device xla: mixed precision: SPMD FSDPv2 has no compute dtype (its parameters are the model's), "
+            "and classic XLA FSDP's compute_dtype is not wired into this adapter: run fp32"
         )
     ac = cfg.get("activation_checkpointing", "none")
     if ac == "outside":
-        return "--device xla: checkpointing is applied inside each FSDPv2 unit (xla_fsdp_grad_ckpt), not outside"
+        return "--device xla: checkpointing is applied inside each XLA FSDP unit (xla_fsdp_grad_ckpt), not outside"
     if ac == "inside" and mtype == "fsdpcheck-mlp":
         return "--device xla: checkpointing is applied per transformer block (xla_fsdp_grad_ckpt), not to an mlp"
     return None
 
 
-def device_count_refusal(n, cfg):
+def device_count_refusal(n, cfg, classic=False):
     """Why N XLA devices cannot run cfg as its check asked, or None (validate's refusals raise)."""
     from .config import validate
 
     want = os.environ.get("FSDPCHECK_TORCH_XLA_WORLD")
+    if classic and n > 1 and os.environ.get("PJRT_DEVICE", "CPU") == "CPU":
+        return CLASSIC_CPU_REFUSAL.format(n=n)
     if want is not None and int(want) != n:
         return (
             f"--device xla: the XLA runtime has {n} devices, the check asked for W = {want} "
@@ -106,13 +113,15 @@ def run(args, cfg, ref):
         import torch_xla.runtime as xr
     except ImportError as e:
         raise UsageError(f"--device xla needs torch_xla ({e}): adapters/torch/requirements-xla.lock has it")
-    xr.use_spmd()  # pragma: no cover (xla) from here: torch_xla imported, all that follows needs XLA devices
+    classic = args.api == "fsdp1"  # pragma: no cover (xla) from here: all that follows needs XLA devices
+    if not classic:
+        xr.use_spmd()
     n = xr.global_runtime_device_count()
-    why = device_count_refusal(n, cfg)
+    why = device_count_refusal(n, cfg, classic)
     if why:
         raise UsageError(why)
     seconds = {"runtime": time.time() - t0}
-    model, opt, mesh, forwards = _build(cfg, ref, n)
+    model, opt, mesh, forwards = _build_classic(cfg, ref) if classic else _build(cfg, ref, n)
     seconds["build"] = time.time() - t0 - seconds["runtime"]
     seconds["steps"] = _train(args, cfg, ref, model, opt, mesh, n)
     _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds)
@@ -120,21 +129,50 @@ def run(args, cfg, ref):
 
 
 def _build(cfg, ref, n):  # pragma: no cover (xla)
-    """The reference's initial model on the devices, wrapped per unit and at the root; its optimizer."""
-    import functools
-
+    """The reference's initial model on the devices, wrapped by SPMD FSDPv2 per unit and at the root;
+    its optimizer."""
     import numpy as np
-    import torch_xla.core.xla_model as xm
     import torch_xla.distributed.spmd as xs
     from torch_xla.distributed.fsdp import checkpoint_module
-    from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
     from torch_xla.experimental.spmd_fully_sharded_data_parallel import SpmdFullyShardedDataParallel as FSDPv2
 
-    from . import model as M
     from .optimizer import build_optimizer
 
     mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "model"))
     xs.set_global_mesh(mesh)
+    model, forwards, policy, ckpt = _on_device(cfg, ref)
+    # as the Trainer's xla_fsdp_grad_ckpt: each unit's forward checkpointed, then wrapped
+    unit = (lambda m, *a, **k: FSDPv2(checkpoint_module(m), *a, **k)) if ckpt else None
+    model = FSDPv2(
+        model, mesh=mesh, auto_wrap_policy=policy, auto_wrapper_callable=unit, shard_output=_shard_output(xs)
+    )
+    return model, build_optimizer(model.parameters(), cfg["optimizer"]), mesh, forwards
+
+
+def _build_classic(cfg, ref):  # pragma: no cover (xla)
+    """The same model wrapped by classic XLA FSDP, per unit and at the root, each parameter its own
+    shard (flatten_parameters=False, as its checkpoint tools read them); the optimizer over the shards."""
+    from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
+    from torch_xla.distributed.fsdp import checkpoint_module
+
+    from .optimizer import build_optimizer
+
+    model, forwards, policy, ckpt = _on_device(cfg, ref)
+    unit = (lambda m, *a, **k: FSDP(checkpoint_module(m), *a, **k)) if ckpt else None
+    model = FSDP(model, auto_wrap_policy=policy, auto_wrapper_callable=unit, flatten_parameters=False)
+    return model, build_optimizer(model.parameters(), cfg["optimizer"]), None, forwards
+
+
+def _on_device(cfg, ref):  # pragma: no cover (xla)
+    """The reference's initial model on the XLA device; the checkpointing counter (or None), the unit
+    wrap policy, and whether checkpointing is on."""
+    import functools
+
+    import torch_xla.core.xla_model as xm
+    from torch_xla.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    from . import model as M
+
     model = M.build(cfg["model"])
     M.load_init(model, ref.init(), ref.names)
     model = model.to(xm.xla_device())
@@ -146,12 +184,34 @@ def _build(cfg, ref, n):  # pragma: no cover (xla)
     # the evidence that checkpointing ran: each block's attention runs again in its backward
     forwards = M.count_block_forwards(model, cfg["model"]) if ckpt else None
     policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={M.unit_class(cfg["model"])})
-    # as the Trainer's xla_fsdp_grad_ckpt: each unit's forward checkpointed, then wrapped
-    unit = (lambda m, *a, **k: FSDPv2(checkpoint_module(m), *a, **k)) if ckpt else None
-    model = FSDPv2(
-        model, mesh=mesh, auto_wrap_policy=policy, auto_wrapper_callable=unit, shard_output=_shard_output(xs)
-    )
-    return model, build_optimizer(model.parameters(), cfg["optimizer"]), mesh, forwards
+    return model, forwards, policy, ckpt
+
+
+def _classic_params(model):  # pragma: no cover (xla)
+    """(trace name, flat shard) of each parameter under classic XLA FSDP; nothing under FSDPv2."""
+    from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
+
+    from .model import clean_name
+
+    for mn, m in model.named_modules():
+        if isinstance(m, FSDP):
+            for p in m.sharded_params:
+                yield clean_name(f"{mn}.{p._orig_name}".lstrip(".").replace("_fpw_module.", "")), p
+
+
+def _full(model, get):  # pragma: no cover (xla)
+    """Trace name -> the whole fp32 CPU tensor get(p) gives for each parameter p. FSDPv2's parameters
+    read back whole; classic XLA FSDP's are flat shards padded past their elements (at one device, the
+    whole tensor first), cut back to their original shape."""
+    import math
+
+    from .model import clean_name
+
+    classic = {
+        n: get(p).detach().cpu().float()[: math.prod(p._orig_size)].view(p._orig_size)
+        for n, p in _classic_params(model)
+    }
+    return classic or {clean_name(k): get(p).detach().cpu().float() for k, p in model.named_parameters()}
 
 
 def _train(args, cfg, ref, model, opt, mesh, n):  # pragma: no cover (xla)
@@ -161,7 +221,6 @@ def _train(args, cfg, ref, model, opt, mesh, n):  # pragma: no cover (xla)
     import torch_xla.core.xla_model as xm
 
     from . import tracefile
-    from .model import clean_name
     from .optimizer import clip_grad_norm
 
     names, states = ref.names, optim_state_names(cfg)
@@ -173,16 +232,13 @@ def _train(args, cfg, ref, model, opt, mesh, n):  # pragma: no cover (xla)
         g_inp, g_tgt = ref.batch(step)
         opt.zero_grad(set_to_none=True)
         total = _forward_backward(cfg, model, mesh, n, g_inp, g_tgt)
-        grads = {
-            clean_name(k): (p.grad if p.grad is not None else torch.zeros_like(p)).detach().cpu().float()
-            for k, p in model.named_parameters()
-        }
-        grad_norm = clip_grad_norm(model, cfg, False) if cfg["clip_grad_norm"] > 0 else None
+        grads = _full(model, lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
+        # classic XLA FSDP clips with its own clip_grad_norm_, as FSDP1 does
+        grad_norm = clip_grad_norm(model, cfg, mesh is None) if cfg["clip_grad_norm"] > 0 else None
         opt.step()
         xm.mark_step()
-        params = {clean_name(k): p.detach().cpu().float() for k, p in model.named_parameters()}
-        pmap = {clean_name(k): p for k, p in model.named_parameters()}
-        st = {s: {nm: opt.state[pmap[nm]][s].detach().cpu().float() for nm in names} for s in states}
+        params = _full(model, lambda p: p)
+        st = {s: _full(model, lambda p, s=s: opt.state[p][s]) for s in states}
         K = cfg["grad_accum"]
         tracefile.write_step(args.trace, step, total / K, g_inp, g_tgt, grads, params, st, names, states, grad_norm)
         seconds.append(time.time() - t0)
@@ -206,8 +262,9 @@ def _forward_backward(cfg, model, mesh, n, g_inp, g_tgt):  # pragma: no cover (x
         x, y = g_inp[idx].to(xm.xla_device()), g_tgt[idx].long().to(xm.xla_device())
         if M.takes_token_ids(cfg["model"]):
             x = x.long()
-        xs.mark_sharding(x, mesh, ("fsdp",) + (None,) * (x.dim() - 1))
-        xs.mark_sharding(y, mesh, ("fsdp",) + (None,) * (y.dim() - 1))
+        if mesh is not None:  # SPMD: the batch along "fsdp"
+            xs.mark_sharding(x, mesh, ("fsdp",) + (None,) * (x.dim() - 1))
+            xs.mark_sharding(y, mesh, ("fsdp",) + (None,) * (y.dim() - 1))
         loss = M.loss_of(model, cfg["model"], x, y)
         (loss / K).backward()
         xm.mark_step()  # one graph per micro-batch: reading the loss and gradients then runs no graph of its own
@@ -222,21 +279,25 @@ def _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds):  # pra
     from . import tracefile
     from .model import clean_name
 
+    impl = "torch-xla-fsdp" if mesh is None else "torch-xla-fsdpv2"
     c = dict(cfg)
-    c.update(impl="torch-xla-fsdpv2", divide="avg", inject="none", init="")
+    c.update(impl=impl, divide="avg", inject="none", init="")
     info = {
-        "api": "xla-spmd-fsdpv2",
+        "api": "xla-fsdp" if mesh is None else "xla-spmd-fsdpv2",
         "torch_version": torch.__version__,
         "device": "xla",
         "backend": "xla",
         "world_size": n,
-        "mesh": {"shape": list(mesh.mesh_shape), "axes": list(mesh.axis_names)},
+        "mesh": None if mesh is None else {"shape": list(mesh.mesh_shape), "axes": list(mesh.axis_names)},
         "pjrt_device": os.environ.get("PJRT_DEVICE", ""),
-        # read back from the wrapped parameters: how XLA really holds each one over the devices
-        "sharding": {clean_name(k): torch_xla._XLAC._get_xla_sharding_spec(p) for k, p in model.named_parameters()},
+        # read back from the wrapped parameters: how XLA really holds each one (classic XLA FSDP: each
+        # one's flat shard, padded, and the shape it came from)
+        "sharding": {clean_name(k): torch_xla._XLAC._get_xla_sharding_spec(p) for k, p in model.named_parameters()}
+        if mesh is not None
+        else {n: {"shard": p.numel(), "of": list(p._orig_size)} for n, p in _classic_params(model)},
         "seconds": seconds,  # the XLA runtime up, the model built and wrapped, each step
         "activation_checkpointing": None
         if forwards is None
         else {"placement": "inside", "by": "torch_xla checkpoint_module", "block_forwards": forwards[0]},
     }
-    tracefile.write_trace_json(args.trace, "torch-xla-fsdpv2", n, cfg["steps"], c, ref.units, info)
+    tracefile.write_trace_json(args.trace, impl, n, cfg["steps"], c, ref.units, info)

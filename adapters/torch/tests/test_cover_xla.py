@@ -39,13 +39,13 @@ def one_line(rc, capsys, *needles):
     ("flags", "needles"),
     [
         (["--strategy", "shard_grad_op"], ["full_shard only", "(not shard_grad_op)"]),
-        (["--forward-prefetch"], ["--forward-prefetch has no FSDPv2 equivalent"]),
-        (["--backward-prefetch", "pre"], ["--backward-prefetch has no FSDPv2 equivalent"]),
+        (["--forward-prefetch"], ["--forward-prefetch has no XLA FSDP equivalent"]),
+        (["--backward-prefetch", "pre"], ["--backward-prefetch has no XLA FSDP equivalent"]),
         (["--param-dtype", "bf16", "--reduce-dtype", "bf16"], ["mixed precision", "run fp32"]),
         (["--reduce-dtype", "bf16"], ["mixed precision"]),
-        (["--reshard-after-forward", "2"], ["--reshard-after-forward R has no FSDPv2 equivalent"]),
+        (["--reshard-after-forward", "2"], ["--reshard-after-forward R has no XLA FSDP equivalent"]),
         (["--gradient-divide-factor", "2"], ["no gradient divide factor"]),
-        (["--activation-checkpointing", "outside"], ["inside each FSDPv2 unit"]),
+        (["--activation-checkpointing", "outside"], ["inside each XLA FSDP unit"]),
         (["--activation-checkpointing", "inside"], ["per transformer block", "not to an mlp"]),
     ],
 )
@@ -55,9 +55,10 @@ def test_settings_fsdpv2_lacks_are_refused(ref, tmp_path, capsys, flags, needles
     assert not out.exists()
 
 
-def test_fsdp1_is_refused(ref, tmp_path, capsys):
+@pytest.mark.skipif(HAVE_XLA, reason="torch_xla is installed here")
+def test_classic_xla_fsdp_needs_torch_xla(ref, tmp_path, capsys):
     out = tmp_path / "out"
-    one_line(xla_run(ref, out, api="fsdp1"), capsys, "SPMD FSDPv2", "use --api fsdp2")
+    one_line(xla_run(ref, out, api="fsdp1"), capsys, "needs torch_xla")
     assert not out.exists()
 
 
@@ -85,13 +86,13 @@ def test_the_xla_fsdp_config_is_read_with_device_xla(ref, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("fsdp_config", "needles"),
     [
-        ({"xla": True}, ["classic XLA FSDP", "xla_fsdp_v2"]),
-        ({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_settings": {"compute_dtype": "bfloat16"}}, ["classic"]),
+        ({"xla": True}, ["--api fsdp2", "classic XLA FSDP: use --api fsdp1"]),
+        ({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_settings": {"compute_dtype": "bfloat16"}}, ["not wired"]),
         ({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_grad_ckpt": True}, ["not to an mlp"]),
     ],
 )
 def test_the_xla_fsdp_config_keys_fsdpv2_cannot_honour_are_refused(ref, tmp_path, capsys, fsdp_config, needles):
-    """Classic XLA FSDP (xla without xla_fsdp_v2) and its xla_fsdp_settings are refused by name, and
+    """An fsdp_config whose XLA FSDP is not the --api's, and xla_fsdp_settings, are refused by name;
     xla_fsdp_grad_ckpt turns checkpointing on (which an mlp refuses)."""
     cfg = tmp_path / "fsdp_config.json"
     cfg.write_text(json.dumps(fsdp_config))

@@ -6,6 +6,7 @@ elsewhere only the refusals, which need no XLA device, run."""
 
 import importlib.util
 import json
+import math
 import re
 
 import pytest
@@ -22,6 +23,12 @@ if HAS_XLA:
     register("xla-gpt2-w4", *XLA, "-n", "4", "--model", "gpt2-tiny", "--steps", "2")
     register("xla-llama-w2", *XLA, "-n", "2", "--model", "llama-tiny", "--steps", "2")
     register("xla-mlp-w2", *XLA, "-n", "2", "--model", "mlp-tiny", "--grad-accum", "2", "--clip-grad-norm", "1.0")
+    # classic XlaFullyShardedDataParallel at one device (its collectives hang on the CPU client at more)
+    C = ["--api", "fsdp1", "--device", "xla", "-n", "1"]
+    register("xla-classic-mlp", *C, "--model", "mlp-tiny", "--grad-accum", "2", "--clip-grad-norm", "1.0")
+    register(
+        "xla-classic-gpt2-ckpt", *C, "--model", "gpt2-tiny", "--steps", "2", "--activation-checkpointing", "inside"
+    )
     register(
         "xla-gpt2-w2-ckpt",
         *XLA,
@@ -67,6 +74,25 @@ def test_checkpointing_recomputes_each_block_in_its_backward(checks):
     ac = trace["torch"]["activation_checkpointing"]
     assert ac == {"placement": "inside", "by": "torch_xla checkpoint_module", "block_forwards": 2 * steps * L}, ac
     assert torch_info(checks["xla-gpt2-w4"][2])["activation_checkpointing"] is None
+
+
+@needs_xla
+@pytest.mark.parametrize("name", ["xla-classic-mlp", "xla-classic-gpt2-ckpt"])
+def test_classic_xla_fsdp_at_one_device_passes_in_lockstep(checks, name):
+    rc, out, keep = checks[name]
+    assert rc == 0 and "PASS: " in out, out
+    info = torch_info(keep)
+    assert info["api"] == "xla-fsdp" and info["world_size"] == 1 and info["mesh"] is None, info
+    # each parameter its own flat shard, padded past its elements
+    for name_, sh in info["sharding"].items():
+        assert sh["shard"] >= math.prod(sh["of"]), (name_, sh)
+    if name.endswith("ckpt"):
+        assert info["activation_checkpointing"]["block_forwards"] == 2 * 2 * 2, info  # 2 steps, 2 blocks, twice
+
+
+def test_classic_xla_fsdp_at_two_devices_is_refused_before_it_starts():
+    rc, out = check("--api", "fsdp1", "--device", "xla", "-n", "2", "--model", "mlp-micro", "--steps", "1")
+    assert rc == 2 and "pytorch/xla#9089" in out and len(out.strip().splitlines()) == 1, out
 
 
 def test_a_device_count_other_than_the_checks_w_is_refused(monkeypatch):
