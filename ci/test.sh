@@ -20,7 +20,8 @@
 #   4c. the adapter, quick, on the oldest supported torch/transformers pair (where the disk
 #      is short, the pinned lock's clone-local venv is removed first);
 #   4d. the adapter's XLA tests on requirements-xla.lock (torch_xla on XLA's CPU client: SPMD
-#      FSDPv2 at 2 and 4 devices; where the disk is short, the other venvs are removed first);
+#      FSDPv2 at 2 and 4 devices, classic XLA FSDP at 1; where the disk is short and that venv is
+#      still to be made, the other venvs are removed first);
 #   5. the package (ci/package.sh: the .deb, and the port template built against it alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -129,12 +130,15 @@ FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-oldest.lock FSDPCHECK_TORCH_TES
   FSDPCHECK_TORCH_PYTEST_ARGS="--deselect=tests/test_sweep.py::test_sweep" bash ci/torch.sh
 
 # the XLA lock's venv (about 7 GiB) comes after the others, which are not needed any more: where
-# the disk is short, clone-local ones are removed first
-if [ -z "${FSDPCHECK_TORCH_VENV:-}" ] && [ "$(free_gib)" -lt 16 ]; then
+# it is still to be made and the disk is short, the clone-local ones are removed first (with
+# FSDPCHECK_TORCH_VENV the three locks take turns in that one venv)
+xla_hash=$( (cat adapters/torch/requirements-xla.lock; python3 --version) | sha256sum | cut -c1-16)
+if [ -z "${FSDPCHECK_TORCH_VENV:-}" ] && [ "$(cat .venv-torch-xla/.lock-hash 2>/dev/null)" != "$xla_hash" ] &&
+  [ "$(free_gib)" -lt 16 ]; then
   echo "ci/test.sh: $(free_gib) GiB free: removing .venv-torch and .venv-torch-oldest before the XLA lock's venv"
   rm -rf .venv-torch .venv-torch-oldest
 fi
-stage "the PyTorch adapter on XLA's CPU client (torch 2.9.0, torch-xla 2.9.0): SPMD FSDPv2 at 2 and 4 devices"
+stage "the PyTorch adapter on XLA's CPU client (torch 2.9.0, torch-xla 2.9.0): FSDPv2 at 2 and 4 devices, classic at 1"
 FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-xla.lock FSDPCHECK_TORCH_TESTS=xla bash ci/torch.sh
 
 stage "the package and the port template"

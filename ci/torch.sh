@@ -82,7 +82,7 @@ echo "== torch adapter: tests (CPU, gloo)"
 mkdir -p out
 PYTEST=("$VENV/bin/python" -m pytest)
 COVER=0
-if [ "$NAME" = requirements ] && [ "${FSDPCHECK_TORCH_TESTS:-}" != quick ]; then
+if [ "$NAME" = requirements ] && [ -z "${FSDPCHECK_TORCH_TESTS:-}" ]; then
   COVER=1
   # patch = ["subprocess"] (pyproject.toml) hands the configuration to every Python child
   # through the environment; each process writes its own $COVERAGE_FILE.<suffix>

@@ -229,10 +229,11 @@ def parse(argv):
     cfg, _ = apply_flags(base, flags, opts.get("--device", "cpu"))
     lora_flag(cfg, cfg.pop("_model_flag", None) or "mlp-tiny")  # fsdpcheck run's default model
     validate(cfg, world)
-    if api == "fsdp1" and opts.get("--device") == "xla" and world > 1 and os.environ.get("PJRT_DEVICE", "CPU") == "CPU":
-        from .xla import CLASSIC_CPU_REFUSAL
+    if api == "fsdp1" and opts.get("--device") == "xla":
+        from .xla import classic_refusal
 
-        raise UsageError(CLASSIC_CPU_REFUSAL.format(n=world))
+        if classic_refusal(world):
+            raise UsageError(classic_refusal(world))
     from .config import unsupported
 
     why = unsupported(api, cfg, opts.get("--device", "cpu"))

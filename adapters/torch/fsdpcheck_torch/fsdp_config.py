@@ -84,6 +84,24 @@ def load(path):
     return data
 
 
+def _xla_key(cfg, extras, path, raw_key, key, v, device):
+    """An fsdp_config's XLA key: run with --device xla only; xla_fsdp_grad_ckpt true checkpoints each
+    unit inside it (false leaves the flags' setting as it is)."""
+    if key == "xla" and not _bool(path, raw_key, v):
+        return
+    if device != "xla":
+        what = "an XLA FSDP configuration" if key == "xla" else "an XLA FSDP setting"
+        raise _err(path, raw_key, v, f"is {what}: it runs with --device xla, not --device {device}")
+    if key == "xla_fsdp_settings":
+        if not isinstance(v, dict):
+            raise _err(path, raw_key, v, "must be an object (XlaFullyShardedDataParallel's arguments)")
+        extras[key] = v
+        return
+    extras[key] = _bool(path, raw_key, v)
+    if key == "xla_fsdp_grad_ckpt" and extras[key]:
+        cfg["activation_checkpointing"] = "inside"
+
+
 def apply_file(cfg, extras, path, device):
     data = load(path)
     mtype = cfg.get("model", {}).get("model_type", "gpt2")
@@ -157,26 +175,8 @@ def apply_file(cfg, extras, path, device):
                     raise _err(path, f"{raw_key}.{k2}", d, "is not a dtype (float32, bfloat16, float16)")
                 if k2 != "buffer_dtype":
                     cfg[k2] = DTYPE[str(d)]
-        elif key == "xla":
-            if _bool(path, raw_key, v):
-                if device != "xla":
-                    raise _err(
-                        path,
-                        raw_key,
-                        v,
-                        f"is an XLA FSDP configuration: it runs with --device xla, not --device {device}",
-                    )
-                extras["xla"] = True
-        elif key in ("xla_fsdp_settings", "xla_fsdp_grad_ckpt", "xla_fsdp_v2"):
-            if device != "xla":
-                raise _err(
-                    path, raw_key, v, f"is an XLA FSDP setting: it runs with --device xla, not --device {device}"
-                )
-            if key == "xla_fsdp_settings" and not isinstance(v, dict):
-                raise _err(path, raw_key, v, "must be an object (XlaFullyShardedDataParallel's arguments)")
-            extras[key] = v if key == "xla_fsdp_settings" else _bool(path, raw_key, v)
-            if key == "xla_fsdp_grad_ckpt":  # the Trainer checkpoints each unit's forward inside it
-                cfg["activation_checkpointing"] = "inside" if extras[key] else "none"
+        elif key in ("xla", "xla_fsdp_settings", "xla_fsdp_grad_ckpt", "xla_fsdp_v2"):
+            _xla_key(cfg, extras, path, raw_key, key, v, device)
         elif key in NEUTRAL:
             if key == "min_num_params" and v not in (0, "0"):
                 raise _err(
@@ -190,5 +190,6 @@ def apply_file(cfg, extras, path, device):
                 "is not a key this adapter knows (sharding_strategy, backward_prefetch, "
                 "forward_prefetch, offload_params, limit_all_gathers, state_dict_type, auto_wrap_policy, "
                 "transformer_layer_cls_to_wrap, activation_checkpointing, version, mixed_precision, "
-                "mixed_precision_policy, xla, use_orig_params, sync_module_states, cpu_ram_efficient_loading)",
+                "mixed_precision_policy, xla, xla_fsdp_v2, xla_fsdp_grad_ckpt, xla_fsdp_settings, use_orig_params, "
+                "sync_module_states, cpu_ram_efficient_loading)",
             )

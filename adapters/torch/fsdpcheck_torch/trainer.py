@@ -36,6 +36,12 @@ from . import env
 from .config import UsageError, fsdp2_only, like_config, optim_state_names, run_flags
 from .errors import refuse
 
+# transformers' XLA FSDP path never creates its optimizer (its creation is deferred on XLA and not
+# done), and its FSDPv2 shard_output refuses GPT-2's output type: docs/adapter.md
+XLA_REFUSAL = (
+    "trainer --device xla: the Trainer's XLA FSDP path is not run by this adapter "
+    "(transformers defers its optimizer there and never creates it); use check --device xla"
+)
 OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--allow-ddp": False}
 
 
@@ -67,12 +73,7 @@ def parse(argv, world):
             raise UsageError(f"trainer: {k} is required")
     device = opts.get("--device", "cpu")
     if device == "xla":
-        # transformers' XLA FSDP path never creates its optimizer (its creation is deferred on XLA and
-        # not done), and its FSDPv2 shard_output refuses GPT-2's output type: docs/adapter.md
-        raise UsageError(
-            "trainer --device xla: the Trainer's XLA FSDP path is not run by this adapter "
-            "(transformers defers its optimizer there and never creates it); use check --device xla"
-        )
+        raise UsageError(XLA_REFUSAL)
     ref = RefTrace(opts["--like"])
     cfg, extras = like_config(ref, flags, device)
     if cfg["model"].get("model_type") not in ("gpt2", "llama"):

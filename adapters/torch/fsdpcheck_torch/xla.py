@@ -18,7 +18,7 @@ schedules the collectives); no divide factor; fp32; no --freeze or LoRA.
 import os
 import time
 
-from .config import optim_state_names
+from .config import optim_state_names, validate
 from .errors import UsageError
 
 # the models run on XLA:CPU (wrapped per block / Linear)
@@ -33,15 +33,36 @@ NO_EQUIVALENT = (
 )
 
 
-# classic XlaFullyShardedDataParallel's collectives across replicas hang on the CPU client
-CLASSIC_CPU_REFUSAL = (
-    "--api fsdp1 --device xla at {n} devices: classic XLA FSDP's collectives hang on XLA's CPU client at 2 or "
-    "more devices (pytorch/xla#9089): run -n 1, or --api fsdp2 (SPMD FSDPv2)"
-)
+def classic_refusal(n):
+    """Why classic XLA FSDP cannot run at n devices here, or None: it needs a process per device
+    (xmp.spawn), which this adapter does not start, and on XLA's CPU client its collectives across
+    them hang anyway."""
+    if n <= 1:
+        return None
+    return (
+        f"--api fsdp1 --device xla at {n} devices: classic XLA FSDP runs here in one process, one device "
+        "(on XLA's CPU client its collectives hang at 2 or more: pytorch/xla#9089): run -n 1, or --api fsdp2"
+    )
+
+
+def flag_refusal(args):
+    """Why the XLA runner cannot honour a run flag beyond the config, or None."""
+    for on, what in (
+        (args.inject != "none", f"--inject {args.inject}: the XLA runner injects no fault"),
+        (args.ckpt_at or args.load, "checkpoints (--ckpt-at, --load) are not wired into the XLA runner"),
+        (args.comm_log, "--comm-log records torch FSDP's collectives, not XLA's"),
+        (args.optim_state_offload, "--optim-state-offload is torch FSDP's, not XLA's"),
+        (args.force_sum_reduction, "--force-sum-reduction is FSDP2's setter, not XLA's (the compiler reduces)"),
+    ):
+        if on:
+            return f"--device xla: {what}"
+    return None
 
 
 def _unsupported(api, cfg, extras):
     """Why the XLA runner cannot run cfg (and an fsdp_config's XLA keys, extras), or None."""
+    if extras.get("xla_fsdp_v2") and not extras.get("xla"):
+        return '--device xla: the fsdp_config sets xla_fsdp_v2 without "xla": true, which the Trainer reads first'
     if extras.get("xla") and bool(extras.get("xla_fsdp_v2")) != (api == "fsdp2"):
         return f"--device xla --api {api}: the fsdp_config asks for " + (
             "SPMD FSDPv2 (xla_fsdp_v2): use --api fsdp2" if api == "fsdp1" else "classic XLA FSDP: use --api fsdp1"
@@ -78,11 +99,9 @@ def _unsupported(api, cfg, extras):
 
 def device_count_refusal(n, cfg, classic=False):
     """Why N XLA devices cannot run cfg as its check asked, or None (validate's refusals raise)."""
-    from .config import validate
-
     want = os.environ.get("FSDPCHECK_TORCH_XLA_WORLD")
-    if classic and n > 1 and os.environ.get("PJRT_DEVICE", "CPU") == "CPU":
-        return CLASSIC_CPU_REFUSAL.format(n=n)
+    if classic and classic_refusal(n):
+        return classic_refusal(n)
     if want is not None and int(want) != n:
         return (
             f"--device xla: the XLA runtime has {n} devices, the check asked for W = {want} "
@@ -106,7 +125,7 @@ def _shard_output(xs):
 
 def run(args, cfg, ref):
     t0 = time.time()
-    why = _unsupported(args.api, cfg, args.extras)
+    why = _unsupported(args.api, cfg, args.extras) or flag_refusal(args)
     if why:
         raise UsageError(why)
     try:
@@ -275,6 +294,7 @@ def _forward_backward(cfg, model, mesh, n, g_inp, g_tgt):  # pragma: no cover (x
 def _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds):  # pragma: no cover (xla)
     import torch
     import torch_xla
+    import torch_xla.runtime as xr
 
     from . import tracefile
     from .model import clean_name
@@ -289,12 +309,12 @@ def _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds):  # pra
         "backend": "xla",
         "world_size": n,
         "mesh": None if mesh is None else {"shape": list(mesh.mesh_shape), "axes": list(mesh.axis_names)},
-        "pjrt_device": os.environ.get("PJRT_DEVICE", ""),
+        "pjrt_device": xr.device_type(),
         # read back from the wrapped parameters: how XLA really holds each one (classic XLA FSDP: each
         # one's flat shard, padded, and the shape it came from)
         "sharding": {clean_name(k): torch_xla._XLAC._get_xla_sharding_spec(p) for k, p in model.named_parameters()}
         if mesh is not None
-        else {n: {"shard": p.numel(), "of": list(p._orig_size)} for n, p in _classic_params(model)},
+        else {name: {"shard": p.numel(), "of": list(p._orig_size)} for name, p in _classic_params(model)},
         "seconds": seconds,  # the XLA runtime up, the model built and wrapped, each step
         "activation_checkpointing": None
         if forwards is None

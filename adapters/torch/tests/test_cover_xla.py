@@ -47,6 +47,10 @@ def one_line(rc, capsys, *needles):
         (["--gradient-divide-factor", "2"], ["no gradient divide factor"]),
         (["--activation-checkpointing", "outside"], ["inside each XLA FSDP unit"]),
         (["--activation-checkpointing", "inside"], ["per transformer block", "not to an mlp"]),
+        (["--inject", "no_divide"], ["--inject no_divide: the XLA runner injects no fault"]),
+        (["--ckpt-at", "1"], ["checkpoints (--ckpt-at, --load) are not wired"]),
+        (["--force-sum-reduction"], ["--force-sum-reduction is FSDP2's setter"]),
+        (["--optim-state-offload"], ["--optim-state-offload is torch FSDP's"]),
     ],
 )
 def test_settings_fsdpv2_lacks_are_refused(ref, tmp_path, capsys, flags, needles):
@@ -89,6 +93,7 @@ def test_the_xla_fsdp_config_is_read_with_device_xla(ref, tmp_path, capsys):
         ({"xla": True}, ["--api fsdp2", "classic XLA FSDP: use --api fsdp1"]),
         ({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_settings": {"compute_dtype": "bfloat16"}}, ["not wired"]),
         ({"xla": True, "xla_fsdp_v2": True, "xla_fsdp_grad_ckpt": True}, ["not to an mlp"]),
+        ({"xla_fsdp_v2": True}, ['xla_fsdp_v2 without "xla": true']),
     ],
 )
 def test_the_xla_fsdp_config_keys_fsdpv2_cannot_honour_are_refused(ref, tmp_path, capsys, fsdp_config, needles):

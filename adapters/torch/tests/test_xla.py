@@ -1,5 +1,6 @@
-"""`--device xla`: PyTorch/XLA's SPMD FSDPv2 (fsdpcheck_torch/xla.py), one process driving W devices
-of XLA's CPU client, judged by `compare` against the reference in lockstep at every step.
+"""`--device xla` (fsdpcheck_torch/xla.py): PyTorch/XLA's SPMD FSDPv2, one process driving W devices
+of XLA's CPU client, and classic XLA FSDP at one device, each judged by `compare` against the
+reference in lockstep at every step.
 
 The checks run where torch_xla is installed (adapters/torch/requirements-xla.lock, CI's XLA stage);
 elsewhere only the refusals, which need no XLA device, run."""
@@ -47,6 +48,12 @@ def torch_info(keep):
     return json.loads((keep / "torch" / "trace.json").read_text())["torch"]
 
 
+def trace_params(keep):
+    """The parameter names of the trace's units: what every read-back must cover."""
+    trace = json.loads((keep / "torch" / "trace.json").read_text())
+    return {n for u in trace["units"] for n in u["params"]}
+
+
 @needs_xla
 @pytest.mark.parametrize(
     ("name", "W"), [("xla-gpt2-w4", 4), ("xla-llama-w2", 2), ("xla-mlp-w2", 2), ("xla-gpt2-w2-ckpt", 2)]
@@ -58,6 +65,7 @@ def test_fsdpv2_on_xla_cpu_passes_in_lockstep(checks, name, W):
     assert info["api"] == "xla-spmd-fsdpv2" and info["world_size"] == W, info
     assert info["mesh"] == {"shape": [W, 1], "axes": ["fsdp", "model"]}, info
     # every parameter read back tiled over the W devices along one of its dimensions
+    assert set(info["sharding"]) == trace_params(keep), info["sharding"]
     for name_, spec in info["sharding"].items():
         m = re.fullmatch(r"\{devices=\[([\d,]+)\]([\d,]+)\}", spec)
         assert m and sorted(int(t) for t in m[1].split(",")) == [1] * (m[1].count(",")) + [W], (name_, spec)
@@ -84,15 +92,37 @@ def test_classic_xla_fsdp_at_one_device_passes_in_lockstep(checks, name):
     info = torch_info(keep)
     assert info["api"] == "xla-fsdp" and info["world_size"] == 1 and info["mesh"] is None, info
     # each parameter its own flat shard, padded past its elements
+    assert set(info["sharding"]) == trace_params(keep), info["sharding"]
     for name_, sh in info["sharding"].items():
         assert sh["shard"] >= math.prod(sh["of"]), (name_, sh)
     if name.endswith("ckpt"):
-        assert info["activation_checkpointing"]["block_forwards"] == 2 * 2 * 2, info  # 2 steps, 2 blocks, twice
+        trace = json.loads((keep / "torch" / "trace.json").read_text())
+        L, steps = trace["config"]["model"]["n_layer"], trace["steps"]
+        assert info["activation_checkpointing"]["block_forwards"] == 2 * steps * L, info
 
 
 def test_classic_xla_fsdp_at_two_devices_is_refused_before_it_starts():
     rc, out = check("--api", "fsdp1", "--device", "xla", "-n", "2", "--model", "mlp-micro", "--steps", "1")
     assert rc == 2 and "pytorch/xla#9089" in out and len(out.strip().splitlines()) == 1, out
+
+
+def test_classic_xla_fsdp_runs_one_device_whatever_the_client(monkeypatch):
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")  # a TPU host too: one process drives one device
+    assert "pytorch/xla#9089" in xla.device_count_refusal(4, {}, classic=True)
+    assert xla.classic_refusal(1) is None
+
+
+def test_the_xla_run_is_one_process_told_its_world():
+    from fsdpcheck_torch.check import launch_cmd
+
+    env = {"PATH": "/bin"}
+    cmd, e = launch_cmd(4, ["run"], "/tmp/log", "xla", env)
+    assert cmd[1:] == ["-m", "fsdpcheck_torch", "run"] and env == {"PATH": "/bin"}, (cmd, env)
+    assert e["PJRT_DEVICE"] == "CPU" and e["CPU_NUM_DEVICES"] == "4" and e["FSDPCHECK_TORCH_XLA_WORLD"] == "4", e
+    _, e = launch_cmd(4, ["run"], "/tmp/log", "xla", {"PJRT_DEVICE": "TPU"})
+    assert e["PJRT_DEVICE"] == "TPU" and "CPU_NUM_DEVICES" not in e, e  # a TPU host's chips are its own
+    cmd, e = launch_cmd(2, ["run"], "/tmp/log", "cpu", env)
+    assert "--nproc-per-node=2" in cmd and e is env, cmd
 
 
 def test_a_device_count_other_than_the_checks_w_is_refused(monkeypatch):
