@@ -163,8 +163,9 @@ def test_a_reference_traces_settings_are_read_and_checked(tmp_path, capsys):
 
     ref = RefTrace(like)
     cfg, _ = like_config(ref, [])
-    assert "--backward-prefetch-units" in xla._unsupported(dict(cfg, forward_prefetch=False))
-    assert "--gradient-divide-factor" in xla._unsupported(dict(cfg, forward_prefetch=False, backward_prefetch_units=0))
+    assert "--backward-prefetch-units" in xla._unsupported("fsdp2", dict(cfg, forward_prefetch=False), {})
+    no_lists = dict(cfg, forward_prefetch=False, backward_prefetch_units=0, forward_prefetch_units=0)
+    assert "no gradient divide factor" in xla._unsupported("fsdp2", no_lists, {})
     assert "give one of them" in unsupported("fsdp2", dict(cfg, backward_prefetch="pre"), "cpu")
     with pytest.raises(UsageError, match="--backward-prefetch-units needs a sharded strategy"):
         validate(dict(cfg, strategy="no_shard", forward_prefetch=False), 1)
