@@ -73,6 +73,7 @@ OWN = {
     "--force-sum-reduction": False,
     "--optim-state-offload": False,
     "--schedule": False,
+    "--xla-mesh": True,
     "--keep": True,
     "--report": True,
     "--fsdpcheck": True,
@@ -80,7 +81,7 @@ OWN = {
     "--quiet": False,
     "--timeout": True,
 }
-TORCH_PASS = ("--api", "--device", "--backend", "--inject", "--ckpt-at", "--ckpt-state-dict")
+TORCH_PASS = ("--api", "--device", "--backend", "--inject", "--ckpt-at", "--ckpt-state-dict", "--xla-mesh")
 TORCH_PASS_BOOL = ("--force-sum-reduction", "--optim-state-offload")
 
 
@@ -234,6 +235,9 @@ def parse(argv):
 
         if classic_refusal(world):
             raise UsageError(classic_refusal(world))
+    from .xla import mesh_flag
+
+    mesh_flag(opts, api, opts.get("--device", "cpu"), world)
     from .config import unsupported
 
     why = unsupported(api, cfg, opts.get("--device", "cpu"))
@@ -305,6 +309,10 @@ def reference_flags(job):
     """The run flags the reference takes for job: the user's, FSDP2's version
     flags, and the gradient divide of the torch API unless --divide is given."""
     flags = versioned_flags(job)
+    if job.opts.get("--device") == "xla":
+        from .xla import reference_flags as xla_flags
+
+        flags = xla_flags(flags, job.cfg)
     if "--divide" not in job.flags:
         force_sum = job.opts.get("--force-sum-reduction")
         flags += ["--divide", reference_divide(job.api, job.cfg, job.world, force_sum, backend_of(job.opts))]
@@ -728,7 +736,29 @@ def judge(job, p, fails, fsdpcheck, env):
     if job.opts.get("--schedule"):
         src, stext = schedule(job, fsdpcheck, env)
         rc, text = max(rc, src), text + stext
+    if job.opts.get("--device") == "xla" and job.api == "fsdp2":
+        lrc, ltext = xla_layout_verdict(job)
+        rc, text = max(rc, lrc), text + ltext
     return rc, text
+
+
+def xla_layout_verdict(job):
+    """(0 or 1, lines): whether every parameter of an SPMD FSDPv2 run was sharded by FSDPv2's rule, as
+    read back into its trace. SPMD computes the same function whatever the layout, so compare cannot
+    see a parameter sharded along the wrong dimension; this can."""
+    from .tracefile import RefTrace
+    from .xla_layout import sharding_findings
+
+    with open(os.path.join(job.torch_dir, "trace.json")) as f:
+        info = json.load(f)["torch"]
+    found = sharding_findings(info, RefTrace(job.ref_dir).shapes)
+    if not found:
+        n = len(info["sharding"])
+        return (
+            0,
+            f"layout: all {n} parameters sharded as FSDPv2's rule says (each one's largest dimension along fsdp)\n",
+        )
+    return 1, "".join(f"FAIL: layout: {line}\n" for line in found)
 
 
 def schedule(job, fsdpcheck, env):

@@ -36,6 +36,7 @@ from .config import (
 from .errors import refuse
 from .flags import split_args
 from .freeze import frozen_units
+from .xla import mesh_flag
 
 PROG = "fsdpcheck-torch"
 BACKEND_DEVICE = {"gloo": ("cpu", "cuda"), "nccl": ("cuda",), "hccl": ("hpu",), "xla": ("xla",)}
@@ -60,6 +61,7 @@ RUN_OWN = {
     "--force-sum-reduction": False,
     "--optim-state-offload": False,
     "--comm-log": False,
+    "--xla-mesh": True,
 }
 
 
@@ -143,6 +145,7 @@ def parse_run(argv, world):
     a.extras = extras
     a.optim_state_offload = bool(opts.get("--optim-state-offload"))
     a.comm_log = bool(opts.get("--comm-log"))
+    a.xla_mesh = mesh_flag(opts, api, device)
     if a.comm_log and (ckpt_at or load):
         raise UsageError(
             f"--comm-log with {'--ckpt-at' if ckpt_at else '--load'}: the schedule is recorded for a run from its "

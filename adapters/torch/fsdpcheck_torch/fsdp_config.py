@@ -95,11 +95,27 @@ def _xla_key(cfg, extras, path, raw_key, key, v, device):
     if key == "xla_fsdp_settings":
         if not isinstance(v, dict):
             raise _err(path, raw_key, v, "must be an object (XlaFullyShardedDataParallel's arguments)")
+        _xla_settings(cfg, path, raw_key, v)
         extras[key] = v
         return
     extras[key] = _bool(path, raw_key, v)
     if key == "xla_fsdp_grad_ckpt" and extras[key]:
         cfg["activation_checkpointing"] = "inside"
+
+
+def _xla_settings(cfg, path, raw_key, v):
+    """xla_fsdp_settings' dtypes as the run's: compute_dtype casts every parameter for compute (the
+    param_dtype), whose gradients classic XLA FSDP reduces in it unless fp32_reduce_scatter; the
+    other settings are checked as booleans and passed to the wrapper as written (xla.py)."""
+    for k, x in v.items():
+        if k != "compute_dtype" and not isinstance(x, bool):
+            raise _err(path, f"{raw_key}.{k}", x, "must be a JSON boolean")
+    if "compute_dtype" in v:
+        d = v["compute_dtype"]
+        if str(d).removeprefix("torch.") not in DTYPE:
+            raise _err(path, f"{raw_key}.compute_dtype", d, "is not a dtype (float32, bfloat16, float16)")
+        cfg["param_dtype"] = DTYPE[str(d).removeprefix("torch.")]
+        cfg["reduce_dtype"] = "fp32" if v.get("fp32_reduce_scatter") else cfg["param_dtype"]
 
 
 def apply_file(cfg, extras, path, device):

@@ -10,9 +10,12 @@ the reference's average over ranks, the compiler choosing the reduction (no divi
 --api fsdp1 is classic `XlaFullyShardedDataParallel`, run at one device: its collectives hang on the
 CPU client at more (pytorch/xla#9089).
 
+--xla-mesh NAME:SIZE,... gives FSDPv2 another mesh; classic XLA FSDP takes an fsdp_config's
+xla_fsdp_settings and computes in bf16 where cfg's param_dtype says so (its compute_dtype).
+
 Run on XLA:CPU (FSDPv2 at 2 and 4 devices, classic at 1); a TPU is unverified. Limits (each refused
 by name, exit 2): full_shard only; no hybrid, prefetch, limiter, no_sync or offload settings (XLA
-schedules the collectives); no divide factor; fp32; no --freeze or LoRA.
+schedules the collectives); no divide factor; FSDPv2 in fp32 only; no --freeze or LoRA.
 """
 
 import os
@@ -67,8 +70,9 @@ def _unsupported(api, cfg, extras):
         return f"--device xla --api {api}: the fsdp_config asks for " + (
             "SPMD FSDPv2 (xla_fsdp_v2): use --api fsdp2" if api == "fsdp1" else "classic XLA FSDP: use --api fsdp1"
         )
-    if extras.get("xla_fsdp_settings"):
-        return "--device xla: xla_fsdp_settings (classic XLA FSDP's arguments) are not wired into this adapter"
+    why = settings_refusal(api, extras.get("xla_fsdp_settings"))
+    if why:
+        return why
     mtype = cfg["model"].get("model_type")
     if mtype not in XLA_MODELS:
         return f"--device xla: the XLA runner runs gpt2, llama and mlp models, not {mtype}"
@@ -83,18 +87,124 @@ def _unsupported(api, cfg, extras):
         return "--device xla: --reshard-after-forward R has no XLA FSDP equivalent (XLA schedules the collectives)"
     if cfg.get("gradient_divide_factor"):
         return "--device xla: XLA's FSDP has no gradient divide factor (the loss's mean over the global batch divides)"
-    if cfg["param_dtype"] != "fp32" or cfg["reduce_dtype"] != "fp32":
-        # autocast or a bf16 model is not the reference's param_dtype cast of every parameter
-        return (
-            "--device xla: mixed precision: SPMD FSDPv2 has no compute dtype (its parameters are the model's), "
-            "and classic XLA FSDP's compute_dtype is not wired into this adapter: run fp32"
-        )
+    why = precision_refusal(api, cfg)
+    if why:
+        return why
     ac = cfg.get("activation_checkpointing", "none")
     if ac == "outside":
         return "--device xla: checkpointing is applied inside each XLA FSDP unit (xla_fsdp_grad_ckpt), not outside"
     if ac == "inside" and mtype == "fsdpcheck-mlp":
         return "--device xla: checkpointing is applied per transformer block (xla_fsdp_grad_ckpt), not to an mlp"
     return None
+
+
+# classic XLA FSDP's arguments an fsdp_config's xla_fsdp_settings may give, as the Trainer passes them
+SETTINGS = ("compute_dtype", "fp32_reduce_scatter", "shard_param_on_dim_0", "pin_layout_in_collective_ops")
+TORCH_DTYPE = {"bf16": "bfloat16", "fp32": "float32"}
+
+
+def settings_refusal(api, settings):
+    """Why xla_fsdp_settings cannot be applied as written, or None. The Trainer passes them to classic
+    XLA FSDP only (under xla_fsdp_v2 it drops them unread)."""
+    if not settings:
+        return None
+    if api == "fsdp2":
+        return (
+            "--device xla --api fsdp2: xla_fsdp_settings are classic XLA FSDP's arguments, which SPMD FSDPv2 "
+            "does not take (the Trainer drops them under xla_fsdp_v2)"
+        )
+    other = sorted(set(settings) - set(SETTINGS))
+    if other:
+        return f"--device xla: xla_fsdp_settings {', '.join(other)}: not applied by this adapter (it applies {', '.join(SETTINGS)})"
+    return None
+
+
+def precision_refusal(api, cfg):
+    """Why the XLA runner cannot compute in cfg's dtypes, or None: classic XLA FSDP's compute_dtype is
+    the reference's param_dtype (every parameter cast for compute), its fp32_reduce_scatter a reduce
+    dtype of fp32; FSDPv2 has neither (its parameters are the model's)."""
+    p, r = cfg["param_dtype"], cfg["reduce_dtype"]
+    if p == "fp32" and r == "fp32":
+        return None
+    if api == "fsdp2":
+        return "--device xla --api fsdp2: SPMD FSDPv2 has no compute dtype (its parameters are the model's): run fp32"
+    if p not in TORCH_DTYPE or r not in (p, "fp32"):
+        return (
+            f"--device xla --api fsdp1: param_dtype {p}, reduce_dtype {r}: classic XLA FSDP computes in bf16 "
+            "(compute_dtype) and reduces in it or in fp32 (fp32_reduce_scatter)"
+        )
+    return None
+
+
+def classic_kwargs(cfg, settings):  # pragma: no cover (xla)
+    """XlaFullyShardedDataParallel's arguments for cfg: the settings as written, the dtypes as cfg
+    says (an fsdp_config's compute_dtype is cfg's param_dtype by now), each parameter its own shard."""
+    import torch
+
+    kw = {k: v for k, v in (settings or {}).items() if k in ("shard_param_on_dim_0", "pin_layout_in_collective_ops")}
+    kw["compute_dtype"] = getattr(torch, TORCH_DTYPE[cfg["param_dtype"]])
+    kw["fp32_reduce_scatter"] = cfg["param_dtype"] != "fp32" and cfg["reduce_dtype"] == "fp32"
+    kw["flatten_parameters"] = False
+    return kw
+
+
+def parse_mesh(spec, n):
+    """--xla-mesh "fsdp:2,model:2" -> ((2, 2), ("fsdp", "model")); None -> (n, 1) ("fsdp", "model").
+    Raises UsageError for a spec FSDPv2 cannot take or whose sizes do not multiply to n devices."""
+    if spec is None:
+        return (n, 1), ("fsdp", "model")
+    shape, axes = [], []
+    for part in spec.split(","):
+        name, _, size = part.partition(":")
+        if not name.isidentifier() or not size.isdigit() or int(size) < 1 or name in axes:
+            raise UsageError(f"--xla-mesh {spec!r}: expected NAME:SIZE,... with distinct names (e.g. fsdp:2,model:2)")
+        axes.append(name)
+        shape.append(int(size))
+    if "fsdp" not in axes:
+        raise UsageError(f"--xla-mesh {spec!r}: SPMD FSDPv2 shards along an axis named fsdp, which it lacks")
+    import math
+
+    if math.prod(shape) != n:
+        raise UsageError(f"--xla-mesh {spec!r}: {math.prod(shape)} devices, the run has {n}")
+    return tuple(shape), tuple(axes)
+
+
+def reference_flags(flags, cfg):
+    """The run flags the reference plans an XLA run with: an fsdp_config file's XLA keys are the
+    adapter's to read (the reference refuses "xla": true), so each file gives way to the settings it
+    made, which are all that an XLA run leaves unrefused beside full_shard."""
+    out, skip = [], False
+    for f in flags:
+        if not skip and f == "--fsdp-config":
+            skip = True
+            continue
+        if not skip:
+            out.append(f)
+        skip = False
+    if len(out) == len(flags):
+        return list(flags)
+    return out + [
+        "--strategy",
+        cfg["strategy"],
+        "--param-dtype",
+        cfg["param_dtype"],
+        "--reduce-dtype",
+        cfg["reduce_dtype"],
+        "--activation-checkpointing",
+        cfg.get("activation_checkpointing", "none"),
+    ]
+
+
+def mesh_flag(opts, api, device, world=None):
+    """--xla-mesh's spec, checked against world (the check's W) where it is known; None without it."""
+    spec = opts.get("--xla-mesh")
+    if spec is None:
+        return None
+    if device != "xla" or api != "fsdp2":
+        raise UsageError("--xla-mesh is SPMD FSDPv2's device mesh: it takes --api fsdp2 --device xla")
+    if world is not None:
+        parse_mesh(spec, world)
+    return spec
 
 
 def device_count_refusal(n, cfg, classic=False):
@@ -139,17 +249,19 @@ def run(args, cfg, ref):
     why = device_count_refusal(n, cfg, classic)
     if why:
         raise UsageError(why)
+    shape = parse_mesh(args.xla_mesh, n)
     seconds = {"runtime": time.time() - t0}
-    model, opt, mesh, forwards = _build_classic(cfg, ref) if classic else _build(cfg, ref, n)
+    settings = args.extras.get("xla_fsdp_settings")
+    model, opt, mesh, forwards = _build_classic(cfg, ref, settings) if classic else _build(cfg, ref, shape)
     seconds["build"] = time.time() - t0 - seconds["runtime"]
     seconds["steps"] = _train(args, cfg, ref, model, opt, mesh, n)
     _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds)
     return 0  # pragma: no cover (xla) to here
 
 
-def _build(cfg, ref, n):  # pragma: no cover (xla)
-    """The reference's initial model on the devices, wrapped by SPMD FSDPv2 per unit and at the root;
-    its optimizer."""
+def _build(cfg, ref, shape):  # pragma: no cover (xla)
+    """The reference's initial model on the devices of a mesh of shape (sizes, axis names), wrapped by
+    SPMD FSDPv2 per unit and at the root; its optimizer."""
     import numpy as np
     import torch_xla.distributed.spmd as xs
     from torch_xla.distributed.fsdp import checkpoint_module
@@ -157,7 +269,7 @@ def _build(cfg, ref, n):  # pragma: no cover (xla)
 
     from .optimizer import build_optimizer
 
-    mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "model"))
+    mesh = xs.Mesh(np.arange(int(np.prod(shape[0]))), shape[0], shape[1])
     xs.set_global_mesh(mesh)
     model, forwards, policy, ckpt = _on_device(cfg, ref)
     # as the Trainer's xla_fsdp_grad_ckpt: each unit's forward checkpointed, then wrapped
@@ -165,12 +277,34 @@ def _build(cfg, ref, n):  # pragma: no cover (xla)
     model = FSDPv2(
         model, mesh=mesh, auto_wrap_policy=policy, auto_wrapper_callable=unit, shard_output=_shard_output(xs)
     )
+    _mutate(model, mesh, xs)
     return model, build_optimizer(model.parameters(), cfg["optimizer"]), mesh, forwards
 
 
-def _build_classic(cfg, ref):  # pragma: no cover (xla)
-    """The same model wrapped by classic XLA FSDP, per unit and at the root, each parameter its own
-    shard (flatten_parameters=False, as its checkpoint tools read them); the optimizer over the shards."""
+# a test's mutant (docs/testing.md): the named parameter re-sharded along a dimension FSDPv2's rule
+# does not pick, which the check's layout judgement must catch
+MUTANT = "FSDPCHECK_TORCH_XLA_WRONG_SHARD_DIM"
+
+
+def _mutate(model, mesh, xs):  # pragma: no cover (xla)
+    from .model import clean_name
+
+    want = os.environ.get(MUTANT)
+    if not want:
+        return
+    for k, p in model.named_parameters():
+        if clean_name(k) == want and p.dim() == 2:
+            rule = list(p.shape).index(max(p.shape))
+            xs.clear_sharding(p)
+            xs.mark_sharding(p, mesh, tuple("fsdp" if d != rule else None for d in range(2)))
+            return
+    raise UsageError(f"{MUTANT}={want}: no 2-d parameter of that name")
+
+
+def _build_classic(cfg, ref, settings):  # pragma: no cover (xla)
+    """The same model wrapped by classic XLA FSDP, per unit and at the root, with an fsdp_config's
+    xla_fsdp_settings and cfg's dtypes (classic_kwargs), each parameter its own shard
+    (flatten_parameters=False, as its checkpoint tools read them); the optimizer over the shards."""
     from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
     from torch_xla.distributed.fsdp import checkpoint_module
 
@@ -178,7 +312,7 @@ def _build_classic(cfg, ref):  # pragma: no cover (xla)
 
     model, forwards, policy, ckpt = _on_device(cfg, ref)
     unit = (lambda m, *a, **k: FSDP(checkpoint_module(m), *a, **k)) if ckpt else None
-    model = FSDP(model, auto_wrap_policy=policy, auto_wrapper_callable=unit, flatten_parameters=False)
+    model = FSDP(model, auto_wrap_policy=policy, auto_wrapper_callable=unit, **classic_kwargs(cfg, settings))
     return model, build_optimizer(model.parameters(), cfg["optimizer"]), None, forwards
 
 
@@ -291,6 +425,20 @@ def _forward_backward(cfg, model, mesh, n, g_inp, g_tgt):  # pragma: no cover (x
     return total
 
 
+def _wrapper_info(model, mesh):  # pragma: no cover (xla)  # pragma: no cover (xla)
+    """Classic XLA FSDP's settings as its root wrapper holds them; FSDPv2's mesh axis it shards along
+    and its parameters' dtype (it has no compute dtype of its own)."""
+    if mesh is not None:
+        return {"shard_axis": "fsdp", "compute_dtype": str(next(model.parameters()).dtype).removeprefix("torch.")}
+    return {
+        "compute_dtype": str(model.compute_dtype).removeprefix("torch."),
+        "fp32_reduce_scatter": model.fp32_reduce_scatter,
+        "shard_param_on_dim_0": model._shard_param_on_dim_0,
+        "pin_layout_in_collective_ops": model.all_gather_op.keywords["pin_layout"],
+        "flatten_parameters": model.flatten_parameters,
+    }
+
+
 def _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds):  # pragma: no cover (xla)
     import torch
     import torch_xla
@@ -315,6 +463,8 @@ def _write_trace_json(args, cfg, ref, n, model, mesh, forwards, seconds):  # pra
         "sharding": {clean_name(k): torch_xla._XLAC._get_xla_sharding_spec(p) for k, p in model.named_parameters()}
         if mesh is not None
         else {name: {"shard": p.numel(), "of": list(p._orig_size)} for name, p in _classic_params(model)},
+        # read back from the wrappers: what each was built with
+        "wrapper": _wrapper_info(model, mesh),
         "seconds": seconds,  # the XLA runtime up, the model built and wrapped, each step
         "activation_checkpointing": None
         if forwards is None
