@@ -17,7 +17,7 @@
 #      compatibility check: its coverage says nothing new); with FSDPCHECK_TORCH_PYTEST_ARGS
 #      (a selection) the report is printed but not gated.
 # FSDPCHECK_TORCH_TESTS=quick runs a smaller selection (see adapters/torch/tests/conftest.py);
-# FSDPCHECK_TORCH_TESTS=xla runs tests/test_xla.py alone (with requirements-xla.lock: XLA's CPU client).
+# FSDPCHECK_TORCH_TESTS=xla runs tests/test_xla.py and test_xla_layout.py alone (with requirements-xla.lock: XLA's CPU client).
 # FSDPCHECK_TORCH_LOCK names another lock (requirements-oldest.lock: the oldest supported
 # torch/transformers pair), with its own virtual environment (.venv-torch-<lock name>);
 # FSDPCHECK_TORCH_PYTEST_ARGS adds pytest arguments (a -k selection).
@@ -96,9 +96,9 @@ set +e
 # -rfEs: the summary names failures, errors and skips only; every passing
 # check's comparison table stays in the junit file (out/), so a failure is
 # not buried under 300 tables in CI's log
-TESTS=adapters/torch/tests
-[ "${FSDPCHECK_TORCH_TESTS:-}" = xla ] && TESTS=adapters/torch/tests/test_xla.py  # the XLA lock's own stage
-"${PYTEST[@]}" "$TESTS" -v -rfEs --durations=25 --junitxml="out/torch-junit-$NAME.xml" \
+TESTS=(adapters/torch/tests)
+[ "${FSDPCHECK_TORCH_TESTS:-}" = xla ] && TESTS=(adapters/torch/tests/test_xla.py adapters/torch/tests/test_xla_layout.py)  # the XLA lock's own stage
+"${PYTEST[@]}" "${TESTS[@]}" -v -rfEs --durations=25 --junitxml="out/torch-junit-$NAME.xml" \
   -p no:cacheprovider ${FSDPCHECK_TORCH_PYTEST_ARGS:-}
 rc=$?
 set -e

@@ -26,7 +26,6 @@ optimizer state, and rank 0 writes the step file (trainer_trace.py).
 The command line is parsed once (parse) into a TrainerArgs.
 """
 
-import os
 import shutil
 import sys
 import tempfile
@@ -36,12 +35,6 @@ from . import env
 from .config import UsageError, fsdp2_only, like_config, optim_state_names, run_flags
 from .errors import refuse
 
-# transformers' XLA FSDP path never creates its optimizer (its creation is deferred on XLA and not
-# done), and its FSDPv2 shard_output refuses GPT-2's output type: docs/adapter.md
-XLA_REFUSAL = (
-    "trainer --device xla: the Trainer's XLA FSDP path is not run by this adapter "
-    "(transformers defers its optimizer there and never creates it); use check --device xla"
-)
 OWN = {"--like": True, "--trace": True, "--fsdp": True, "--device": True, "--allow-ddp": False}
 
 
@@ -72,10 +65,14 @@ def parse(argv, world):
         if k not in opts:
             raise UsageError(f"trainer: {k} is required")
     device = opts.get("--device", "cpu")
-    if device == "xla":
-        raise UsageError(XLA_REFUSAL)
     ref = RefTrace(opts["--like"])
     cfg, extras = like_config(ref, flags, device)
+    if device == "xla":
+        from .trainer_xla import refusal
+
+        why = refusal(cfg, extras)
+        if why:
+            raise UsageError(why)
     if cfg["model"].get("model_type") not in ("gpt2", "llama"):
         raise UsageError(
             "trainer: the Trainer path trains Hugging Face models, gpt2 and llama "
@@ -159,6 +156,11 @@ def cmd_trainer(argv):
     from . import failure
     from .teardown import shutdown
 
+    if a.device == "xla":  # one process drives the XLA devices: no process group to tear down
+        from .trainer_xla import train as train_xla
+
+        return failure.guarded(rank, lambda: train_xla(a))
+
     def body():
         try:
             rc = train(a)
@@ -177,6 +179,7 @@ def train(a):
     from transformers import Trainer
 
     from . import model as M
+    from .trainer_args import training_arguments
     from .trainer_trace import Replay, TraceCallback, collate, replay_samples
 
     torch.set_num_threads(env.threads())
@@ -213,76 +216,20 @@ def train(a):
     return 0
 
 
-def training_arguments(a, mb, output_dir, hf_ckpt):
-    """TrainingArguments that make the Trainer train exactly the reference's steps
-    (the module docstring): the trace's optimizer with a constant schedule, no
-    clipping (the callback clips), the data in order, FSDP as --fsdp and the
-    fsdp_config file say."""
-    import dataclasses
-
-    from transformers import TrainingArguments
-
-    cfg, o = a.cfg, a.cfg["optimizer"]
-    ckpt_kw = {}
-    if hf_ckpt:
-        key = "activation_checkpointing"
-        if key not in {f.name for f in dataclasses.fields(TrainingArguments)}:
-            key = "gradient_checkpointing"  # its name before transformers 5
-        ckpt_kw = {key: True, f"{key}_kwargs": {"use_reentrant": False}}
-    return TrainingArguments(
-        **ckpt_kw,
-        output_dir=output_dir,
-        max_steps=cfg["steps"],
-        per_device_train_batch_size=mb,
-        gradient_accumulation_steps=cfg["grad_accum"],
-        learning_rate=o["lr"],
-        weight_decay=o["weight_decay"],
-        adam_beta1=o["beta1"],
-        adam_beta2=o["beta2"],
-        adam_epsilon=o["eps"],
-        optim="adamw_torch",
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        max_grad_norm=0.0,
-        fsdp=a.fsdp,
-        fsdp_config=a.fsdp_config,
-        train_sampling_strategy="sequential",
-        remove_unused_columns=False,
-        report_to="none",
-        save_strategy="no",
-        logging_strategy="no",
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-        use_cpu=a.device == "cpu",
-        bf16=cfg["param_dtype"] == "bf16",
-        fp16=cfg["param_dtype"] == "fp16",
-    )
-
-
 def write_trace(a, world, wrapped_as, fsdp_applied, checkpointing):
     """trace.json (rank 0): the config as run, and how the Trainer wrapped the model."""
-    import accelerate
-    import torch
     import torch.distributed as dist
 
     from . import tracefile
+    from .trainer_args import trainer_info
 
     c = dict(a.cfg)
     c["impl"] = "hf-trainer"
     c["inject"] = "none"
     c["init"] = ""
     info = {
-        "api": "hf-trainer",
-        "fsdp": a.fsdp,
-        "fsdp_config": a.fsdp_config,
-        "torch_version": torch.__version__,
-        "transformers_version": env.installed_version("transformers"),
-        "accelerate_version": accelerate.__version__,
-        "device": a.device,
+        **trainer_info(a, world, wrapped_as),
         "backend": dist.get_backend() if dist.is_initialized() else None,
-        "world_size": world,
-        "like": os.path.abspath(a.ref.dir),
-        "wrapped_as": wrapped_as,
         "fsdp_applied": fsdp_applied,
         "activation_checkpointing": checkpointing,
     }
