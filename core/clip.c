@@ -77,7 +77,21 @@ double fc_grad_norm_combine(const fc_norm_part *parts, int G, fc_norm_type type)
 double fc_grad_norm(const float *g, size_t n, fc_norm_type type) {
     fc_norm_part p;
     memset(&p, 0, sizeof p);
-    fc_norm_part_add(&p, g, n, type);
+    // Threads take chunks of buckets and their parts merge: the sums are exact integers, so
+    // the split and the thread count change no bit.
+    const size_t per = (size_t)FC_NORM_BUCKET_TERMS * 64, nchunk = (n + per - 1) / per;
+#pragma omp parallel if (n >= 4 * per)
+    {
+        fc_norm_part mine;
+        memset(&mine, 0, sizeof mine);
+#pragma omp for schedule(static)
+        for (size_t k = 0; k < nchunk; k++) {
+            const size_t i = k * per;
+            fc_norm_part_add(&mine, g + i, n - i < per ? n - i : per, type);
+        }
+#pragma omp critical(fc_grad_norm_merge)
+        fc_norm_part_merge(&p, &mine);
+    }
     return fc_norm_part_total(&p, type);
 }
 

@@ -6,16 +6,19 @@
 //
 //  1. Fixed summation order. Every output element is one sequential sum whose
 //     order depends only on the shapes: a matmul element is
-//         acc = (bias or 0); for r = 0..R-1: acc = acc + a[r] * b[r];
-//     with r ascending, whatever blocking, vector path or thread computed it.
+//         acc = (bias or 0); for r = 0..R-1: acc = fma(a[r], b[r], acc);
+//     with r ascending, whatever blocking, vector path or thread computed it
+//     (a fused multiply-add is correctly rounded, so fmaf and every vector FMA
+//     give the same bits).
 //     Blocking, vectorization and OpenMP threads only ever run *different*
 //     elements side by side; they never split one element's sum. Every
 //     `omp parallel for` below splits output elements (matmul column panels,
 //     attention heads or kv-head groups, rows, channel chunks, token
 //     positions) and nothing else. Nothing depends on the thread count
 //     (core/threads.h) or on pointer alignment, so results are bitwise
-//     reproducible. (Compile without -ffast-math; multiply and add are kept as
-//     two roundings, see the pragma.)
+//     reproducible. (Compile without -ffast-math; outside the matmul's explicit
+//     fused multiply-adds, multiply and add are kept as two roundings, see the
+//     pragma.)
 //
 //  2. Backward adds a fresh contribution. Each backward first sums its
 //     contribution to a gradient element into a local accumulator starting at
@@ -90,80 +93,43 @@
 //     out = inp w, dinp = dout w^T, dw = inp^T dout  (in both weight layouts)
 // share a single kernel and a single summation order.
 //
-// The kernel computes a 4 x 8 block of C (4 x 4 in double) in local
-// accumulators: for each r it broadcasts four A values and multiplies them by
-// one contiguous 8-wide row of B, so the work is vector code across j while
-// each element's sum still runs over r ascending. B is read from a packed
-// R x 8 panel (see mm()).
+// The kernels compute a block of C in local accumulators (8 x 32 with AVX-512F,
+// 8 x 8 with AVX2, 4 x 8 or 4 x 4 in double otherwise): for each r they broadcast
+// A values and fuse-multiply-add them with one contiguous row of B, so the work
+// is vector code across j while each element's sum still runs over r ascending.
+// B is read from a packed R x 32 group of four R x 8 panels (see mm()).
 
-#define MM_IB 4                            // rows of C per block
-#define MM_JB ((int)(32 / sizeof(real)))   // columns of C per block: 8 float, 4 double
+#define MM_IB 4                            // rows of C per block of the generic kernel
+#define MM_JB ((int)(32 / sizeof(real)))   // columns of a panel: 8 float, 4 double
+#define MM_GP 4                            // panels packed side by side in one group
+#define MM_GW (MM_GP * MM_JB)              // columns of a group: 32 float, 16 double
+#define MM_KC 256                          // r per chunk of the AVX-512 kernels (mm_group_avx512)
 
-// A full MM_IB x MM_JB block of C.
+#ifdef FC_REAL_DOUBLE
+#define RFMA fma
+#else
+#define RFMA fmaf
+#endif
+
+// A full MM_IB x MM_JB block of C, the generic kernel (any CPU, and the double build).
 // c: C(0, 0) of the block, row stride ldc.
 // a: A(0, 0) of the block, element (i, r) at a[i * a_si + r * a_sk].
-// b: the packed panel, element (r, j) at b[r * MM_JB + j].
+// b: the block's panel in a packed group, element (r, j) at b[r * ldb + j].
 // init [MM_JB] or NULL: the starting value of each column's sum (the bias).
 // accumulate: C += sum (backward) instead of C = sum (forward).
-#if defined(__GNUC__) && !defined(FC_MM_PLAIN_C)
-// GCC and clang: each row of the block is two 16-byte vectors (GNU vector
-// extension, SSE2 / NEON width). Vector arithmetic is lane by lane, each lane
-// one IEEE multiply then one IEEE add, so the bits are exactly those of the
-// plain C version below; it is spelled out only because GCC will not keep a
-// plain 4 x 8 accumulator array in registers (it spills it every r: 2-4x slower).
-typedef real mm_vec __attribute__((vector_size(16)));
-#define MM_VL ((int)(16 / sizeof(real)))  // lanes per vector: 4 float, 2 double
-static mm_vec mm_load(const real *p) {
-    mm_vec v;
-    memcpy(&v, p, sizeof v);  // unaligned load
-    return v;
-}
-static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk,
-                          const real *b, int R, const real *init, int accumulate) {
-    const mm_vec zero = {0};
-    const mm_vec s0 = init ? mm_load(init) : zero, s1 = init ? mm_load(init + MM_VL) : zero;
-    mm_vec acc00 = s0, acc01 = s1, acc10 = s0, acc11 = s1;  // acc<i><half>
-    mm_vec acc20 = s0, acc21 = s1, acc30 = s0, acc31 = s1;
-    for (int r = 0; r < R; r++) {
-        const mm_vec b0 = mm_load(b + (size_t)r * MM_JB);  // B(r, 0..MM_VL-1)
-        const mm_vec b1 = mm_load(b + (size_t)r * MM_JB + MM_VL);
-        const real a0 = a[0 * a_si + (size_t)r * a_sk];
-        const real a1 = a[1 * a_si + (size_t)r * a_sk];
-        const real a2 = a[2 * a_si + (size_t)r * a_sk];
-        const real a3 = a[3 * a_si + (size_t)r * a_sk];
-        acc00 += a0 * b0;
-        acc01 += a0 * b1;
-        acc10 += a1 * b0;
-        acc11 += a1 * b1;
-        acc20 += a2 * b0;
-        acc21 += a2 * b1;
-        acc30 += a3 * b0;
-        acc31 += a3 * b1;
-    }
-    const mm_vec res[MM_IB][2] = {{acc00, acc01}, {acc10, acc11}, {acc20, acc21}, {acc30, acc31}};
-    for (int i = 0; i < MM_IB; i++) {
-        for (int h = 0; h < 2; h++) {
-            real *cp = c + (size_t)i * ldc + (size_t)h * MM_VL;
-            mm_vec v = res[i][h];
-            if (accumulate) { v = mm_load(cp) + v; }
-            memcpy(cp, &v, sizeof v);
-        }
-    }
-}
-#else
-// Plain C (other compilers, or -DFC_MM_PLAIN_C to check that both versions
-// give the same bits): the same per-lane operations with an accumulator array.
-static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk,
-                          const real *b, int R, const real *init, int accumulate) {
+// fmaf is correctly rounded, so each step gives the bits the vector kernels' fused
+// multiply-adds give.
+static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b,
+                          size_t ldb, int R, const real *init, int accumulate) {
     real acc[MM_IB][MM_JB];
     for (int i = 0; i < MM_IB; i++) {
         for (int j = 0; j < MM_JB; j++) { acc[i][j] = init ? init[j] : (real)0; }
     }
     for (int r = 0; r < R; r++) {
-        const real *brow = b + (size_t)r * MM_JB;  // B(r, 0..MM_JB-1)
+        const real *brow = b + (size_t)r * ldb;  // B(r, 0..MM_JB-1)
         for (int i = 0; i < MM_IB; i++) {
             const real ai = a[(size_t)i * a_si + (size_t)r * a_sk];
-            for (int j = 0; j < MM_JB; j++) { acc[i][j] += ai * brow[j]; }
+            for (int j = 0; j < MM_JB; j++) { acc[i][j] = RFMA(ai, brow[j], acc[i][j]); }
         }
     }
     for (int i = 0; i < MM_IB; i++) {
@@ -173,35 +139,30 @@ static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_
         }
     }
 }
-#endif
 
 #if defined(__GNUC__) && !defined(FC_MM_PLAIN_C) && !defined(FC_REAL_DOUBLE) && defined(__x86_64__)
 #include <immintrin.h>
 #define FC_MM_AVX2 1
-#define MM_IB_AVX2 8  // rows of C per AVX2 block
-// An 8 x 8 block of C (float) on a CPU with AVX2, chosen at run time (mm()):
-// each row of the block is one 8-lane vector, so twice the lanes per
-// instruction of mm_block_full's 16-byte vectors, and 8 independent sums in
-// flight. _mm256_mul_ps then _mm256_add_ps is one IEEE multiply and one IEEE
-// add per lane (the target is avx2 without fma, and -ffp-contract=off), each
-// element's sum still over r ascending from init: the bits are exactly those
-// of mm_block_full and of the plain C version.
-__attribute__((target("avx2"))) static void mm_block8_avx2(real *c, size_t ldc, const real *a, size_t a_si,
-                                                           size_t a_sk, const real *b, int R, const real *init,
-                                                           int accumulate) {
+#define MM_IB_AVX2 8  // rows of C per AVX2 block and per AVX-512 block
+// An 8 x 8 block of C (float) on a CPU with AVX2 and FMA, chosen at run time (mm()):
+// each row of the block is one 8-lane vector, 8 independent sums in flight, each lane
+// one fused multiply-add per r ascending from init: the bits of mm_block_full.
+__attribute__((target("avx2,fma"))) static void mm_block8_avx2(real *c, size_t ldc, const real *a, size_t a_si,
+                                                               size_t a_sk, const real *b, size_t ldb, int R,
+                                                               const real *init, int accumulate) {
     const __m256 s = init ? _mm256_loadu_ps(init) : _mm256_setzero_ps();
     __m256 acc0 = s, acc1 = s, acc2 = s, acc3 = s, acc4 = s, acc5 = s, acc6 = s, acc7 = s;  // acc<row>
     for (int r = 0; r < R; r++) {
-        const __m256 bv = _mm256_loadu_ps(b + (size_t)r * MM_JB);  // B(r, 0..7)
-        const real *ar = a + (size_t)r * a_sk;                      // A(0, r); A(i, r) = ar[i * a_si]
-        acc0 = _mm256_add_ps(acc0, _mm256_mul_ps(_mm256_broadcast_ss(ar), bv));
-        acc1 = _mm256_add_ps(acc1, _mm256_mul_ps(_mm256_broadcast_ss(ar + a_si), bv));
-        acc2 = _mm256_add_ps(acc2, _mm256_mul_ps(_mm256_broadcast_ss(ar + 2 * a_si), bv));
-        acc3 = _mm256_add_ps(acc3, _mm256_mul_ps(_mm256_broadcast_ss(ar + 3 * a_si), bv));
-        acc4 = _mm256_add_ps(acc4, _mm256_mul_ps(_mm256_broadcast_ss(ar + 4 * a_si), bv));
-        acc5 = _mm256_add_ps(acc5, _mm256_mul_ps(_mm256_broadcast_ss(ar + 5 * a_si), bv));
-        acc6 = _mm256_add_ps(acc6, _mm256_mul_ps(_mm256_broadcast_ss(ar + 6 * a_si), bv));
-        acc7 = _mm256_add_ps(acc7, _mm256_mul_ps(_mm256_broadcast_ss(ar + 7 * a_si), bv));
+        const __m256 bv = _mm256_loadu_ps(b + (size_t)r * ldb);  // B(r, 0..7)
+        const real *ar = a + (size_t)r * a_sk;                    // A(0, r); A(i, r) = ar[i * a_si]
+        acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar), bv, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + a_si), bv, acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 2 * a_si), bv, acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 3 * a_si), bv, acc3);
+        acc4 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 4 * a_si), bv, acc4);
+        acc5 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 5 * a_si), bv, acc5);
+        acc6 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 6 * a_si), bv, acc6);
+        acc7 = _mm256_fmadd_ps(_mm256_broadcast_ss(ar + 7 * a_si), bv, acc7);
     }
     const __m256 res[MM_IB_AVX2] = {acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7};
     for (int i = 0; i < MM_IB_AVX2; i++) {
@@ -212,56 +173,78 @@ __attribute__((target("avx2"))) static void mm_block8_avx2(real *c, size_t ldc, 
     }
 }
 
-// An 8 x 16 block of C from two adjacent column panels b0, b1 ([R, 8] each),
-// on a CPU with AVX-512VL: its 32 ymm registers hold 16 sums in flight, and
-// every broadcast of A serves both panels (10 loads per 16 multiply-adds
-// against 9 per 8 in mm_block8_avx2, which was load-bound). Still one IEEE
-// multiply then one IEEE add per lane, r ascending from init: the same bits.
-__attribute__((target("avx2,avx512f,avx512vl"))) static void mm_block8x16_avx512vl(
-    real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b0, const real *b1, int R,
-    const real *init, int accumulate) {
-    const __m256 s0 = init ? _mm256_loadu_ps(init) : _mm256_setzero_ps();
-    const __m256 s1 = init ? _mm256_loadu_ps(init + MM_JB) : _mm256_setzero_ps();
-    __m256 l0 = s0, l1 = s0, l2 = s0, l3 = s0, l4 = s0, l5 = s0, l6 = s0, l7 = s0;  // columns 0..7, row i
-    __m256 h0 = s1, h1 = s1, h2 = s1, h3 = s1, h4 = s1, h5 = s1, h6 = s1, h7 = s1;  // columns 8..15
-    for (int r = 0; r < R; r++) {
-        const __m256 bl = _mm256_loadu_ps(b0 + (size_t)r * MM_JB);  // B(r, 0..7)
-        const __m256 bh = _mm256_loadu_ps(b1 + (size_t)r * MM_JB);  // B(r, 8..15)
-        const real *ar = a + (size_t)r * a_sk;                       // A(i, r) = ar[i * a_si]
-        __m256 x;
-        x = _mm256_broadcast_ss(ar), l0 = _mm256_add_ps(l0, _mm256_mul_ps(x, bl)), h0 = _mm256_add_ps(h0, _mm256_mul_ps(x, bh));
-        x = _mm256_broadcast_ss(ar + a_si), l1 = _mm256_add_ps(l1, _mm256_mul_ps(x, bl)), h1 = _mm256_add_ps(h1, _mm256_mul_ps(x, bh));
-        x = _mm256_broadcast_ss(ar + 2 * a_si), l2 = _mm256_add_ps(l2, _mm256_mul_ps(x, bl)), h2 = _mm256_add_ps(h2, _mm256_mul_ps(x, bh));
-        x = _mm256_broadcast_ss(ar + 3 * a_si), l3 = _mm256_add_ps(l3, _mm256_mul_ps(x, bl)), h3 = _mm256_add_ps(h3, _mm256_mul_ps(x, bh));
-        x = _mm256_broadcast_ss(ar + 4 * a_si), l4 = _mm256_add_ps(l4, _mm256_mul_ps(x, bl)), h4 = _mm256_add_ps(h4, _mm256_mul_ps(x, bh));
-        x = _mm256_broadcast_ss(ar + 5 * a_si), l5 = _mm256_add_ps(l5, _mm256_mul_ps(x, bl)), h5 = _mm256_add_ps(h5, _mm256_mul_ps(x, bh));
-        x = _mm256_broadcast_ss(ar + 6 * a_si), l6 = _mm256_add_ps(l6, _mm256_mul_ps(x, bl)), h6 = _mm256_add_ps(h6, _mm256_mul_ps(x, bh));
-        x = _mm256_broadcast_ss(ar + 7 * a_si), l7 = _mm256_add_ps(l7, _mm256_mul_ps(x, bl)), h7 = _mm256_add_ps(h7, _mm256_mul_ps(x, bh));
-    }
-    const __m256 lo[MM_IB_AVX2] = {l0, l1, l2, l3, l4, l5, l6, l7}, hi[MM_IB_AVX2] = {h0, h1, h2, h3, h4, h5, h6, h7};
+// An 8 x 32 block of C from rows [0, R) of a packed group [., 32] on a CPU with AVX-512F:
+// two 16-lane sums per row, 16 in flight, every broadcast of A serving 32 columns (10 loads
+// per 16 fused multiply-adds, so the FMA units, not the loads, set the pace). The sums start
+// from `start` (rows of lds, a part of the sum already run) or else from init or 0, and
+// end in out (rows of ldo: = or +=). A part stored and loaded again as float is exact, so
+// however mm() splits r, each lane is one fused multiply-add per r ascending: the same bits.
+__attribute__((target("avx2,fma,avx512f"))) static void mm_block8x32_avx512(real *out, size_t ldo, const real *a,
+                                                                            size_t a_si, size_t a_sk, const real *b,
+                                                                            int R, const real *init, const real *start,
+                                                                            size_t lds, int accumulate) {
+    __m512 l[MM_IB_AVX2], h[MM_IB_AVX2];  // columns 0..15 and 16..31 of row i
     for (int i = 0; i < MM_IB_AVX2; i++) {
-        real *cp = c + (size_t)i * ldc;
-        __m256 u = lo[i], v = hi[i];
-        if (accumulate) {
-            u = _mm256_add_ps(_mm256_loadu_ps(cp), u);
-            v = _mm256_add_ps(_mm256_loadu_ps(cp + MM_JB), v);
+        if (start) {
+            l[i] = _mm512_loadu_ps(start + (size_t)i * lds), h[i] = _mm512_loadu_ps(start + (size_t)i * lds + 16);
+        } else {
+            l[i] = init ? _mm512_loadu_ps(init) : _mm512_setzero_ps();
+            h[i] = init ? _mm512_loadu_ps(init + 16) : _mm512_setzero_ps();
         }
-        _mm256_storeu_ps(cp, u);
-        _mm256_storeu_ps(cp + MM_JB, v);
+    }
+    for (int r = 0; r < R; r++) {
+        const __m512 bl = _mm512_loadu_ps(b + (size_t)r * MM_GW);       // B(r, 0..15)
+        const __m512 bh = _mm512_loadu_ps(b + (size_t)r * MM_GW + 16);  // B(r, 16..31)
+        const real *ar = a + (size_t)r * a_sk;                            // A(i, r) = ar[i * a_si]
+        for (int i = 0; i < MM_IB_AVX2; i++) {
+            const __m512 x = _mm512_set1_ps(ar[(size_t)i * a_si]);
+            l[i] = _mm512_fmadd_ps(x, bl, l[i]);
+            h[i] = _mm512_fmadd_ps(x, bh, h[i]);
+        }
+    }
+    for (int i = 0; i < MM_IB_AVX2; i++) {
+        real *op = out + (size_t)i * ldo;
+        __m512 u = l[i], v = h[i];
+        if (accumulate) {
+            u = _mm512_add_ps(_mm512_loadu_ps(op), u);
+            v = _mm512_add_ps(_mm512_loadu_ps(op + 16), v);
+        }
+        _mm512_storeu_ps(op, u);
+        _mm512_storeu_ps(op + 16, v);
     }
 }
 
-// The kernels mm() may use: 0 generic, 1 AVX2 8 x 8, 2 also AVX-512VL 8 x 16;
-// decided once, before any parallel region (mm() asks first). Set
-// FSDPCHECK_MM_GENERIC=1 for the generic kernel alone, FSDPCHECK_MM_AVX2=1 for
-// no wider than AVX2 (tests/mpi/threads_identical.sh runs all three and
-// compares the traces byte for byte).
+// Rows [0, M8) (a multiple of 8) of a whole group's 32 columns of C with mm_block8x32_avx512,
+// r in chunks of MM_KC: each chunk of the packed group (MM_KC * 128 bytes) stays in L1 while
+// every row block uses it, where a whole long group (the LM head's 50257 rows) would stream
+// from memory once per row block. The sums between chunks wait in part [M8, 32].
+__attribute__((target("avx2,fma,avx512f"))) static void mm_group_avx512(real *c, size_t ldc, const real *a,
+                                                                        size_t a_si, size_t a_sk, const real *group,
+                                                                        int M8, int R, const real *init,
+                                                                        int accumulate, real *part) {
+    for (int r0 = 0; r0 < R || r0 == 0; r0 += MM_KC) {
+        const int kc = R - r0 < MM_KC ? R - r0 : MM_KC, first = r0 == 0, last = r0 + kc >= R;
+        for (int i = 0; i < M8; i += MM_IB_AVX2) {
+            real *pi = part + (size_t)i * MM_GW;
+            mm_block8x32_avx512(last ? c + (size_t)i * ldc : pi, last ? ldc : MM_GW, a + (size_t)i * a_si + (size_t)r0 * a_sk,
+                                a_si, a_sk, group + (size_t)r0 * MM_GW, kc, init, first ? NULL : pi, MM_GW,
+                                last && accumulate);
+        }
+        if (last) break;
+    }
+}
+
+// The kernels mm() may use: 0 generic, 1 AVX2 8 x 8, 2 also AVX-512F 8 x 32; decided
+// once, before any parallel region (mm() asks first). Set FSDPCHECK_MM_GENERIC=1 for the
+// generic kernel alone, FSDPCHECK_MM_AVX2=1 for no wider than AVX2
+// (tests/mpi/threads_identical.sh runs all three and compares the traces byte for byte).
 static int mm_kernels(void) {
     static int k = -1;
     if (k < 0) {
-        k = !__builtin_cpu_supports("avx2") || getenv("FSDPCHECK_MM_GENERIC") ? 0
-            : !__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") || getenv("FSDPCHECK_MM_AVX2") ? 1
-                                                                                                                       : 2;
+        const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        k = !avx2 || getenv("FSDPCHECK_MM_GENERIC")                             ? 0
+            : !__builtin_cpu_supports("avx512f") || getenv("FSDPCHECK_MM_AVX2") ? 1
+                                                                                  : 2;
     }
     return k;
 }
@@ -269,30 +252,28 @@ static int mm_kernels(void) {
 
 // An edge block, rows [0, mb) and columns [0, jb), mb <= MM_IB, jb <= MM_JB:
 // the same sums as mm_block_full, element by element in the same order.
-static void mm_block_edge(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk,
-                          const real *b, int mb, int jb, int R, const real *init,
-                          int accumulate) {
+static void mm_block_edge(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b, size_t ldb,
+                          int mb, int jb, int R, const real *init, int accumulate) {
     for (int i = 0; i < mb; i++) {
         for (int j = 0; j < jb; j++) {
             real s = init ? init[j] : (real)0;
-            for (int r = 0; r < R; r++) {
-                s += a[(size_t)i * a_si + (size_t)r * a_sk] * b[(size_t)r * MM_JB + j];
-            }
+            for (int r = 0; r < R; r++) { s = RFMA(a[(size_t)i * a_si + (size_t)r * a_sk], b[(size_t)r * ldb + j], s); }
             real *cij = c + (size_t)i * ldc + j;
             *cij = accumulate ? *cij + s : s;
         }
     }
 }
 
-// Rows [i0, M) of C's columns [j0, j0 + jb) from one packed panel [R, MM_JB]:
-// AVX2 8 x 8 blocks where the kernels allow, then mm_block_full, then the edges.
+// Rows [i0, M) of C's columns [j0, j0 + jb) from one panel of a packed group (row
+// stride MM_GW): AVX2 8 x 8 blocks where the kernels allow, then mm_block_full, then
+// the edges.
 static void mm_panel(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *panel, int j0,
                      int jb, int i0, int M, int R, const real *init, int accumulate, int kernels) {
     const real *init_blk = init ? init + j0 : NULL;
 #ifdef FC_MM_AVX2
     for (; kernels >= 1 && jb == MM_JB && M - i0 >= MM_IB_AVX2; i0 += MM_IB_AVX2) {
-        mm_block8_avx2(c + (size_t)i0 * ldc + (size_t)j0, ldc, a + (size_t)i0 * a_si, a_si, a_sk, panel, R, init_blk,
-                       accumulate);
+        mm_block8_avx2(c + (size_t)i0 * ldc + (size_t)j0, ldc, a + (size_t)i0 * a_si, a_si, a_sk, panel, MM_GW, R,
+                       init_blk, accumulate);
     }
 #else
     (void)kernels;
@@ -302,9 +283,9 @@ static void mm_panel(real *c, size_t ldc, const real *a, size_t a_si, size_t a_s
         real *cblk = c + (size_t)i0 * ldc + (size_t)j0;
         const real *ablk = a + (size_t)i0 * a_si;
         if (mb == MM_IB && jb == MM_JB) {
-            mm_block_full(cblk, ldc, ablk, a_si, a_sk, panel, R, init_blk, accumulate);
+            mm_block_full(cblk, ldc, ablk, a_si, a_sk, panel, MM_GW, R, init_blk, accumulate);
         } else {
-            mm_block_edge(cblk, ldc, ablk, a_si, a_sk, panel, mb, jb, R, init_blk, accumulate);
+            mm_block_edge(cblk, ldc, ablk, a_si, a_sk, panel, MM_GW, mb, jb, R, init_blk, accumulate);
         }
     }
 }
@@ -313,53 +294,48 @@ static void mm_panel(real *c, size_t ldc, const real *a, size_t a_si, size_t a_s
 // A(i, r) = a[i * a_si + r * a_sk]; B(r, j) = b[r * b_sr + j * b_sj].
 static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b,
                size_t b_sr, size_t b_sj, int M, int R, int N, const real *init, int accumulate) {
-    // Each R x MM_JB column panel of B is copied once into a contiguous buffer
+    // Each R x MM_GW column group of B is copied once into a contiguous buffer
     // (transposing it when B is not contiguous along j) and then reused for
     // every row block. Copying even a contiguous B matters: rows of w are
-    // N * sizeof(real) apart, often a multiple of 4 KiB, and reading 8 values
-    // from each of R such rows thrashes a few L1 sets; the panel is R * 32 bytes
-    // in a row. The copy costs R * MM_JB loads against M * R * MM_JB multiply-adds.
+    // N * sizeof(real) apart, often a multiple of 4 KiB, and reading a few values
+    // from each of R such rows thrashes a few L1 sets; the group is R * 128 bytes
+    // in a row. The copy costs R * MM_GW loads against M * R * MM_GW multiply-adds.
     //
-    // Threads split the column panels: every element of C is computed whole by
-    // the one thread that owns its panel, so the thread count changes no bit.
+    // Threads split the column groups: every element of C is computed whole by
+    // the one thread that owns its group, so the thread count changes no bit.
 #ifdef FC_MM_AVX2
     const int kernels = mm_kernels();
 #else
     const int kernels = 0;
 #endif
-    const int npanel = (N + MM_JB - 1) / MM_JB, npair = (npanel + 1) / 2;
+    const int ngroup = (N + MM_GW - 1) / MM_GW, M8 = M / 8 * 8;  // rows in whole AVX-512 blocks
 #pragma omp parallel if ((double)M * R * N >= FC_PAR_MIN)
     {
-        // panels [2][R, MM_JB], this thread's (+1: never 0 bytes)
-        real *panel = mallocCheck(2 * (size_t)R * MM_JB * sizeof(real) + 1);
+        real *group = mallocCheck((size_t)R * MM_GW * sizeof(real) + 1);  // [R, MM_GW], this thread's
+        // [M8, MM_GW]: mm_group_avx512's sums between chunks of r, where r has more than one
+        real *part = kernels == 2 && R > MM_KC ? mallocCheck((size_t)M8 * MM_GW * sizeof(real) + 1) : NULL;
 #pragma omp for schedule(static)
-        for (int q = 0; q < npair; q++) {  // the panel pair 2q, 2q + 1
-            const int np = 2 * q + 1 < npanel ? 2 : 1;
-            int jb[2] = {0, 0};
-            for (int h = 0; h < np; h++) {
-                const int j0 = (2 * q + h) * MM_JB;
-                jb[h] = N - j0 < MM_JB ? N - j0 : MM_JB;
-                real *ph = panel + (size_t)h * R * MM_JB;
-                for (int r = 0; r < R; r++) {
-                    for (int j = 0; j < jb[h]; j++) {
-                        ph[(size_t)r * MM_JB + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
-                    }
-                }
+        for (int g = 0; g < ngroup; g++) {
+            const int j0 = g * MM_GW, gw = N - j0 < MM_GW ? N - j0 : MM_GW;
+            for (int r = 0; r < R; r++) {
+                for (int j = 0; j < gw; j++) group[(size_t)r * MM_GW + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
             }
-            int i_both = 0;  // rows [0, i_both) done for both panels
+            int i_all = 0;  // rows [0, i_all) done for the whole group
 #ifdef FC_MM_AVX2
-            const int j0 = 2 * q * MM_JB;
-            for (; kernels == 2 && jb[0] == MM_JB && jb[1] == MM_JB && M - i_both >= MM_IB_AVX2;
-                 i_both += MM_IB_AVX2) {
-                mm_block8x16_avx512vl(c + (size_t)i_both * ldc + (size_t)j0, ldc, a + (size_t)i_both * a_si, a_si,
-                                      a_sk, panel, panel + (size_t)R * MM_JB, R, init ? init + j0 : NULL, accumulate);
+            if (kernels == 2 && gw == MM_GW && M8 > 0) {
+                mm_group_avx512(c + (size_t)j0, ldc, a, a_si, a_sk, group, M8, R, init ? init + j0 : NULL, accumulate,
+                                part);
+                i_all = M8;
             }
 #endif
-            for (int h = 0; h < np; h++)
-                mm_panel(c, ldc, a, a_si, a_sk, panel + (size_t)h * R * MM_JB, (2 * q + h) * MM_JB, jb[h], i_both, M,
-                         R, init, accumulate, kernels);
+            for (int h = 0; h * MM_JB < gw; h++) {
+                const int jb = gw - h * MM_JB < MM_JB ? gw - h * MM_JB : MM_JB;
+                mm_panel(c, ldc, a, a_si, a_sk, group + (size_t)h * MM_JB, j0 + h * MM_JB, jb, i_all, M, R, init,
+                         accumulate, kernels);
+            }
         }
-        free(panel);
+        free(group);
+        free(part);
     }
 }
 

@@ -163,8 +163,8 @@ Test(layers_matmul, exact_small_integers) {
 }
 
 // The fixed summation order, bit for bit, in the float build (the one that
-// trains) and the double build: out[m,n] = bias[n] first, then + inp[m,k] w(k,n)
-// for k ascending; backward contributions are sums from 0 in ascending order,
+// trains) and the double build: out[m,n] = bias[n] first, then fused
+// multiply-adds of inp[m,k] w(k,n) for k ascending; backward contributions are sums from 0 in ascending order,
 // added to the gradient once. Shapes are large enough for many full vector
 // blocks plus edges in both directions.
 static void naive_matmul_f(float *out, const float *inp, const float *w, const float *bias, int M,
@@ -174,7 +174,7 @@ static void naive_matmul_f(float *out, const float *inp, const float *w, const f
             float s = bias ? bias[n] : 0.0f;
             for (int k = 0; k < K; k++) {
                 const float wv = L == FC_W_KN ? w[(size_t)k * N + n] : w[(size_t)n * K + k];
-                s += inp[(size_t)m * K + k] * wv;
+                s = fmaf(inp[(size_t)m * K + k], wv, s);
             }
             out[(size_t)m * N + n] = s;
         }
@@ -188,7 +188,7 @@ static void naive_matmul_backward_f(float *dinp, float *dw, float *dbias, const 
             float s = 0.0f;
             for (int n = 0; n < N; n++) {
                 const float wv = L == FC_W_KN ? w[(size_t)k * N + n] : w[(size_t)n * K + k];
-                s += dout[(size_t)m * N + n] * wv;
+                s = fmaf(dout[(size_t)m * N + n], wv, s);
             }
             dinp[(size_t)m * K + k] += s;
         }
@@ -196,7 +196,7 @@ static void naive_matmul_backward_f(float *dinp, float *dw, float *dbias, const 
     for (int k = 0; k < K; k++) {
         for (int n = 0; n < N; n++) {
             float s = 0.0f;
-            for (int m = 0; m < M; m++) { s += inp[(size_t)m * K + k] * dout[(size_t)m * N + n]; }
+            for (int m = 0; m < M; m++) { s = fmaf(inp[(size_t)m * K + k], dout[(size_t)m * N + n], s); }
             dw[L == FC_W_KN ? (size_t)k * N + n : (size_t)n * K + k] += s;
         }
     }
@@ -213,7 +213,7 @@ static void naive_matmul_d(double *out, const double *inp, const double *w, cons
             double s = bias ? bias[n] : 0.0;
             for (int k = 0; k < K; k++) {
                 const double wv = L == FC_W_KN ? w[(size_t)k * N + n] : w[(size_t)n * K + k];
-                s += inp[(size_t)m * K + k] * wv;
+                s = fma(inp[(size_t)m * K + k], wv, s);
             }
             out[(size_t)m * N + n] = s;
         }
