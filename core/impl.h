@@ -148,7 +148,8 @@ const fc_impl_ops *fc_reference_magnitude_impl(void);
 // export_full would copy, without the copy. sets[0] the gradients (before
 // clipping), sets[1] the parameters, sets[2 + i] optimizer state i (NULL where
 // the optimizer keeps none), each [numel] in model layout, valid until the
-// next step, load or destroy of im. -1 for any other table or strategy (then
+// next step, load or destroy of im; the reference's activations are freed until
+// its next step, which makes them again. -1 for any other table or strategy (then
 // export_full is the way). For the oracle's own re-runs (oracle/rerun.c); not
 // part of the contract a port implements.
 int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *sets[4]);
@@ -156,9 +157,11 @@ int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *se
 // state ([numel] each, model layout) saved at `step` (oracle/runner.h's
 // lockstep handover), without the file: the parameters, the trainable
 // parameters' optimizer state (a frozen one's reads as 0) and the step count.
-// -1 for any other table or strategy (then the handover goes through load).
+// release (NULL: none) gets each piece of params and state once copied (a
+// mapped trace's pages can go tensor by tensor). -1 for any other table or
+// strategy (then the handover goes through load).
 int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *params, const float *const state[2],
-                            long step);
+                            long step, void (*release)(const void *arg, const float *p, size_t n), const void *arg);
 // Into out [numel], the gradient of the mean loss over samples [first, first
 // + n) of step `step`'s data at such a reference's parameters: the per-rank
 // and per-micro-batch pieces of a step that the oracle's failure signatures

@@ -66,6 +66,8 @@ static void judge_lockstep(const fc_cmp_ctx *c, const fc_trace_step *a, const fc
         double scale = 0, d = 0;
         for (size_t k = 0; k < nb; k++) scale = fc_dmax(scale, sd[2 * k]), d = fc_dmax(d, sd[2 * k + 1]);
         free(sd);
+        fc_cmp_release(a, a->prev_params, p->offset, p->numel);
+        fc_cmp_release(b, b->prev_params, p->offset, p->numel);
         worst = fc_dmax(worst, scale > 0 ? d / scale : d > 0 ? INFINITY : 0);
     }
     r->prev_diff = worst;
@@ -436,8 +438,40 @@ static void cmp_norm(const fc_cmp_ctx *c, fc_cmp_result *r, double a, double b, 
     set_where(c, dv, &w, 0);
 }
 
-static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, const char *prefix, const float *a,
-                    const float *b, const elem_allow *al) {
+// What a set's tensors are allowed (cmp_set): kind's allowances, computed one
+// tensor at a time so that a step holds one tensor's, not the model's.
+typedef struct {
+    fc_cmp_kind kind;            // GRAD, OPTIM or PARAM
+    const fc_cmp_grad_plan *g;   // the step's gradient allowance
+    const char *state;           // OPTIM: the state's name
+    double common;               // OPTIM: fc_cmp_state_common
+} set_allow;
+
+// Parameter p's allowances into *al; held[2] gets the scratch arrays to release.
+static void tensor_allow(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, const set_allow *s,
+                         int p, elem_allow *al, double *held[2]) {
+    *al = NO_ALLOW;
+    held[0] = held[1] = NULL;
+    if (s->kind == FC_CMP_PARAM) {
+        al->explained = held[0] = fc_cmp_optimizer_allowance(c, a, b, p);
+        return;
+    }
+    double *allow_g = fc_cmp_grad_allow(c, a, s->g, p);
+    int rounding = s->g->mode == 1;  // the 16-bit model: its whole-tensor test is the projection
+    if (s->kind == FC_CMP_GRAD) {
+        *al = (elem_allow){held[0] = allow_g, NULL, rounding, 0};
+        return;
+    }
+    held[0] = fc_cmp_momentum_terms(c, a, s->state, p);
+    held[1] = fc_cmp_state_allowance(c, a, b, s->state, allow_g, p);
+    fc_cmp_scratch_release(allow_g);
+    *al = (elem_allow){held[1], held[0], rounding && held[1] != NULL, s->common};
+}
+
+// Sets a_set and b_set of steps a and b, tensor by tensor; each tensor's
+// elements of both steps are released once it is judged.
+static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, const char *prefix, const fc_trace_step *a,
+                    const fc_trace_step *b, const float *a_set, const float *b_set, const set_allow *s) {
     const fc_model *m = c->m;
     for (int i = 0; i < m->n_params; i++) {
         if (c->only > 0 && i != c->only - 1) continue;
@@ -445,9 +479,39 @@ static void cmp_set(const fc_cmp_ctx *c, fc_cmp_result *r, fc_cmp_kind kind, con
         char name[200];
         snprintf(name, sizeof name, "%s.%s", prefix, p->name);
         where_info w = {p->ndim, {p->shape[0], p->shape[1]}, i, 0, NULL};
-        elem_allow at = {al->explained ? al->explained + p->offset : NULL, al->terms ? al->terms + p->offset : NULL,
-                         al->rounding, al->common};
-        cmp_floats(c, r, kind, name, &w, a + p->offset, b + p->offset, p->numel, &at);
+        elem_allow at;
+        double *held[2];
+        tensor_allow(c, a, b, s, i, &at, held);
+        cmp_floats(c, r, s->kind, name, &w, a_set + p->offset, b_set + p->offset, p->numel, &at);
+        fc_cmp_scratch_release(held[0]);
+        fc_cmp_scratch_release(held[1]);
+        fc_cmp_release_all(a, b, p->offset, p->numel);
+    }
+}
+
+// The optimizer states: A's in A's order, then any that only B has.
+static void cmp_states(const fc_cmp_ctx *c, fc_cmp_result *r, const fc_trace_step *a, const fc_trace_step *b,
+                       const fc_cmp_grad_plan *g) {
+    for (int i = 0; i < a->n_state; i++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "optim.%s", a->state_names[i]);
+        int j = fc_cmp_find_state(b, a->state_names[i]);
+        if (j >= 0) {
+            double common = fc_cmp_state_common(c, a, b, a->state_names[i], g->mode == 1);
+            set_allow s = {FC_CMP_OPTIM, g, a->state_names[i], common};
+            cmp_set(c, r, prefix, a, b, a->state[i], b->state[j], &s);
+        } else {
+            char note[200];
+            snprintf(note, sizeof note, "optimizer state \"%s\" is in A, not in B", a->state_names[i]);
+            fail_note(r, FC_CMP_OPTIM, prefix, note);
+        }
+    }
+    for (int j = 0; j < b->n_state; j++) {
+        if (fc_cmp_find_state(a, b->state_names[j]) >= 0) continue;
+        char prefix[64], note[200];
+        snprintf(prefix, sizeof prefix, "optim.%s", b->state_names[j]);
+        snprintf(note, sizeof note, "optimizer state \"%s\" is in B, not in A", b->state_names[j]);
+        fail_note(r, FC_CMP_OPTIM, prefix, note);
     }
 }
 
@@ -464,52 +528,21 @@ void fc_compare_add(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_
         elem_allow al = {allow_loss >= 0 ? &allow_loss : NULL, NULL, 0, 0};
         cmp_floats(c, r, FC_CMP_LOSS, "loss", &scalar, &a->loss, &b->loss, 1, &al);
     }
-    double *allow_g = fc_cmp_grad_allowance(c, a, r);
-    int rounding = allow_g != NULL;  // the 16-bit model: its whole-tensor test is the projection
-    if (!allow_g) allow_g = fc_cmp_grad_floor32(c, a, r);
+    fc_cmp_grad_plan g = fc_cmp_grad_plan_of(c, a, r);
     if ((kinds & FC_CMP_MASK(FC_CMP_NORM)) && a->has_norm && b->has_norm)
-        cmp_norm(c, r, a->grad_norm, b->grad_norm, fc_cmp_norm_allowance(c, a->grads, b->grads));
+        cmp_norm(c, r, a->grad_norm, b->grad_norm, fc_cmp_norm_allowance_of(c, a, b));
     if (kinds & FC_CMP_MASK(FC_CMP_GRAD)) {
-        elem_allow al = {allow_g, NULL, rounding, 0};
-        cmp_set(c, r, FC_CMP_GRAD, "grad", a->grads, b->grads, &al);
+        set_allow s = {FC_CMP_GRAD, &g, NULL, 0};
+        cmp_set(c, r, "grad", a, b, a->grads, b->grads, &s);
     }
     // optimizer state before parameters: the parameters' allowance is computed
     // from each side's state, so a wrong state is named first, as itself
-    if (kinds & FC_CMP_MASK(FC_CMP_OPTIM)) {
-        // A's states in A's order, then any that only B has
-        for (int i = 0; i < a->n_state; i++) {
-            char prefix[64];
-            snprintf(prefix, sizeof prefix, "optim.%s", a->state_names[i]);
-            int j = fc_cmp_find_state(b, a->state_names[i]);
-            if (j >= 0) {
-                double *terms = fc_cmp_momentum_terms(c, a, a->state_names[i]);
-                double *allow = fc_cmp_state_allowance(c, a, b, a->state_names[i], allow_g);
-                double common = fc_cmp_state_common(c, a, b, a->state_names[i], rounding);
-                elem_allow al = {allow, terms, rounding && allow != NULL, common};
-                cmp_set(c, r, FC_CMP_OPTIM, prefix, a->state[i], b->state[j], &al);
-                fc_cmp_scratch_release(allow);
-                fc_cmp_scratch_release(terms);
-            } else {
-                char note[200];
-                snprintf(note, sizeof note, "optimizer state \"%s\" is in A, not in B", a->state_names[i]);
-                fail_note(r, FC_CMP_OPTIM, prefix, note);
-            }
-        }
-        for (int j = 0; j < b->n_state; j++) {
-            if (fc_cmp_find_state(a, b->state_names[j]) >= 0) continue;
-            char prefix[64], note[200];
-            snprintf(prefix, sizeof prefix, "optim.%s", b->state_names[j]);
-            snprintf(note, sizeof note, "optimizer state \"%s\" is in B, not in A", b->state_names[j]);
-            fail_note(r, FC_CMP_OPTIM, prefix, note);
-        }
-    }
+    if (kinds & FC_CMP_MASK(FC_CMP_OPTIM)) cmp_states(c, r, a, b, &g);
     if (kinds & FC_CMP_MASK(FC_CMP_PARAM)) {
-        double *allow = fc_cmp_optimizer_allowance(c, a, b);
-        elem_allow al = {allow, NULL, 0, 0};
-        cmp_set(c, r, FC_CMP_PARAM, "param", a->params, b->params, &al);
-        fc_cmp_scratch_release(allow);
+        set_allow s = {FC_CMP_PARAM, &g, NULL, 0};
+        cmp_set(c, r, "param", a, b, a->params, b->params, &s);
     }
-    fc_cmp_scratch_release(allow_g);
+    fc_cmp_grad_plan_free(&g);
 }
 
 void fc_compare_step(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, fc_cmp_result *r) {

@@ -2,7 +2,8 @@
 // every other compare*.c file asks and none of them defines, so that each
 // calls only downwards (base <- policy, optim <- model <- compare.c <- print).
 // Kind names, the compared range of elements, an optimizer state's index,
-// and the scratch arrays the per-element allowances live in.
+// the scratch arrays the per-element allowances live in, and the release of
+// what a step's owner maps.
 #include "compare.h"
 #include "compare_model.h"
 
@@ -26,9 +27,9 @@ int fc_cmp_find_state(const fc_trace_step *s, const char *name) {
 }
 
 // ---------------------------------------------------------------------------
-// scratch: the [numel] arrays kept between steps
+// scratch: the per-tensor arrays kept between tensors and steps
 
-#define SCRATCH_SLOTS 6  // a step holds at most four at once (gradient, state, terms, optimizer)
+#define SCRATCH_SLOTS 6  // a tensor holds at most three at once (gradient, state, terms)
 static struct {
     double *p;
     size_t n;
@@ -63,4 +64,23 @@ void fc_cmp_scratch_release(double *p) {
             return;
         }
     fc_die(FC_EXIT_INTERNAL, "%s:%d: released an array that is not scratch", __FILE__, __LINE__);
+}
+
+// ---------------------------------------------------------------------------
+// release: the sets a step's owner maps (fc_trace_step.release)
+
+void fc_cmp_release(const fc_trace_step *s, const float *set, size_t off, size_t n) {
+    if (s && s->release && set && n) s->release(s->release_arg, set + off, n);
+}
+
+void fc_cmp_release_all(const fc_trace_step *a, const fc_trace_step *b, size_t off, size_t n) {
+    const fc_trace_step *both[2] = {a, b};
+    for (int side = 0; side < 2; side++) {
+        const fc_trace_step *s = both[side];
+        if (!s || !s->release) continue;
+        fc_cmp_release(s, s->grads, off, n);
+        fc_cmp_release(s, s->params, off, n);
+        fc_cmp_release(s, s->prev_params, off, n);
+        for (int i = 0; i < s->n_state; i++) fc_cmp_release(s, s->state[i], off, n);
+    }
 }

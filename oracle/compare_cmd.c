@@ -213,6 +213,15 @@ typedef struct {
     fc_signature sig;           // the first failing step's (signature.h)
 } walk;
 
+// fc_trace_step.release of the walk's steps: the views' pages under [p, p + n), whichever view holds them.
+static void release_views(const void *arg, const float *p, size_t n) {
+    const walk *w = arg;
+    for (int side = 0; side < 2; side++) {
+        fc_trace_view_release(&w->cur[side], p, n);
+        fc_trace_view_release(&w->prev[side], p, n);
+    }
+}
+
 // The re-run, announced with how the steps are judged.
 static void open_rerun(walk *w) {
     fc_error e;
@@ -221,6 +230,9 @@ static void open_rerun(walk *w) {
     if (w->lock && fc_pair_rerun_open(&w->rr, w->p, &e))
         fc_die(FC_EXIT_USAGE, "compare: the reference cannot re-run %s's config for lockstep (%s): compare the "
                               "recorded trajectories with --trajectory", w->p->dir_a, e.msg);
+    // B's state the re-run starts from leaves the views' pages as it is copied in
+    w->rr.release = release_views;
+    w->rr.release_arg = w;
     printf("steps judged %s\n",
            !w->lock         ? "along the recorded trajectories (--trajectory, --bitwise or --same-compute)"
            : w->first_rerun ? "in lockstep: each step re-run by the reference from B's recorded state, the first from "
@@ -253,6 +265,7 @@ static void open_start(walk *w) {
     size_t numel = w->p->a.model.numel;
     if (w->first_rerun) {
         same_init(&w->p->a.model, w->prev[0].sets[0], w->prev[1].sets[0]);
+        for (int side = 0; side < 2; side++) fc_trace_view_release_all(&w->prev[side]);
         w->zero_state = callocCheck(numel, sizeof(float));
         w->b_prev_state[0] = w->b_prev_state[1] = w->zero_state;
         w->b_has_prev_state = 1;
@@ -286,6 +299,11 @@ static void judge_step(walk *w, long s, fc_cmp_result *r) {
             fc_die(FC_EXIT_USAGE, "compare: the lockstep re-run of step %ld failed: %s", s, e.msg);
         sa.batch = st[0].batch;  // the recorded batch: the data must still be A's, exactly
     }
+    for (int side = 0; side < 2; side++) {  // read a tensor at a time, as the engine releases them
+        fc_trace_step *t = side ? &st[1] : &sa;
+        t->release = release_views;
+        t->release_arg = w;
+    }
     fc_cmp_ctx ctx = fc_pair_ctx(w->p, w->pol, rerun ? &w->rr : NULL);
     if (w->mag_buf) {
         // the magnitudes depend on the parameters and the batch; the state only travels along
@@ -293,6 +311,8 @@ static void judge_step(walk *w, long s, fc_cmp_result *r) {
             fc_die(FC_EXIT_USAGE, "compare: the magnitude pass of step %ld failed: %s", s, e.msg);
         sa.grad_mag = w->mag_buf;
     }
+    // what the re-run started from is in it now: B's step before is read again only where a tensor is asked
+    if (rerun) fc_trace_view_release_all(&w->prev[1]);
     fc_compare_step(&ctx, &sa, &st[1], r);
     // the first failure's kind, where both sides started from the same state (in lockstep, or at B's start)
     int same_start = rerun || (sa.prev_params && st[1].prev_params &&
@@ -306,7 +326,10 @@ static void judge_step(walk *w, long s, fc_cmp_result *r) {
     for (int side = 0; side < 2; side++) {  // a re-run's parameters are its own
         fc_batch_free(&bat[side]);
         w->prev_params[side] = side ? st[1].params : sa.params;
-        if (side == 0 && rerun) continue;
+        if (side == 0 && rerun) {  // nothing points into A's view of the step before any more
+            fc_trace_view_close(&w->prev[0]);
+            continue;
+        }
         fc_trace_view_close(&w->prev[side]);
         w->prev[side] = w->cur[side];
         memset(&w->cur[side], 0, sizeof w->cur[side]);

@@ -140,46 +140,91 @@ static double floor_coef(const fc_cmp_ctx *c) {
     return FC_CMP_MODEL.act_scale * depth_of(l) + FC_CMP_MODEL.few_scale * sqrt(FC_CMP_MODEL.few_tokens / fc_dmax(nt, 1));
 }
 
-// [n_units]: the largest |g| of each unit's gradient elements.
-static double *unit_max_of(const fc_cmp_ctx *c, const float *g) {
+// [n_units]: the largest |g| of each unit's gradient elements (A's, released as read).
+static double *unit_max_of(const fc_cmp_ctx *c, const fc_trace_step *a) {
     const fc_model *m = c->m;
+    const float *g = a->grads;
     double *um = callocCheck((size_t)m->n_units, sizeof(double));
     for (int q = 0; q < m->n_params; q++) {
         const fc_param *pq = &m->params[q];
         for (size_t i = pq->offset; i < pq->offset + pq->numel; i++)
             if (isfinite(g[i])) um[pq->unit] = fc_dmax(um[pq->unit], fabs((double)g[i]));
+        fc_cmp_release(a, g, pq->offset, pq->numel);
     }
     return um;
 }
 
-// The 16-bit model's allowance of each gradient element, n u mag + coef s u
-// scale_A + coef s u32 unit_A + the underflows (FC_CMP_MODEL, floor_coef);
-// NULL when the step is not judged by it.
-double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
-    if (!r->magnitudes) return NULL;
-    size_t n = c->m->numel;
+// In fp32, a side whose arithmetic is not the reference's (PyTorch, a port)
+// sums in another order: an element formed by cancellation of larger terms
+// (a softmax's input gradient, say) can then differ by u times those terms,
+// which no row relative to its own tensor allows when the tensor is all
+// cancellation (a LoRA B's first gradient). The terms reach at most the
+// largest gradient of the element's unit, so each element is allowed
+// floor_coef s u times that: nothing for a tensor within a few decades of
+// its unit's largest, all of a tensor below u of it. Not where the step is
+// not judged by it: 16 bits, bitwise, an override, both sides the reference,
+// or steps that do not start from the same parameters.
+static int floor32_applies(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    const fc_cmp_policy *p = c->policy;
+    if (p->prec != FC_PREC_FP32 || p->bitwise || p->overridden || r->prev_diff != 0 || !a->grads) return 0;
+    return !c->a_act32 + !c->b_act32 > 0;  // the sides computing with another arithmetic
+}
+
+fc_cmp_grad_plan fc_cmp_grad_plan_of(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    fc_cmp_grad_plan g = {r->magnitudes ? 1 : floor32_applies(c, a, r) ? 2 : 0, NULL};
+    if (g.mode) g.unit_max = unit_max_of(c, a);
+    return g;
+}
+
+void fc_cmp_grad_plan_free(fc_cmp_grad_plan *g) {
+    free(g->unit_max);
+    g->unit_max = NULL;
+}
+
+// Parameter p's gradient allowance under g into out [params[p].numel]: the
+// 16-bit model's, n u mag + coef s u scale_A + coef s u32 unit_A + the
+// underflows (FC_CMP_MODEL, floor_coef), or fp32's floor, coef s u32 unit_A.
+static void grad_allow_into(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_grad_plan *g, int p,
+                            double *out) {
+    const fc_param *q = &c->m->params[p];
+    size_t lo = q->offset, hi = q->offset + q->numel;
+    int par = q->numel > FC_CMP_BLOCK;  // elementwise, and max is exact: no order to keep
+    if (g->mode == 2) {
+        int s = !c->a_act32 + !c->b_act32;
+        double coef = floor_coef(c) * s * fc_cmp_unit_roundoff(FC_PREC_FP32);
+        for (size_t i = lo; i < hi; i++) out[i - lo] = coef * g->unit_max[q->unit];
+        return;
+    }
     side_rounding sr = both_sides(c);
-    double u = fc_cmp_unit_roundoff(c->policy->prec), k = sr.n * u, *allow = fc_cmp_scratch(n);
+    double u = fc_cmp_unit_roundoff(c->policy->prec), k = sr.n * u;
     // sides that compute in 16 bits: the input gradients they propagate carry
     // errors relative to the tensor, not to the element's own terms; and an
     // element formed by cancellation, errors of fp32 sums relative to its unit
-    // (fc_cmp_grad_floor32)
+    // (floor32_applies)
     double coef = floor_coef(c) * sr.act16, floor16 = coef * u, floor32 = coef * fc_cmp_unit_roundoff(FC_PREC_FP32);
-    double *unit_max = unit_max_of(c, a->grads);
-    for (int p = 0; p < c->m->n_params; p++) {
-        if (c->only > 0 && p != c->only - 1) continue;
-        const fc_param *q = &c->m->params[p];
-        double scale = 0;  // A's: B's own values must not widen what B is allowed
-        size_t lo = q->offset, hi = q->offset + q->numel;
-        int par = q->numel > FC_CMP_BLOCK;  // elementwise, and max is exact: no order to keep
+    double scale = 0;  // A's: B's own values must not widen what B is allowed
 #pragma omp parallel for schedule(static) reduction(max : scale) if (par)
-        for (size_t i = lo; i < hi; i++)
-            if (isfinite(a->grads[i])) scale = fc_dmax(scale, fabs((double)a->grads[i]));
-        double fl = floor16 * scale + floor32 * unit_max[q->unit];
+    for (size_t i = lo; i < hi; i++)
+        if (isfinite(a->grads[i])) scale = fc_dmax(scale, fabs((double)a->grads[i]));
+    double fl = floor16 * scale + floor32 * g->unit_max[q->unit];
 #pragma omp parallel for schedule(static) if (par)
-        for (size_t i = lo; i < hi; i++) allow[i] = k * fabs((double)a->grad_mag[i]) + fl + sr.eta;
-    }
-    free(unit_max);
+    for (size_t i = lo; i < hi; i++) out[i - lo] = k * fabs((double)a->grad_mag[i]) + fl + sr.eta;
+}
+
+double *fc_cmp_grad_allow(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_grad_plan *g, int p) {
+    if (!g->mode) return NULL;
+    double *out = fc_cmp_scratch(c->m->params[p].numel);
+    grad_allow_into(c, a, g, p, out);
+    return out;
+}
+
+double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
+    if (!r->magnitudes) return NULL;
+    fc_cmp_grad_plan g = {1, unit_max_of(c, a)};
+    double *allow = fc_cmp_scratch(c->m->numel);
+    for (int p = 0; p < c->m->n_params; p++)
+        if (c->only <= 0 || p == c->only - 1) grad_allow_into(c, a, &g, p, allow + c->m->params[p].offset);
+    fc_cmp_grad_plan_free(&g);
     return allow;
 }
 
@@ -207,37 +252,11 @@ double fc_cmp_loss_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const 
     return k * (spread < sum ? spread : sum);
 }
 
-// In fp32, a side whose arithmetic is not the reference's (PyTorch, a port)
-// sums in another order: an element formed by cancellation of larger terms
-// (a softmax's input gradient, say) can then differ by u times those terms,
-// which no row relative to its own tensor allows when the tensor is all
-// cancellation (a LoRA B's first gradient). The terms reach at most the
-// largest gradient of the element's unit, so each element is allowed
-// floor_coef s u times that: nothing for a tensor within a few decades of
-// its unit's largest, all of a tensor below u of it. NULL where the step is
-// not judged by it: 16 bits, bitwise, an override, both sides the reference,
-// or steps that do not start from the same parameters.
-double *fc_cmp_grad_floor32(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r) {
-    const fc_cmp_policy *p = c->policy;
-    if (p->prec != FC_PREC_FP32 || p->bitwise || p->overridden || r->prev_diff != 0 || !a->grads) return NULL;
-    int s = !c->a_act32 + !c->b_act32;  // the sides computing with another arithmetic
-    if (s == 0) return NULL;
-    const fc_model *m = c->m;
-    double coef = floor_coef(c) * s * fc_cmp_unit_roundoff(FC_PREC_FP32);
-    double *unit_max = unit_max_of(c, a->grads), *allow = fc_cmp_scratch(m->numel);
-    for (int q = 0; q < m->n_params; q++) {
-        const fc_param *pq = &m->params[q];
-        for (size_t i = pq->offset; i < pq->offset + pq->numel; i++) allow[i] = coef * unit_max[pq->unit];
-    }
-    free(unit_max);
-    return allow;
-}
-
 // What a momentum state may differ by when its gradient may differ by
 // allow_g: the state's update carries it (and each side clips by its own
 // norm: the coefficients' difference times |g|). NULL for other states.
 double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b,
-                               const char *state, const double *allow_g) {
+                               const char *state, const double *allow_g, int p) {
     const fc_optim_config *o = c->optim;
     if (!allow_g || !o || !a->grads) return NULL;
     int sq = 0;
@@ -247,14 +266,12 @@ double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, cons
     else if (o->kind == FC_OPT_SGD && !strcmp(state, "momentum_buffer")) w = 1.0 - o->dampening;
     else return NULL;
     double ca = fc_cmp_clip_coef(c, a), dc = fabs(ca - fc_cmp_clip_coef(c, b));
-    size_t n = c->m->numel;
+    size_t off = c->m->params[p].offset, n = c->m->params[p].numel;
     double *allow = fc_cmp_scratch(n);
-    size_t lo, hi;
-    fc_cmp_range(c, &lo, &hi);
-#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
-    for (size_t i = lo; i < hi; i++) {
-        double g = fabs((double)a->grads[i]), dg = ca * allow_g[i] + dc * g;
-        allow[i] = sq ? w * (2 * ca * g + dg) * dg : w * dg;  // v: (1 - beta2) ((g + dg)^2 - g^2)
+#pragma omp parallel for schedule(static) if (n > FC_CMP_BLOCK)
+    for (size_t j = 0; j < n; j++) {
+        double g = fabs((double)a->grads[off + j]), dg = ca * allow_g[j] + dc * g;
+        allow[j] = sq ? w * (2 * ca * g + dg) * dg : w * dg;  // v: (1 - beta2) ((g + dg)^2 - g^2)
     }
     return allow;
 }
@@ -275,35 +292,52 @@ double fc_cmp_state_common(const fc_cmp_ctx *c, const fc_trace_step *a, const fc
     return sq ? rel * (2 + rel) + twice : rel;  // (c (1 + rel))^2 = c^2 (1 + 2 rel + rel^2)
 }
 
+#define NORM_CHUNK 64  // blocks read between releases: 16 MB of each side's gradients
+
 // What the two gradients explain of the two norms: |norm(A) - norm(B)| <=
 // norm(A - B), for every norm (the reverse triangle inequality), so a norm
 // that differs by more than its gradients do was not computed from them: a
 // partial counted twice, a group missed, an eps added per rank. Element
 // differences in double; equal elements (an inf on both sides too) add 0, a
 // non-finite difference makes it inf (the gradients' own check names it).
-double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *gb) {
+static double norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *gb, const fc_trace_step *sa,
+                             const fc_trace_step *sb) {
     if (!ga || !gb) return INFINITY;  // nothing to bound it by
     fc_norm_type t = c->layout ? c->layout->norm_type : FC_NORM_2;
     size_t n = c->m->numel, nb = fc_cmp_blocks(n);
     double *part = callocCheck(nb, sizeof(double));  // [nb] each block's share, in block order below
-#pragma omp parallel for schedule(static) if (nb > 1)
-    for (size_t k = 0; k < nb; k++) {
-        double acc = 0;
-        for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
-            if (ga[i] == gb[i]) continue;
-            double d = fabs((double)ga[i] - (double)gb[i]);
-            if (!isfinite(d)) {
-                acc = INFINITY;
-                break;
+    for (size_t k0 = 0; k0 < nb; k0 += NORM_CHUNK) {
+        size_t k1 = k0 + NORM_CHUNK < nb ? k0 + NORM_CHUNK : nb;
+#pragma omp parallel for schedule(static) if (k1 - k0 > 1)
+        for (size_t k = k0; k < k1; k++) {
+            double acc = 0;
+            for (size_t i = k * FC_CMP_BLOCK, hi = fc_cmp_block_end(k, n); i < hi; i++) {
+                if (ga[i] == gb[i]) continue;
+                double d = fabs((double)ga[i] - (double)gb[i]);
+                if (!isfinite(d)) {
+                    acc = INFINITY;
+                    break;
+                }
+                acc = t == FC_NORM_INF ? fc_dmax(acc, d) : t == FC_NORM_1 ? acc + d : acc + d * d;
             }
-            acc = t == FC_NORM_INF ? fc_dmax(acc, d) : t == FC_NORM_1 ? acc + d : acc + d * d;
+            part[k] = acc;
         }
-        part[k] = acc;
+        size_t lo = k0 * FC_CMP_BLOCK, hi = fc_cmp_block_end(k1 - 1, n);
+        fc_cmp_release(sa, ga, lo, hi - lo);
+        fc_cmp_release(sb, gb, lo, hi - lo);
     }
     double acc = 0;
     for (size_t k = 0; k < nb; k++) acc = t == FC_NORM_INF ? fc_dmax(acc, part[k]) : acc + part[k];
     free(part);
     return t == FC_NORM_2 ? sqrt(acc) : acc;
+}
+
+double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *gb) {
+    return norm_allowance(c, ga, gb, NULL, NULL);
+}
+
+double fc_cmp_norm_allowance_of(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b) {
+    return norm_allowance(c, a->grads, b->grads, a, b);
 }
 
 // The whole tensor of n elements under rounding noise (FC_CMP_MODEL):

@@ -25,14 +25,22 @@ static inline size_t fc_cmp_block_end(size_t k, size_t n) {
 
 // --- scratch for the per-element allowances (compare_base.c) ---
 
-// The [numel] double arrays below (1 GB each at gpt2-124m, up to four a step)
+// The double arrays below, one tensor's allowances each (up to three at once),
 // come from here and go back with fc_cmp_scratch_release: a released one is
-// kept for the next request of its size or less, since every step asks for the
-// same ones. From malloc each would be an mmap of its own whose pages the kernel
-// zeroes at every first touch: a step of gpt2-124m's compare faulted 4 GB in.
+// kept for the next request of its size or less, since every tensor of every
+// step asks again. From malloc each would be an mmap of its own whose pages the
+// kernel zeroes at every first touch.
 // Not thread-safe (compare calls it from one thread; OpenMP only inside).
 double *fc_cmp_scratch(size_t n);
 void fc_cmp_scratch_release(double *p);  // NULL: nothing
+
+// Tells s's owner that elements [off, off + n) of set (one of s's [numel]
+// sets) are read for now (fc_trace_step.release): a mapped trace drops their
+// pages, so a comparison holds one tensor of a step at a time, not the step.
+// Nothing when s, set or the hook is NULL.
+void fc_cmp_release(const fc_trace_step *s, const float *set, size_t off, size_t n);
+// The same for elements [off, off + n) of every set of both steps.
+void fc_cmp_release_all(const fc_trace_step *a, const fc_trace_step *b, size_t off, size_t n);
 
 // --- the 16-bit model's constants (compare_policy.c holds them, once) ---
 
@@ -58,21 +66,33 @@ double fc_cmp_unit_roundoff(fc_prec p);
 // magnitudes known, both sides starting from bit-identical parameters).
 int fc_cmp_rounding_model(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
 // Per element of the flat parameter vector [numel]: what rounding may move a
-// gradient element by; NULL when the step is not judged by the model. Every [numel] array
-// here and below comes from fc_cmp_scratch: release it with fc_cmp_scratch_release.
+// gradient element by; NULL when the step is not judged by the model. The
+// whole model at once (the engine asks fc_cmp_grad_allow per tensor); release
+// it with fc_cmp_scratch_release.
 double *fc_cmp_grad_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
-// [numel]: in fp32, what another arithmetic's order may move an element
-// formed by cancellation by (act_scale L s u times its unit's largest
-// gradient); NULL where it does not apply.
-double *fc_cmp_grad_floor32(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
+// A step's allowance of each gradient element, asked one parameter at a time:
+// the 16-bit model's (rounding), else, in fp32, what another arithmetic's order
+// may move an element formed by cancellation by (act_scale L s u times its
+// unit's largest gradient), else none.
+typedef struct {
+    int mode;          // 0: none, 1: the 16-bit model (the whole tensor judged by its projection), 2: fp32's floor
+    double *unit_max;  // [n_units] A's largest finite |g| per unit (NULL when mode is 0)
+} fc_cmp_grad_plan;
+fc_cmp_grad_plan fc_cmp_grad_plan_of(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
+void fc_cmp_grad_plan_free(fc_cmp_grad_plan *g);
+// [params[p].numel] from fc_cmp_scratch: parameter p's gradient allowance
+// under g; NULL when g has none. Every per-parameter array here and below is
+// indexed from the parameter's first element; release it with fc_cmp_scratch_release.
+double *fc_cmp_grad_allow(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_grad_plan *g, int p);
 // The loss's allowance (absolute) under the model: what the 16-bit roundings
 // of the sides computing their activations in 16 bits move it by; -1 when the
 // step is not judged by the model.
 double fc_cmp_loss_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_cmp_result *r);
-// [numel]: the same carried into a momentum state (exp_avg, exp_avg_sq,
+// [params[p].numel]: parameter p's gradient allowance allow_g (the same
+// indexing) carried into a momentum state (exp_avg, exp_avg_sq,
 // momentum_buffer); NULL for other states or without allow_g.
 double *fc_cmp_state_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b,
-                               const char *state, const double *allow_g);
+                               const char *state, const double *allow_g, int p);
 // The relative scale of a whole momentum state that the two sides' clip
 // coefficients explain: every element of the step's term carries the same
 // coefficient, so its relative difference is common to the tensor (twice it
@@ -83,6 +103,8 @@ double fc_cmp_state_common(const fc_cmp_ctx *c, const fc_trace_step *a, const fc
 // The gradient norm's allowance from the gradients: norm(ga - gb) [numel each]
 // in the layout's norm type; inf when a side has no gradients.
 double fc_cmp_norm_allowance(const fc_cmp_ctx *c, const float *ga, const float *gb);
+// The same of two steps' gradients, released (fc_cmp_release) as they are read.
+double fc_cmp_norm_allowance_of(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b);
 // The whole tensor under rounding noise: delta, the weighted projection of B -
 // A on A (w_i = 1 / (allow_i + row)^2), and what |delta| may reach.
 typedef struct {
@@ -93,12 +115,12 @@ fc_cmp_proj fc_cmp_projection(const fc_cmp_policy *p, double ntol, const float *
 
 // --- what the optimizer explains (compare_optim.c) ---
 
-// [numel]: what each parameter element may differ by from the two sides'
-// optimizer inputs; NULL when they are not all there.
-double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b);
+// [params[p].numel]: what each element of parameter p may differ by from the
+// two sides' optimizer inputs; NULL when they are not all there.
+double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, int p);
 // The clip coefficient a side applied to its gradient (1 without clipping).
 double fc_cmp_clip_coef(const fc_cmp_ctx *c, const fc_trace_step *s);
-// [numel]: the magnitude of the two terms a momentum state sums; NULL for other states.
-double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const char *state);
+// [params[p].numel]: the magnitude of the two terms a momentum state sums; NULL for other states.
+double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const char *state, int p);
 
 #endif

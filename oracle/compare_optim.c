@@ -16,14 +16,15 @@ static const float *state_of(const fc_trace_step *s, const char *name) {
     return i >= 0 ? s->state[i] : NULL;
 }
 
-// What each parameter element may differ by because the optimizer explains
-// it (compare.h): the previous parameters' difference carried through the
-// step, plus the difference of the two sides' updates, each computed from
-// that side's own optimizer inputs. NULL when the inputs are not all there.
-double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b) {
+// What each element of parameter p may differ by because the optimizer
+// explains it (compare.h): the previous parameters' difference carried
+// through the step, plus the difference of the two sides' updates, each
+// computed from that side's own optimizer inputs. NULL when the inputs are
+// not all there.
+double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, const fc_trace_step *b, int p) {
     const fc_optim_config *o = c->optim;
     if (!o || c->policy->bitwise || !a->prev_params || !b->prev_params) return NULL;
-    size_t n = c->m->numel;
+    size_t off = c->m->params[p].offset, n = c->m->params[p].numel;
     long t = a->step + 1;  // optimizer steps taken after this one
     if (o->kind == FC_OPT_ADAMW) {
         const float *ma = state_of(a, "exp_avg"), *va = state_of(a, "exp_avg_sq");
@@ -32,14 +33,13 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
         // p_t = p_{t-1} * decay + neg_step * m / (sqrt(v) / bc2_sqrt + eps)  (core/optim.h)
         fc_adamw_coeffs k = fc_adamw_coeffs_at(o, t);
         double *allow = fc_cmp_scratch(n);
-        size_t lo, hi;  // the compared elements (the others are never read)
-        fc_cmp_range(c, &lo, &hi);
-#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
-        for (size_t i = lo; i < hi; i++) {
+#pragma omp parallel for schedule(static) if (n > FC_CMP_BLOCK)
+        for (size_t j = 0; j < n; j++) {
+            size_t i = off + j;
             double ua = k.neg_step * (double)ma[i] / (sqrt((double)va[i]) / k.bc2_sqrt + k.eps);
             double ub = k.neg_step * (double)mb[i] / (sqrt((double)vb[i]) / k.bc2_sqrt + k.eps);
             double dp = fabs((double)a->prev_params[i] - (double)b->prev_params[i]);
-            allow[i] = fabs((double)k.decay) * dp + fabs(ua - ub);
+            allow[j] = fabs((double)k.decay) * dp + fabs(ua - ub);
         }
         return allow;
     }
@@ -48,15 +48,14 @@ double *fc_cmp_optimizer_allowance(const fc_cmp_ctx *c, const fc_trace_step *a, 
     if (o->momentum != 0 && (!ba || !bb)) return NULL;
     if (!a->grads || !b->grads) return NULL;
     double *allow = fc_cmp_scratch(n);
-    size_t lo, hi;
-    fc_cmp_range(c, &lo, &hi);
-#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
-    for (size_t i = lo; i < hi; i++) {
+#pragma omp parallel for schedule(static) if (n > FC_CMP_BLOCK)
+    for (size_t j = 0; j < n; j++) {
+        size_t i = off + j;
         double dp = fabs((double)a->prev_params[i] - (double)b->prev_params[i]);
         double dg = fabs((double)a->grads[i] - (double)b->grads[i]) + o->weight_decay * dp;
         double du = o->momentum == 0 ? dg : o->nesterov ? dg + o->momentum * fabs((double)ba[i] - bb[i])
                                                          : fabs((double)ba[i] - (double)bb[i]);
-        allow[i] = dp + o->lr * du;
+        allow[j] = dp + o->lr * du;
     }
     return allow;
 }
@@ -79,7 +78,7 @@ double fc_cmp_clip_coef(const fc_cmp_ctx *c, const fc_trace_step *s) {
 // A, the expected side only: B's own state would let an error in B's m_t
 // raise the scale it is judged against. NULL for other states or without the
 // inputs.
-double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const char *state) {
+double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const char *state, int p) {
     const fc_optim_config *o = c->optim;
     if (!o || c->policy->bitwise || !a->grads) return NULL;
     double w, wd = 0;
@@ -94,14 +93,13 @@ double *fc_cmp_momentum_terms(const fc_cmp_ctx *c, const fc_trace_step *a, const
     }
     const float *m = state_of(a, state);
     if (!m) return NULL;
-    size_t n = c->m->numel;
+    size_t off = c->m->params[p].offset, n = c->m->params[p].numel;
     double *terms = fc_cmp_scratch(n), coef = fc_cmp_clip_coef(c, a);
-    size_t lo, hi;
-    fc_cmp_range(c, &lo, &hi);
-#pragma omp parallel for schedule(static) if (hi - lo > FC_CMP_BLOCK)
-    for (size_t i = lo; i < hi; i++) {
+#pragma omp parallel for schedule(static) if (n > FC_CMP_BLOCK)
+    for (size_t j = 0; j < n; j++) {
+        size_t i = off + j;
         double g = coef * (double)a->grads[i] + (wd != 0 ? wd * (double)a->prev_params[i] : 0);
-        terms[i] = fabs((double)m[i] - w * g) + fabs(w * g);
+        terms[j] = fabs((double)m[i] - w * g) + fabs(w * g);
     }
     return terms;
 }

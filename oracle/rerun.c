@@ -94,7 +94,7 @@ int fc_magnitude_open(fc_rerun *r, const fc_run_config *like, int world, const c
 // reads from the handover's checkpoint, without writing and reading the
 // checkpoint, 1.5 GB at gpt2-124m), through a FULL checkpoint otherwise.
 static int handover(fc_rerun *r, long step, const float *params, const float *const state[2], fc_error *e) {
-    if (fc_reference_local_load(r->ops, r->im, params, state, step) == 0) return 0;
+    if (fc_reference_local_load(r->ops, r->im, params, state, step, r->release, r->release_arg) == 0) return 0;
     return fc_lockstep_handover(r->ops, r->im, &r->cfg, params, state, step, r->dir, MPI_COMM_SELF, e);
 }
 
@@ -156,7 +156,7 @@ int fc_piece_open(fc_rerun *r, const fc_run_config *like, int world, const char 
 
 int fc_piece_grad(fc_rerun *r, const float *params, long step, int first, int n, float *out, float *loss, fc_error *e) {
     const float *const none[2] = {NULL, NULL};
-    if (fc_reference_local_load(r->ops, r->im, params, none, step) ||
+    if (fc_reference_local_load(r->ops, r->im, params, none, step, NULL, NULL) ||
         fc_reference_piece_grad(r->ops, r->im, step, first, n, out, loss))
         return fc_fail(e, "the pieces of a step need the local reference");
     return 0;

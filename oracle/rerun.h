@@ -33,6 +33,11 @@ typedef struct {
     size_t numel;
     float *own;            // [4][numel]: fc_rerun_step's sets where the reference cannot lend its own
     int open;              // counted among the open re-runs (MPI is finalised after the last)
+    // Set by the caller (NULL: none): where the local reference copies a
+    // handover's params and state in place, each piece goes to release once
+    // copied, as fc_trace_step.release (a view's pages dropped as read).
+    void (*release)(const void *arg, const float *p, size_t n);
+    const void *release_arg;
 } fc_rerun;
 
 // The reference for re-running steps of a trace with config `like`.

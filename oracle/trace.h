@@ -33,6 +33,11 @@ typedef struct {
     const float *state[2];     // [numel] each
     const float *grad_mag;     // [numel] or NULL: per gradient element, the sum of |terms| that formed it
                                // (the magnitude pass, rerun.h; in memory only, the expected side's)
+    // NULL, or what the comparison calls on elements [p, p + n) of a set once it
+    // has read them (compare_model.h fc_cmp_release): views of mapped traces drop
+    // their pages, re-read from the file if they are read again.
+    void (*release)(const void *arg, const float *p, size_t n);
+    const void *release_arg;
 } fc_trace_step;
 
 // A trace being written. trace.json is written last, by fc_trace_finish, so a

@@ -1,5 +1,5 @@
 // oracle/tracefile.c — see tracefile.h.
-#define _DEFAULT_SOURCE  // mmap's MAP_POPULATE (Linux, glibc): a view's page tables made at once
+#define _DEFAULT_SOURCE  // madvise's MADV_DONTNEED (glibc): a view drops the pages it has read
 #include "tracefile.h"
 
 #include <cJSON.h>
@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -498,8 +499,8 @@ static int view_sets(const fc_trace *t, fc_st_file *f, const char *path, const c
                      fc_trace_view *v, fc_error *e) {
     memset(v, 0, sizeof *v);
     size_t len = (size_t)f->file_size;
-    // MAP_POPULATE: the page tables of the whole file at once (it is read whole)
-    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fileno(f->fp), 0);
+    // faulted in as read, not populated: a comparison holds one tensor of it at a time (fc_trace_view_release)
+    void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fileno(f->fp), 0);
     if (map == MAP_FAILED) return fc_fail(e, "%s: cannot map %zu bytes: %s", path, len, strerror(errno));
     v->map = map;
     v->map_len = len;
@@ -560,6 +561,21 @@ int fc_trace_view_init(const fc_trace *t, fc_trace_view *v, fc_error *e) {
     int rc = view_sets(t, &f, path, p, 1, v, e);
     fc_st_close(&f);
     return rc;
+}
+
+void fc_trace_view_release(const fc_trace_view *v, const float *p, size_t n) {
+    uintptr_t lo = (uintptr_t)v->map, hi = lo + v->map_len, x = (uintptr_t)p;
+    if (!v->map || !p || x < lo || x >= hi) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t from = x & ~(page - 1), to = x + n * sizeof(float);
+    to = to > hi ? hi : to;
+    // the mapping is private and never written: a dropped page is read again from the file
+    if (madvise((void *)from, to - from, MADV_DONTNEED))
+        fc_die(FC_EXIT_INTERNAL, "%s:%d: madvise of a trace view: %s", __FILE__, __LINE__, strerror(errno));
+}
+
+void fc_trace_view_release_all(const fc_trace_view *v) {
+    if (v->map) fc_trace_view_release(v, (const float *)v->map, v->map_len / sizeof(float));
 }
 
 void fc_trace_view_close(fc_trace_view *v) {

@@ -97,6 +97,13 @@ typedef struct {
 int fc_trace_view_step(const fc_trace *t, long step, const float *prev, fc_trace_view *v, fc_trace_step *s,
                        fc_batch *batch, fc_error *e);
 int fc_trace_view_init(const fc_trace *t, fc_trace_view *v, fc_error *e);
+// Drops the resident pages of v's mapping under [p, p + n) (the pages around
+// its ends too: they are read again from the file when asked); nothing where p
+// is not in the mapping (a set read into v->owned, another view's, memory of
+// the caller's). The file is mapped as it is read, so that a comparison that
+// releases each tensor it has read holds one tensor of a step, not the step.
+void fc_trace_view_release(const fc_trace_view *v, const float *p, size_t n);
+void fc_trace_view_release_all(const fc_trace_view *v);
 // Releases a view (safe on a zeroed one) and zeroes it.
 void fc_trace_view_close(fc_trace_view *v);
 

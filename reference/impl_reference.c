@@ -121,7 +121,8 @@ const fc_impl_ops *fc_reference_impl(void) { return &REFERENCE; }
 
 int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *sets[4]) {
     if (ops != &REFERENCE || !im || !im->is_local) return -1;
-    const fc_local *L = &im->local;
+    fc_local *L = &im->local;
+    fc_local_drop_acts(L);  // the oracle reads the sets now, and steps (making them again) later
     sets[0] = L->grads;  // ref_export's FC_EXPORT_GRADS: before clipping
     sets[1] = L->params;
     sets[2] = L->n_state > 0 ? L->state[0] : NULL;
@@ -130,9 +131,9 @@ int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *se
 }
 
 int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *params, const float *const state[2],
-                            long step) {
+                            long step, void (*release)(const void *arg, const float *p, size_t n), const void *arg) {
     if (ops != &REFERENCE || !im || !im->is_local) return -1;
-    fc_local_set(&im->local, params, state, step);
+    fc_local_set(&im->local, params, state, step, release, arg);
     return 0;
 }
 

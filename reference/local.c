@@ -22,7 +22,7 @@ int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e) {
     int micro = cfg->global_batch / cfg->grad_accum;
     size_t an = RN(fc_acts_numel)(&L->model, micro, T);
     // A configuration that cannot fit is bad input, not an out-of-memory crash.
-    double need = ((double)n * (3 + 2) + (double)an) * sizeof(float);
+    double need = ((double)n * (2 + 2) + (double)an) * sizeof(float);
     double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
     if (have > 0 && need > have) {
         fc_model_free(&L->model);
@@ -39,19 +39,47 @@ int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e) {
         fc_init_full(&L->model, cfg->seed, L->params);
     }
     L->grads = callocCheck(n, sizeof(float));
-    L->clipped = callocCheck(n, sizeof(float));
     L->n_state = fc_optim_state_names(&cfg->optim, L->state_names);
     for (int i = 0; i < L->n_state; i++) L->state[i] = callocCheck(n, sizeof(float));
     fc_batch_alloc(&L->batch, &cfg->model, cfg->global_batch, T);
-    L->act_mem = mallocCheck(an * sizeof(float));
-    RN(fc_acts_init)(&L->acts, &L->model, micro, T, L->act_mem);
     return 0;
+}
+
+// Elements of a parameter clipped at a time: the update is element-wise, so
+// chunks of it change no bit, and a clipped copy of the gradients is not kept.
+#define CLIP_CHUNK ((size_t)1 << 18)
+
+// The optimizer step of the trainable parameters with the gradients, each
+// times *coef (a float multiply) where coef is not NULL.
+static void step_clipped(fc_local *L, const float *coef) {
+    const fc_optim_config *oc = &L->cfg.optim;
+    float *buf = coef ? mallocCheck(CLIP_CHUNK * sizeof(float)) : NULL;
+    for (int i = 0; i < L->model.n_params; i++) {
+        const fc_param *p = &L->model.params[i];
+        if (p->frozen) continue;
+        for (size_t o = p->offset, end = p->offset + p->numel; o < end; o += CLIP_CHUNK) {
+            size_t k = end - o < CLIP_CHUNK ? end - o : CLIP_CHUNK;
+            const float *g = L->grads + o;
+            if (coef) {
+                for (size_t j = 0; j < k; j++) buf[j] = g[j] * *coef;
+                g = buf;
+            }
+            fc_optim_update(oc, L->step, L->params + o, g, L->state[0] ? L->state[0] + o : NULL,
+                            L->state[1] ? L->state[1] + o : NULL, k);
+        }
+    }
+    free(buf);
 }
 
 void RN(fc_local_step)(fc_local *L) {
     const fc_run_config *c = &L->cfg;
     size_t n = L->model.numel;
     int K = c->grad_accum, micro = c->global_batch / K;
+    int T = fc_model_has_tokens(&c->model) ? c->seq_len : 0;
+    if (!L->act_mem) {  // the first step, or the first since fc_local_drop_acts
+        L->act_mem = mallocCheck(RN(fc_acts_numel)(&L->model, micro, T) * sizeof(float));
+        RN(fc_acts_init)(&L->acts, &L->model, micro, T, L->act_mem);
+    }
     fc_data_fill(&L->batch, &c->model, c->seed, L->step, 0);
     memset(L->grads, 0, n * sizeof(float));
     // Each micro-batch's loss is the mean over its rows, scaled by 1/K, so K
@@ -60,8 +88,7 @@ void RN(fc_local_step)(fc_local *L) {
     for (int k = 0; k < K; k++) {
         fc_batch mb = fc_batch_slice(&L->batch, k * micro, micro);
         float l = RN(fc_model_forward)(&L->model, L->params, &mb, &L->acts);
-        RN(fc_model_backward)(&L->model, L->params, &mb, &L->acts, L->grads,
-                          1.0f / (float)L->acts.NT / (float)K);
+        RN(fc_model_backward)(&L->model, L->params, &mb, &L->acts, L->grads, 1.0f / (float)L->acts.NT / (float)K);
         loss += l;
     }
     L->loss = (float)(loss / K);
@@ -81,27 +108,22 @@ void RN(fc_local_step)(fc_local *L) {
         if (L->model.params[i].frozen) memset(L->grads + L->model.params[i].offset, 0, L->model.params[i].numel * sizeof(float));
 #endif
     // clip_grad_norm: coefficient max_norm / (total + 1e-6), clamped to 1.
-    memcpy(L->clipped, L->grads, n * sizeof(float));
     L->grad_norm = fc_grad_norm(L->grads, n, c->norm_type);
     float coef = fc_clip_coef(c->clip_grad_norm, L->grad_norm);
-    if (fc_clip_applies(c->clip_grad_norm, coef))
-        for (size_t i = 0; i < n; i++) L->clipped[i] *= coef;
     L->step++;
-    for (int i = 0; i < L->model.n_params; i++) {  // the optimizer's parameters: the trainable ones
-        const fc_param *p = &L->model.params[i];
-        if (p->frozen) continue;
-        size_t o = p->offset;
-        fc_optim_update(&c->optim, L->step, L->params + o, L->clipped + o, L->state[0] ? L->state[0] + o : NULL,
-                        L->state[1] ? L->state[1] + o : NULL, p->numel);
-    }
+    step_clipped(L, fc_clip_applies(c->clip_grad_norm, coef) ? &coef : NULL);
+}
+
+void RN(fc_local_drop_acts)(fc_local *L) {
+    free(L->act_mem);
+    L->act_mem = NULL;
 }
 
 void RN(fc_local_free)(fc_local *L) {
+    free(L->act_mem);
     free(L->params);
     free(L->grads);
-    free(L->clipped);
     for (int i = 0; i < 2; i++) free(L->state[i]);
-    free(L->act_mem);
     fc_batch_free(&L->batch);
     fc_model_free(&L->model);
     memset(L, 0, sizeof *L);
@@ -129,15 +151,27 @@ int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error
     return rc;
 }
 
-void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step) {
+// Elements of the parameters copied between releases of the source's pages.
+#define SET_CHUNK ((size_t)1 << 22)
+
+void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step,
+                      void (*release)(const void *arg, const float *p, size_t n), const void *arg) {
     const fc_model *m = &L->model;
-    memcpy(L->params, params, m->numel * sizeof(float));
+    for (size_t o = 0; o < m->numel; o += SET_CHUNK) {
+        size_t k = m->numel - o < SET_CHUNK ? m->numel - o : SET_CHUNK;
+        memcpy(L->params + o, params + o, k * sizeof(float));
+        if (release) release(arg, params + o, k);
+    }
     for (int s = 0; s < L->n_state; s++)
         for (int i = 0; i < m->n_params; i++) {
             const fc_param *p = &m->params[i];
             float *dst = L->state[s] + p->offset;
-            if (p->frozen) memset(dst, 0, p->numel * sizeof(float));
-            else memcpy(dst, state[s] + p->offset, p->numel * sizeof(float));
+            if (p->frozen) {
+                memset(dst, 0, p->numel * sizeof(float));
+                continue;
+            }
+            memcpy(dst, state[s] + p->offset, p->numel * sizeof(float));
+            if (release) release(arg, state[s] + p->offset, p->numel);
         }
     L->step = step;
 }

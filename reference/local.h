@@ -15,12 +15,11 @@ typedef struct {
     fc_model model;
     float *params;       // [numel] full flat buffer (model layout)
     float *grads;        // [numel] gradients of the last step, before clipping
-    float *clipped;      // [numel] the gradients the optimizer used (== grads unless clipped)
     float *state[2];     // [numel] optimizer state (exp_avg/exp_avg_sq or momentum_buffer)
     int n_state;
     const char *state_names[2];
     fc_batch batch;      // the global batch of the last step
-    float *act_mem;      // activations of one micro-batch
+    float *act_mem;      // activations of one micro-batch (NULL until a step makes them)
     RN(fc_acts) acts;
     long step;           // optimizer steps taken
     float loss;          // global mean loss of the last step
@@ -32,6 +31,9 @@ int RN(fc_local_create)(fc_local *L, const fc_run_config *cfg, fc_error *e);
 // Trains one step: forward/backward over K micro-batches, clip, optimizer.
 void RN(fc_local_step)(fc_local *L);
 void RN(fc_local_free)(fc_local *L);
+// Frees the activations until the next step makes them again: the oracle's re-run
+// holds none while it compares the step's results (fc_reference_local_sets).
+void RN(fc_local_drop_acts)(fc_local *L);
 
 // Checkpoints (docs/contract.md §6), as the engine's (core/ckpt_collective.h): the
 // manifest records world size 1 and strategy local.
@@ -41,7 +43,11 @@ int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e);
 // each (model layout) saved at `step`, without the file: the parameters, the
 // optimizer state of every trainable parameter (a frozen one has none: it
 // reads as 0, as from a checkpoint, whatever state holds) and the step count.
-void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step);
+// release (NULL: none) is called with each piece of params and state once it
+// is copied, so that a caller reading them from a mapped file can drop the
+// piece's pages at once instead of holding the whole state while it is read.
+void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step,
+                      void (*release)(const void *arg, const float *p, size_t n), const void *arg);
 // The gradient of the mean loss over samples [first, first + n) of step
 // `step`'s data at L's parameters, in one micro-batch, into out [numel] (a
 // frozen parameter's is 0): one rank's or one micro-batch's piece of a step,
