@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # ci/bench.sh [--baseline REV] [--skip-torch] — the reference's speed, every row measured
 # side by side in this one run, each printed with its target and its ratio to the figure
-# measured before the threads work (issue 18's table, this 2-core machine, Release):
+# measured before the threads work (issue 18's table, this 2-core machine, Release), and
+# issue 52's rows: the step against torch eager's per model and thread count
+# (bench/step_vs_torch.sh), compare's bytes per parameter, and the SmolLM2-135M check
+# against torch's own part of it:
 #   step   gpt2-124m local training step, B=4, T=64, 2 threads      (was 7.79 s; target <= 2.5 s)
 #          and its GFLOP/s beside the fp32 matmul rate of PyTorch's own CPU kernels on
 #          2 threads, measured here (needs the adapter's venv: .venv-torch or FSDPCHECK_TORCH_VENV)
@@ -47,6 +50,11 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
   "$src/build/default/bench/fsdpcheck_bench" 1 2 | tee "$tmp/$label.bench"
   awk '$1 == "gpt2-124m" { printf "step %.3f\n", $5 / 1000 }' "$tmp/$label.bench" >>"$out"
   awk '$1 == "gpt2-124m" && NF == 8 { printf "gflops %.2f\n", $7 }' "$tmp/$label.bench" >>"$out"
+  if [ $skip_torch = 0 ]; then
+    # the step against torch eager's on the same cores, per model and thread count (issue 52)
+    FSDPCHECK_BUILD=$src/build/default FSDPCHECK_TORCH_VENV=$VENV bash "$ROOT/bench/step_vs_torch.sh" 1 | tee "$tmp/$label.vs"
+    awk '$NF ~ /x$/ && $2 ~ /^[12]$/ { sub(/x$/, "", $NF); printf "vs.%s.%s %s\n", $1, $2, $NF }' "$tmp/$label.vs" >>"$out"
+  fi
   t0=$(date +%s.%N)
   mpiexec -n 4 "$bin" sweep --cases 300 --seed 1 --quiet | tail -n 1
   t1=$(date +%s.%N)
@@ -72,6 +80,18 @@ rows() {  # rows LABEL SRC: measures every row with SRC's build, into $tmp/LABEL
     sed -nE 's/^torch peak RSS per rank \(MiB\): 0: ([0-9.]+), 1: ([0-9.]+).*/rss.torch0 \1\nrss.torch1 \2/p' "$tmp/$label.check" >>"$out"
     sed -nE 's/^compare peak RSS.*\(MiB\): ([0-9.]+).*/rss.compare \1/p' "$tmp/$label.check" >>"$out"
     a=$tmp/$label.keep/ref b=$tmp/$label.keep/torch
+    # compare's bytes per parameter (gpt2-124m: 124439808 of them)
+    awk '$1 == "rss.compare" { printf "bpp.compare %.1f\n", $2 * 1048576 / 124439808 }' "$out" >>"$out.bpp"
+    cat "$out.bpp" >>"$out" && rm -f "$out.bpp"
+    # the whole check against torch's own part of it, SmolLM2-135M, W=2, 2 steps (issue 52: <= 1.5)
+    t0=$(date +%s.%N)
+    PYTHONPATH=$src/adapters/torch FSDPCHECK=$bin "$VENV/bin/python" -m fsdpcheck_torch check --api fsdp2 -n 2 \
+      --model "$ROOT/examples/models/llama.smollm2-135m.config.json" --steps 2 --global-batch 4 --seq-len 64 \
+      --timeout 1800 | tail -n 1 | tee "$tmp/$label.check135"
+    t1=$(date +%s.%N)
+    sed -nE "s/.*torch ([0-9.]+) s.*/check135.torch \1\ncheck135.total $(secs "$t0" "$t1")/p" "$tmp/$label.check135" >>"$out"
+    awk '$1 == "check135.torch" { t = $2 } $1 == "check135.total" { printf "check135.ratio %.2f\n", $2 / t }' "$out" >>"$out.r"
+    cat "$out.r" >>"$out" && rm -f "$out.r"
   else
     for W in 1 2; do
       mpiexec -n $W "$bin" run --model gpt2-124m --steps 2 --global-batch 4 --seq-len 64 \
@@ -132,7 +152,15 @@ table = [("step", "gpt2-124m step, 2 threads (s)", 7.79, 2.5), ("sweep", "sweep 
          ("rss.reference0", "check's peak RSS: reference rank 0 / plan (MiB)", None, None),
          ("rss.reference1", "  reference rank 1 (MiB)", None, None),
          ("rss.torch0", "  torch rank 0 (MiB)", None, None), ("rss.torch1", "  torch rank 1 (MiB)", None, None),
-         ("rss.compare", "  compare (MiB)", None, None)]
+         ("rss.compare", "  compare (MiB)", None, None),
+         ("bpp.compare", "  compare, bytes per parameter", 66, 24),
+         ("vs.gpt2-124m.1", "step / torch eager, gpt2-124m, 1 thread", 2.5, 1.25),
+         ("vs.gpt2-124m.2", "step / torch eager, gpt2-124m, 2 threads", 2.3, 1.25),
+         ("vs.smollm2-135m.1", "step / torch eager, SmolLM2-135M, 1 thread", None, 1.25),
+         ("vs.smollm2-135m.2", "step / torch eager, SmolLM2-135M, 2 threads", None, 1.25),
+         ("check135.total", "check SmolLM2-135M W=2, whole (s)", 131, None),
+         ("check135.torch", "  of which torch (s)", 65.7, None),
+         ("check135.ratio", "  check / torch", 2.0, 1.5)]
 print(f"{'row':38} {'now':>9} {'target':>8} {'x was':>7} {'baseline':>9} {'x base':>7}")
 for key, name, was, target in table:
     if key not in after:
