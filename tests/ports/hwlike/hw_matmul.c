@@ -11,15 +11,18 @@
 //    gradient). Inside a slice, element r goes to lane r % L, as a tile's
 //    vector accumulators do, and the L lanes are combined as a pairwise tree.
 //    The bias is added in the fp32 epilogue after the whole sum.
-//  - HW_K_FMA: every multiply-add is one fused operation, as FFMA / HMMA are.
+//  - HW_K_FMA: the multiply-adds' fusion is the other one from the reference's:
+//    layers.c fuses every step (one rounding, as FFMA / HMMA), so with the knob
+//    each step is a multiply, then an add (two roundings), as a kernel built
+//    without contraction (nvcc --fmad=false) computes it.
 //  - HW_K_COMPUTE16: a bf16/fp16 GEMM rounds its fp32 accumulator once on
 //    output; a gradient GEMM writing a 16-bit gradient buffer rounds its
 //    result and then the sum dst + result.
 //  - HW_K_ATOMICS: the bias gradient is summed over rows in a run-to-run
 //    order, as atomicAdd-based bias-gradient kernels sum it.
 // Each knob alone changes only its own thing: without HW_K_MATMUL the sum is
-// the reference's (bias first, r ascending), and without MATMUL and FMA the
-// products are layers.c's own.
+// the reference's (bias first, r ascending, fused), and without MATMUL and FMA
+// the products are layers.c's own.
 //
 // Threads split rows of the output only; every element is computed whole by
 // one thread, so the thread count changes no bit.
@@ -31,7 +34,7 @@
 #include "hwlike.h"
 #include "layers.h"
 
-// Multiply and add stay two roundings unless HW_K_FMA asks for fmaf.
+// Multiply and add stay two roundings where a plan asks for no fmaf.
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #endif
@@ -47,7 +50,7 @@ enum { HW_P_FORWARD, HW_P_DINP, HW_P_DW };
 typedef struct {
     int splits;      // split-K slices, 1..4
     int lanes;       // accumulation lanes per slice: 1, 4, 8 or 16
-    int fma;         // fmaf(a, b, acc) instead of acc + a * b
+    int fma;         // fmaf(a, b, acc) (the reference's) instead of acc + a * b
     int bias_first;  // the sum starts at the bias (the reference's order), else bias in the epilogue
 } hw_plan;
 
@@ -68,7 +71,7 @@ static int r16_active(void) { return hw_on(HW_K_COMPUTE16) && hw.compute != FC_P
 
 static hw_plan plan_for(int product, int M, int K, int N, fc_wlayout layout, const void *w) {
     static const int lanes[4] = {1, 4, 8, 16};
-    hw_plan p = {1, 1, hw_on(HW_K_FMA), 1};
+    hw_plan p = {1, 1, !hw_on(HW_K_FMA), 1};
     if (!hw_on(HW_K_MATMUL)) return p;
     uint64_t h = hw_mix(hw.seed, 0x6d61746d756c0000ULL + (uint64_t)product);  // "matmul"
     h = hw_mix(h, ((uint64_t)(uint32_t)M << 32) | (uint32_t)K);

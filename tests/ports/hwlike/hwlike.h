@@ -19,7 +19,7 @@
 // The knobs, as bits of hw_ctx.knobs.
 enum {
     HW_K_MATMUL = 1u << 0,     // fp32 accumulation order and split-K by shape and operand offset (cuBLASLt heuristics)
-    HW_K_FMA = 1u << 1,        // fused multiply-add in every dot product
+    HW_K_FMA = 1u << 1,        // every dot product's multiply-adds unfused (the reference fuses them)
     HW_K_COMPUTE16 = 1u << 2,  // 16-bit compute: GEMM and elementwise outputs rounded to param_dtype
     HW_K_RING = 1u << 3,       // reduce-scatter / all-reduce summed in ring order, each block from the next rank
     HW_K_TREE = 1u << 4,       // small all-reduces summed in tree order (NCCL's tree algorithm)
