@@ -225,7 +225,7 @@ __attribute__((target("avx2,fma,avx512f"))) static void mm_group_avx512(real *c,
     for (int r0 = 0; r0 < R || r0 == 0; r0 += MM_KC) {
         const int kc = R - r0 < MM_KC ? R - r0 : MM_KC, first = r0 == 0, last = r0 + kc >= R;
         for (int i = 0; i < M8; i += MM_IB_AVX2) {
-            real *pi = part + (size_t)i * MM_GW;
+            real *pi = part ? part + (size_t)i * MM_GW : NULL;  // no parts where r is one chunk
             mm_block8x32_avx512(last ? c + (size_t)i * ldc : pi, last ? ldc : MM_GW, a + (size_t)i * a_si + (size_t)r0 * a_sk,
                                 a_si, a_sk, group + (size_t)r0 * MM_GW, kc, init, first ? NULL : pi, MM_GW,
                                 last && accumulate);
