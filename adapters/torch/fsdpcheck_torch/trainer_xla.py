@@ -26,6 +26,7 @@ from .config import optim_state_names, validate
 from .errors import UsageError
 from .model import clean_name
 from .trainer_trace import Replay, TraceCallback, collate
+from .xla import _full  # classic XLA FSDP's shards cut back to their shapes, FSDPv2's read whole
 
 OPTIMIZER = "optimizer created after wrapping (transformers defers it under XLA FSDP and never creates it)"
 SHARD_OUTPUT = "root shard_output shards the logits of GPT-2's output (transformers' knows CausalLMOutputWithPast only)"
@@ -210,7 +211,7 @@ class XlaTraceCallback(TraceCallback):  # pragma: no cover (xla)
         from .optimizer import clip_grad_norm
 
         self.wrapped_as = type(self.trainer.model_wrapped).__name__
-        self.grads = _read(model, lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
+        self.grads = _full(model, lambda p: p.grad if p.grad is not None else torch.zeros_like(p))
         classic = type(model).__name__ == "XlaFullyShardedDataParallel"  # its own clip_grad_norm_, as FSDP1
         self.grad_norm = clip_grad_norm(model, self.cfg, classic) if self.cfg["clip_grad_norm"] > 0 else None
 
@@ -219,8 +220,8 @@ class XlaTraceCallback(TraceCallback):  # pragma: no cover (xla)
 
         xm.mark_step()
         opt = getattr(optimizer, "optimizer", optimizer)
-        params = _read(model, lambda p: p)
-        states = {s: _read(model, lambda p, s=s: opt.state[p][s]) for s in self.state_names}
+        params = _full(model, lambda p: p)
+        states = {s: _full(model, lambda p, s=s: opt.state[p][s]) for s in self.state_names}
         loss = float(torch.stack([x.cpu() for x in self.losses]).double().mean())
         n, K = self.world, len(self.inputs)
         # micro-batch k holds each device's rows in turn; the reference's batch is rank-major
@@ -242,11 +243,3 @@ class XlaTraceCallback(TraceCallback):  # pragma: no cover (xla)
         )
         print(f"step {step}: loss {loss:.6f}", flush=True)
         self.losses, self.inputs = [], []
-
-
-def _read(model, get):  # pragma: no cover (xla)
-    """Trace name -> whole fp32 CPU tensor get(p) gives, for each parameter of the wrapped model
-    (classic XLA FSDP's shards cut back to their shapes: xla._full)."""
-    from .xla import _full
-
-    return _full(model, get)
