@@ -4,19 +4,79 @@
 #include <math.h>
 #include <string.h>
 
-void fc_norm_buckets_fill(uint64_t *bucket, const float *g, size_t n, fc_norm_type type) {
-    memset(bucket, 0, FC_NORM_BUCKETS * sizeof *bucket);
-    uint32_t max_bits = 0, flags = 0;
-    for (size_t i = 0; i < n; i++) {
+#include "simd.h"
+
+typedef uint64_t fc_norm_lanes[4][FC_NORM_BUCKETS - 1];
+
+// Elements [i, n) into the lanes (type 1 or 2) one at a time, or (type inf) their max finite
+// |g| bits, which it returns.
+static uint32_t fill_scalar(fc_norm_lanes lane, const float *g, size_t i, size_t n, fc_norm_type type,
+                            uint32_t *flags) {
+    uint32_t max_bits = 0;
+    for (; i < n; i++) {
         unsigned e;
         uint64_t term;
         uint32_t bits;
-        if (!fc_norm_term(g[i], type, &e, &term, &bits, &flags)) continue;
+        if (!fc_norm_term(g[i], type, &e, &term, &bits, flags)) continue;
         if (type == FC_NORM_INF)
             max_bits = bits > max_bits ? bits : max_bits;
         else
-            bucket[e] += term;
+            lane[i & 3][e] += term;
     }
+    return max_bits;
+}
+
+#ifdef FC_SIMD_X86
+#include <immintrin.h>
+// fc_norm_term on 16 elements at a time (AVX-512F), the adds to the lanes one by one (the
+// exponents of 16 elements may repeat). A block holding an inf or a NaN goes to
+// fill_scalar, which flags it. Type 1 or 2 only.
+__attribute__((target("avx512f"))) static void fill_avx512(fc_norm_lanes lane, const float *g, size_t n,
+                                                               fc_norm_type type, uint32_t *flags) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), man = _mm512_set1_epi32(0x7fffff);
+    const __m512i hidden = _mm512_set1_epi32(0x800000), one = _mm512_set1_epi32(1), inf = _mm512_set1_epi32(255);
+    uint32_t e[16];
+    uint64_t t[16];
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i b = _mm512_and_si512(_mm512_loadu_si512(g + i), abs_mask), E = _mm512_srli_epi32(b, 23);
+        if (_mm512_cmpeq_epi32_mask(E, inf)) {  // not finite: the scalar path sets the flag
+            fill_scalar(lane, g, i, i + 16, type, flags);
+            continue;
+        }
+        const __m512i M = _mm512_and_si512(b, man);
+        const __m512i m = _mm512_mask_or_epi32(M, _mm512_cmpneq_epi32_mask(E, _mm512_setzero_si512()), M, hidden);
+        _mm512_storeu_si512(e, _mm512_max_epu32(E, one));  // a subnormal counts as e = 1
+        const __m512i lo = _mm512_cvtepu32_epi64(_mm512_castsi512_si256(m));
+        const __m512i hi = _mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(m, 1));
+        _mm512_storeu_si512(t, type == FC_NORM_2 ? _mm512_mul_epu32(lo, lo) : lo);
+        _mm512_storeu_si512(t + 8, type == FC_NORM_2 ? _mm512_mul_epu32(hi, hi) : hi);
+        for (int k = 0; k < 16; k += 4) {
+            lane[0][e[k]] += t[k];
+            lane[1][e[k + 1]] += t[k + 1];
+            lane[2][e[k + 2]] += t[k + 2];
+            lane[3][e[k + 3]] += t[k + 3];
+        }
+    }
+    fill_scalar(lane, g, i, n, type, flags);
+}
+#endif
+
+void fc_norm_buckets_fill(uint64_t *bucket, const float *g, size_t n, fc_norm_type type) {
+    // Neighbouring elements mostly share an exponent, so one array would make each add wait
+    // for the last to the same bucket: four lanes take the elements in turn and are summed
+    // at the end. Each holds at most n terms' sum, so no sum wraps.
+    fc_norm_lanes lane;
+    uint32_t flags = 0, max_bits = 0;
+    if (type != FC_NORM_INF) memset(lane, 0, sizeof lane);
+#ifdef FC_SIMD_X86
+    if (type != FC_NORM_INF && fc_simd_level() == FC_SIMD_AVX512)
+        fill_avx512(lane, g, n, type, &flags);
+    else
+#endif
+        max_bits = fill_scalar(lane, g, 0, n, type, &flags);
+    for (int e = 0; e < FC_NORM_BUCKETS - 1; e++)
+        bucket[e] = type == FC_NORM_INF ? 0 : lane[0][e] + lane[1][e] + lane[2][e] + lane[3][e];
     bucket[FC_NORM_BUCKETS - 1] = (uint64_t)flags << 32 | max_bits;
 }
 

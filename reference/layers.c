@@ -31,6 +31,7 @@
 
 #include "check.h"
 #include "layers.h"
+#include "simd.h"
 
 // Keep a*b + c as two roundings. GCC in ISO C mode (-std=c11) already never
 // contracts to FMA; clang contracts within an expression unless told not to.
@@ -234,20 +235,37 @@ __attribute__((target("avx2,fma,avx512f"))) static void mm_group_avx512(real *c,
     }
 }
 
-// The kernels mm() may use: 0 generic, 1 AVX2 8 x 8, 2 also AVX-512F 8 x 32; decided
-// once, before any parallel region (mm() asks first). Set FSDPCHECK_MM_GENERIC=1 for the
-// generic kernel alone, FSDPCHECK_MM_AVX2=1 for no wider than AVX2
-// (tests/mpi/threads_identical.sh runs all three and compares the traces byte for byte).
-static int mm_kernels(void) {
-    static int k = -1;
-    if (k < 0) {
-        const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        k = !avx2 || getenv("FSDPCHECK_MM_GENERIC")                             ? 0
-            : !__builtin_cpu_supports("avx512f") || getenv("FSDPCHECK_MM_AVX2") ? 1
-                                                                                  : 2;
+// B's columns [0, 32) from 32 rows of b (b[j * ldb + r], contiguous along r) into a packed
+// group (element (r, j) at group[r * MM_GW + j]) for r in [0, R8), R8 a multiple of 8: 8 x 8
+// tiles transposed in registers, where a scalar copy reads 32 rows an element at a time.
+__attribute__((target("avx2,fma"))) static void mm_pack_t_avx2(real *group, const real *b, size_t ldb, int R8) {
+    for (int r0 = 0; r0 < R8; r0 += 8) {
+        for (int j0 = 0; j0 < MM_GW; j0 += 8) {
+            __m256 x[8], t[8], u[8];  // x[k]: column j0 + k's r0..r0+7; then interleaved pairs, quads
+            for (int k = 0; k < 8; k++) x[k] = _mm256_loadu_ps(b + (size_t)(j0 + k) * ldb + (size_t)r0);
+            for (int k = 0; k < 8; k += 2) {
+                t[k] = _mm256_unpacklo_ps(x[k], x[k + 1]);
+                t[k + 1] = _mm256_unpackhi_ps(x[k], x[k + 1]);
+            }
+            for (int k = 0; k < 8; k += 4) {
+                u[k] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                u[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                u[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                u[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            // u[k] (k < 4) holds r0 + k (low half) and r0 + k + 4 (high half) of columns
+            // j0..j0+3; u[k + 4] the same of columns j0+4..j0+7
+            for (int k = 0; k < 4; k++) {
+                _mm256_storeu_ps(group + (size_t)(r0 + k) * MM_GW + j0, _mm256_permute2f128_ps(u[k], u[k + 4], 0x20));
+                _mm256_storeu_ps(group + (size_t)(r0 + k + 4) * MM_GW + j0,
+                                 _mm256_permute2f128_ps(u[k], u[k + 4], 0x31));
+            }
+        }
     }
-    return k;
 }
+
+// The kernels mm() may use: 0 generic, 1 AVX2 8 x 8, 2 also AVX-512F 8 x 32 (core/simd.h).
+static int mm_kernels(void) { return fc_simd_level(); }
 #endif
 
 // An edge block, rows [0, mb) and columns [0, jb), mb <= MM_IB, jb <= MM_JB:
@@ -290,6 +308,28 @@ static void mm_panel(real *c, size_t ldc, const real *a, size_t a_si, size_t a_s
     }
 }
 
+// B's rows [0, R), columns [0, gw) (b: B(0, j0), element (r, j) at b[r * b_sr + j * b_sj])
+// into group [R, MM_GW]: a row copy where B is contiguous along j, tiles transposed in
+// registers where it is contiguous along r (w^T in the LM head, dinp's w), else one by one.
+static void mm_pack(real *group, const real *b, size_t b_sr, size_t b_sj, int R, int gw, int kernels) {
+    int r = 0;
+    if (b_sj == 1) {
+        for (; r < R; r++) memcpy(group + (size_t)r * MM_GW, b + (size_t)r * b_sr, (size_t)gw * sizeof(real));
+        return;
+    }
+#ifdef FC_MM_AVX2
+    if (kernels >= 1 && b_sr == 1 && gw == MM_GW) {
+        r = R / 8 * 8;
+        mm_pack_t_avx2(group, b, b_sj, r);
+    }
+#else
+    (void)kernels;
+#endif
+    for (; r < R; r++) {
+        for (int j = 0; j < gw; j++) group[(size_t)r * MM_GW + j] = b[(size_t)r * b_sr + (size_t)j * b_sj];
+    }
+}
+
 // C [M, N] (row stride ldc) (= or +=) init + A B, reduction length R.
 // A(i, r) = a[i * a_si + r * a_sk]; B(r, j) = b[r * b_sr + j * b_sj].
 static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, const real *b,
@@ -317,9 +357,7 @@ static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, con
 #pragma omp for schedule(static)
         for (int g = 0; g < ngroup; g++) {
             const int j0 = g * MM_GW, gw = N - j0 < MM_GW ? N - j0 : MM_GW;
-            for (int r = 0; r < R; r++) {
-                for (int j = 0; j < gw; j++) group[(size_t)r * MM_GW + j] = b[(size_t)r * b_sr + (size_t)(j0 + j) * b_sj];
-            }
+            mm_pack(group, b + (size_t)j0 * b_sj, b_sr, b_sj, R, gw, kernels);
             int i_all = 0;  // rows [0, i_all) done for the whole group
 #ifdef FC_MM_AVX2
             if (kernels == 2 && gw == MM_GW && M8 > 0) {

@@ -3,7 +3,8 @@
 # (core/threads.h, reference/layers.c rule 1). For each model, `fsdpcheck run`
 # writes a trace with 1, 2, 3 and 4 OpenMP threads per rank (W=1) and with 1
 # and 2 (W=2, full_shard), and for the GPT-2s once with no kernel wider than AVX2
-# (FSDPCHECK_MM_AVX2=1: no AVX-512F 8 x 32 blocks) and for gpt2-tiny once with the
+# (FSDPCHECK_MM_AVX2=1: no AVX-512F 8 x 32 blocks, and AdamW and the norm's terms in
+# generic C, core/simd.h) and for gpt2-tiny once with the
 # generic kernel (FSDPCHECK_MM_GENERIC=1: one libm fmaf per step, 20x slower than
 # the vector kernels under the sanitizer build, too slow for the wider GPT-2 there);
 # every file of every trace must be

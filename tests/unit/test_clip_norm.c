@@ -119,3 +119,57 @@ Test(clip_norm, non_finite) {
     fc_norm_part_merge(&a, &b);
     cr_expect(isnan(fc_norm_part_total(&a, FC_NORM_2)), "a NaN in one partial reaches the total");
 }
+
+// One bucket array's worth (FC_NORM_BUCKET_TERMS, not a multiple of 16: a scalar tail), filled
+// by whatever kernel this CPU picks (core/simd.h), against the sums written out here element
+// by element: exponents over the whole range, subnormals, zeros, and an inf and a NaN inside
+// one 16-element block.
+static void buckets_match_by_hand(void) {
+    enum { N = FC_NORM_BUCKET_TERMS };
+    static float g[N];
+    uint32_t s = 777;
+    for (int i = 0; i < N; i++) {
+        s = s * 1664525u + 1013904223u;
+        g[i] = i % 97 == 0 ? 0.0f : ldexpf((float)(s >> 8) / 16777216.0f, (int)(s % 300) - 170) * (s & 1 ? -1.0f : 1.0f);
+    }
+    for (int t = 0; t < 3; t++) {
+        for (int with_nonfinite = 0; with_nonfinite < 2; with_nonfinite++) {
+            if (with_nonfinite) g[40000] = INFINITY, g[40003] = NAN;
+            uint64_t want[FC_NORM_BUCKETS] = {0}, got[FC_NORM_BUCKETS];
+            uint32_t max = 0, flags = 0;
+            for (int i = 0; i < N; i++) {
+                uint32_t b;
+                memcpy(&b, &g[i], sizeof b);
+                b &= 0x7fffffffu;
+                uint32_t E = b >> 23, M = b & 0x7fffffu;
+                if (E == 255) {
+                    flags |= M ? 2u : 1u;
+                    continue;
+                }
+                uint64_t m = E ? (M | 0x800000u) : M;
+                if (t == FC_NORM_INF)
+                    max = b > max ? b : max;
+                else
+                    want[E ? E : 1] += t == FC_NORM_2 ? m * m : m;
+            }
+            want[FC_NORM_BUCKETS - 1] = (uint64_t)flags << 32 | max;
+            fc_norm_buckets_fill(got, g, N, (fc_norm_type)t);
+            int bad = 0;
+            for (int e = 0; e < FC_NORM_BUCKETS && bad < 5; e++) {
+                if (got[e] != want[e]) {
+                    bad++;
+                    cr_expect_fail("type %d (nonfinite %d): bucket %d is %llu, by hand %llu", t, with_nonfinite, e,
+                                   (unsigned long long)got[e], (unsigned long long)want[e]);
+                }
+            }
+        }
+        g[40000] = 1.0f, g[40003] = 1.0f;
+    }
+}
+
+Test(clip_norm, buckets_by_hand_widest_kernel) { buckets_match_by_hand(); }
+
+Test(clip_norm, buckets_by_hand_generic) {
+    setenv("FSDPCHECK_MM_GENERIC", "1", 1);  // a fresh process: the first call reads it
+    buckets_match_by_hand();
+}

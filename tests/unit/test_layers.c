@@ -222,7 +222,8 @@ static void naive_matmul_d(double *out, const double *inp, const double *w, cons
 
 Test(layers_matmul, fixed_summation_order_bitwise) {
     rng_seed(5);
-    const int shapes[][3] = {{13, 37, 29}, {32, 64, 40}, {3, 100, 5}, {17, 1, 33}};
+    // {24, 300, 70}: r past one chunk (MM_KC) and whole 32-column groups packed by 8 x 8 tiles with a tail
+    const int shapes[][3] = {{13, 37, 29}, {32, 64, 40}, {3, 100, 5}, {17, 1, 33}, {24, 300, 70}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
         const size_t nin = (size_t)M * K, nw = (size_t)K * N, nout = (size_t)M * N;

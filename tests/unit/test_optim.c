@@ -13,6 +13,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "optim.h"
@@ -55,7 +56,7 @@ static fc_optim_config sgd(double lr, double wd, double momentum, double dampeni
 // A deterministic gradient sequence with sign changes and magnitudes over
 // several decades (a tiny LCG; the values only need to be arbitrary).
 static float grad_at(int step, int i) {
-    uint32_t x = (uint32_t)(step * 7919 + i * 104729 + 12345);
+    uint32_t x = (uint32_t)step * 7919u + (uint32_t)i * 104729u + 12345u;
     x = x * 1664525u + 1013904223u;
     x ^= x >> 13;
     x = x * 1664525u + 1013904223u;
@@ -525,4 +526,42 @@ Test(optim, elementwise_and_bounded) {
         cr_expect_eq(m[N], 43.0f);
         cr_expect_eq(v[N], 44.0f);
     }
+}
+
+// Many elements at once, so the vector loop (core/simd.h) runs where the CPU has one: every
+// element's bits are those of torch's formula written here in fp32, one rounding per
+// operation (volatile keeps the compiler from fusing or reordering), for both lerp branches,
+// with a length that leaves a tail for the scalar loop.
+static void adamw_many_matches_formula(void) {
+    enum { N = 70001 };
+    static float p[N], g[N], m[N], v[N], p0[N], m0[N], v0[N];
+    const double beta1s[2] = {0.9, 0.3};
+    for (int k = 0; k < 2; k++) {
+        fc_optim_config c = adamw(1e-3, 0.01, beta1s[k], 0.999, 1e-8);
+        for (int i = 0; i < N; i++) {
+            g[i] = grad_at(3, i), m0[i] = m[i] = grad_at(4, i) * 0.1f, p0[i] = p[i] = grad_at(5, i);
+            v0[i] = v[i] = grad_at(6, i) * grad_at(6, i);
+        }
+        fc_optim_update(&c, 3, p, g, m, v, N);
+        fc_adamw_coeffs kc = fc_adamw_coeffs_at(&c, 3);
+        int bad = 0;
+        for (int i = 0; i < N && bad < 5; i++) {
+            volatile float pv = p0[i] * kc.decay, mv = torch_lerp(m0[i], g[i], kc.w1);
+            volatile float wg = kc.w2 * g[i], wgg = wg * g[i], vb = v0[i] * kc.beta2, vv = vb + wgg;
+            volatile float sq = sqrtf(vv), q = sq / kc.bc2_sqrt, denom = q + kc.eps;
+            volatile float num = kc.neg_step * mv, upd = num / denom, want = pv + upd;
+            if (bits(p[i]) != bits(want) || bits(m[i]) != bits(mv) || bits(v[i]) != bits(vv)) {
+                bad++;
+                cr_expect_fail("beta1 %g element %d: p %a m %a v %a, formula %a %a %a", beta1s[k], i, (double)p[i],
+                               (double)m[i], (double)v[i], (double)want, (double)mv, (double)vv);
+            }
+        }
+    }
+}
+
+Test(adamw, many_elements_bits_widest_kernel) { adamw_many_matches_formula(); }
+
+Test(adamw, many_elements_bits_generic) {
+    setenv("FSDPCHECK_MM_GENERIC", "1", 1);  // a fresh process: the first call reads it
+    adamw_many_matches_formula();
 }
