@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ci/test.sh — sets up, builds and runs the whole default test suite:
 #   0. the Python adapter is ruff clean (ci/lint.sh: check and format, pinned ruff);
-#   (the two torch venvs of stages 4 and 4c are made in the background from the start);
+#   (the torch venvs of stages 4, 4c and 4d are made in the background from the start where
+#   the disk holds them);
 #   1. Debug + ASan/UBSan + gcov build: unit, mpi, property and gate tests (not the W=4
 #      sweep and the checkpoint crash trials), and from the same run the line coverage of
 #      core/, reference/ and oracle/ (ci/coverage.sh: fails below 90% of lines in any of them);
@@ -46,11 +47,14 @@ trap 'rc=$?; [ -n "$venvs_pid" ] && kill -- "-$venvs_pid" 2>/dev/null; [ "$rc" -
 # network and the disk (docs/measurements/ci-time.md). Only where the disk holds both with room to spare, and not for a
 # venv kept outside the clone (FSDPCHECK_TORCH_VENV: both locks would share it); otherwise
 # ci/torch.sh makes each one before its stage, as before.
+# Where the disk holds the XLA lock's venv too (about 7 GiB more), it is made third.
 if [ -z "${FSDPCHECK_TORCH_VENV:-}" ] && [ "$(free_gib)" -ge 24 ]; then
   mkdir -p out
+  xla_venv=""
+  [ "$(free_gib)" -ge 32 ] && xla_venv="&& FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-xla.lock bash ci/torch.sh --venv-only"
   # its own process group (setsid), so that a failing stage stops all of it (the trap above)
-  setsid bash -c 'bash ci/torch.sh --venv-only &&
-    FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-oldest.lock bash ci/torch.sh --venv-only' >out/venvs.log 2>&1 &
+  setsid bash -c "bash ci/torch.sh --venv-only &&
+    FSDPCHECK_TORCH_LOCK=adapters/torch/requirements-oldest.lock bash ci/torch.sh --venv-only $xla_venv" >out/venvs.log 2>&1 &
   venvs_pid=$!
   echo "== the torch venvs: made in the background (out/venvs.log)"
 fi
@@ -71,12 +75,14 @@ stage "debug (ASan+UBSan, gcov): unit, mpi, property, gate; the line coverage of
 # catalogue run under the sanitizers too. Left out here, and run in Release below: the W=4
 # sweep and the checkpoint crash trials, ten times slower under ASan (what they cover, the
 # checkpoint writer, the unit and MPI checkpoint tests cover here; docs/measurements/ci-time.md),
+# the W=6 equivalence run and threads_identical (bits across thread counts and kernel sets at
+# model size; the kernels' memory under the sanitizers is unit.test_layers', every kernel set),
 # and the hardware-like port's sweeps and faults (the reference's code again; its kernels run
 # under the sanitizers in mpi.hwlike.knobs). Not built with the
 # sanitizers: the watchdog's hang plugin and the out-of-tree plugin (they link the static
 # libraries). Fails below 90% of lines in any of the three folders, or on any failed test.
 bash ci/coverage.sh --preset debug-coverage --labels 'unit|mpi|property|gate' --skip-labels 'extended|memcheck|fuzz' \
-  --exclude '^property\.(sweep\.W4|ckpt_crash|hwlike\..*)$'
+  --exclude '^(property\.(sweep\.W4|ckpt_crash|hwlike\..*)|mpi\.test_equivalence\.W6|mpi\.threads_identical)$'
 
 stage "release: the conformance gate (sweep per W, fault catalogue, port template, watchdog)"
 cmake --preset default >/dev/null
@@ -88,6 +94,8 @@ bash ci/callcycles.sh build/default oracle
 # the watchdog, which waits out its timeouts, one core). Twice the cores, so that the W=2 runs
 # go beside the waiting watchdog (docs/measurements/ci-time.md)
 ctest --preset gate -j "$((2 * JOBS))"
+# the two the sanitizer stage leaves out for their time there
+ctest --test-dir build/default -R '^(mpi\.test_equivalence\.W6|mpi\.threads_identical)$' -j "$JOBS" --output-on-failure
 
 stage "the rules' mutation test: every rule of core/layout.c flipped, each must fail the gate"
 bash tests/mutation/rules.sh

@@ -220,7 +220,7 @@ static void naive_matmul_d(double *out, const double *inp, const double *w, cons
     }
 }
 
-Test(layers_matmul, fixed_summation_order_bitwise) {
+static void matmul_bits_against_naive(void) {
     rng_seed(5);
     // {24, 300, 70}: r past one chunk (MM_KC) and whole 32-column groups packed by 8 x 8 tiles with a tail
     const int shapes[][3] = {{13, 37, 29}, {32, 64, 40}, {3, 100, 5}, {17, 1, 33}, {24, 300, 70}};
@@ -264,6 +264,20 @@ Test(layers_matmul, fixed_summation_order_bitwise) {
         free(inp_d); free(w_d); free(b_d); free(dout_d); free(pre_d);
         free(inp); free(w); free(b); free(dout); free(out); free(ref);
     }
+}
+
+Test(layers_matmul, fixed_summation_order_bitwise) { matmul_bits_against_naive(); }
+
+// The narrower kernel sets (core/simd.h) on the same shapes, so each runs under the sanitizers
+// here: a fresh process per test, whose first matmul reads the environment.
+Test(layers_matmul, fixed_summation_order_bitwise_avx2) {
+    setenv("FSDPCHECK_MM_AVX2", "1", 1);
+    matmul_bits_against_naive();
+}
+
+Test(layers_matmul, fixed_summation_order_bitwise_generic) {
+    setenv("FSDPCHECK_MM_GENERIC", "1", 1);
+    matmul_bits_against_naive();
 }
 
 // Results must not depend on where the buffers happen to sit in memory.
