@@ -161,7 +161,7 @@ int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *se
 // mapped trace's pages can go tensor by tensor). -1 for any other table or
 // strategy (then the handover goes through load).
 int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *params, const float *const state[2],
-                            long step, void (*release)(const void *arg, const float *p, size_t n), const void *arg);
+                            long step, fc_release_fn release, const void *arg);
 // Into out [numel], the gradient of the mean loss over samples [first, first
 // + n) of step `step`'s data at such a reference's parameters: the per-rank
 // and per-micro-batch pieces of a step that the oracle's failure signatures

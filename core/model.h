@@ -24,6 +24,10 @@
 
 FC_BEGIN_DECLS
 
+// Called with a piece [p, p + n) of a model-layout array once its reader is done with it: a
+// view of a mapped trace drops the piece's pages (oracle/tracefile.c). arg is the caller's.
+typedef void (*fc_release_fn)(const void *arg, const float *p, size_t n);
+
 typedef enum { FC_INIT_ZEROS, FC_INIT_ONES, FC_INIT_NORMAL, FC_INIT_UNIFORM } fc_init_kind;
 
 typedef struct {

@@ -19,18 +19,21 @@
 
 enum { FC_SIMD_GENERIC = 0, FC_SIMD_AVX2 = 1, FC_SIMD_AVX512 = 2 };
 
-// The widest kernel set allowed here: decided once per translation unit, so call it
-// before a parallel region (the first call reads the environment).
+// The widest kernel set allowed here, decided on the first call in each translation unit.
+// Any thread may make that call (the norm's fill runs inside parallel regions): the level is
+// stored atomically, and every thread that decides it decides the same.
 static inline int fc_simd_level(void) {
 #ifdef FC_SIMD_X86
     static int level = -1;
-    if (level < 0) {
+    int l = __atomic_load_n(&level, __ATOMIC_RELAXED);
+    if (l < 0) {
         const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        level = !avx2 || getenv("FSDPCHECK_MM_GENERIC")                             ? FC_SIMD_GENERIC
-                : !__builtin_cpu_supports("avx512f") || getenv("FSDPCHECK_MM_AVX2") ? FC_SIMD_AVX2
-                                                                                      : FC_SIMD_AVX512;
+        l = !avx2 || getenv("FSDPCHECK_MM_GENERIC")                             ? FC_SIMD_GENERIC
+            : !__builtin_cpu_supports("avx512f") || getenv("FSDPCHECK_MM_AVX2") ? FC_SIMD_AVX2
+                                                                                  : FC_SIMD_AVX512;
+        __atomic_store_n(&level, l, __ATOMIC_RELAXED);
     }
-    return level;
+    return l;
 #else
     return FC_SIMD_GENERIC;
 #endif

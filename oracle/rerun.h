@@ -36,7 +36,7 @@ typedef struct {
     // Set by the caller (NULL: none): where the local reference copies a
     // handover's params and state in place, each piece goes to release once
     // copied, as fc_trace_step.release (a view's pages dropped as read).
-    void (*release)(const void *arg, const float *p, size_t n);
+    fc_release_fn release;
     const void *release_arg;
 } fc_rerun;
 

@@ -36,7 +36,7 @@ typedef struct {
     // NULL, or what the comparison calls on elements [p, p + n) of a set once it
     // has read them (compare_model.h fc_cmp_release): views of mapped traces drop
     // their pages, re-read from the file if they are read again.
-    void (*release)(const void *arg, const float *p, size_t n);
+    fc_release_fn release;
     const void *release_arg;
 } fc_trace_step;
 

@@ -131,7 +131,7 @@ int fc_reference_local_sets(const fc_impl_ops *ops, fc_impl *im, const float *se
 }
 
 int fc_reference_local_load(const fc_impl_ops *ops, fc_impl *im, const float *params, const float *const state[2],
-                            long step, void (*release)(const void *arg, const float *p, size_t n), const void *arg) {
+                            long step, fc_release_fn release, const void *arg) {
     if (ops != &REFERENCE || !im || !im->is_local) return -1;
     fc_local_set(&im->local, params, state, step, release, arg);
     return 0;

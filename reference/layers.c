@@ -141,7 +141,8 @@ static void mm_block_full(real *c, size_t ldc, const real *a, size_t a_si, size_
     }
 }
 
-#if defined(__GNUC__) && !defined(FC_MM_PLAIN_C) && !defined(FC_REAL_DOUBLE) && defined(__x86_64__)
+// The vector kernels are float only; the double build (FC_REAL_DOUBLE) runs the generic one.
+#if defined(FC_SIMD_X86) && !defined(FC_REAL_DOUBLE)
 #include <immintrin.h>
 #define FC_MM_AVX2 1
 #define MM_IB_AVX2 8  // rows of C per AVX2 block and per AVX-512 block
@@ -263,9 +264,6 @@ __attribute__((target("avx2,fma"))) static void mm_pack_t_avx2(real *group, cons
         }
     }
 }
-
-// The kernels mm() may use: 0 generic, 1 AVX2 8 x 8, 2 also AVX-512F 8 x 32 (core/simd.h).
-static int mm_kernels(void) { return fc_simd_level(); }
 #endif
 
 // An edge block, rows [0, mb) and columns [0, jb), mb <= MM_IB, jb <= MM_JB:
@@ -344,7 +342,7 @@ static void mm(real *c, size_t ldc, const real *a, size_t a_si, size_t a_sk, con
     // Threads split the column groups: every element of C is computed whole by
     // the one thread that owns its group, so the thread count changes no bit.
 #ifdef FC_MM_AVX2
-    const int kernels = mm_kernels();
+    const int kernels = fc_simd_level();  // 0 generic, 1 AVX2 8 x 8, 2 also AVX-512F 8 x 32
 #else
     const int kernels = 0;
 #endif

@@ -155,7 +155,7 @@ int RN(fc_local_save)(fc_local *L, const char *dir, fc_state_dict kind, fc_error
 #define SET_CHUNK ((size_t)1 << 22)
 
 void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step,
-                      void (*release)(const void *arg, const float *p, size_t n), const void *arg) {
+                      fc_release_fn release, const void *arg) {
     const fc_model *m = &L->model;
     for (size_t o = 0; o < m->numel; o += SET_CHUNK) {
         size_t k = m->numel - o < SET_CHUNK ? m->numel - o : SET_CHUNK;

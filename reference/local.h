@@ -47,7 +47,7 @@ int RN(fc_local_load)(fc_local *L, const char *dir, fc_error *e);
 // is copied, so that a caller reading them from a mapped file can drop the
 // piece's pages at once instead of holding the whole state while it is read.
 void RN(fc_local_set)(fc_local *L, const float *params, const float *const state[2], long step,
-                      void (*release)(const void *arg, const float *p, size_t n), const void *arg);
+                      fc_release_fn release, const void *arg);
 // The gradient of the mean loss over samples [first, first + n) of step
 // `step`'s data at L's parameters, in one micro-batch, into out [numel] (a
 // frozen parameter's is 0): one rank's or one micro-batch's piece of a step,
